@@ -1,0 +1,8 @@
+"""streamstate: Apache Flink's state and fault-tolerance model in Python, run on Apache Spark.
+
+Public API lives in the modules that mirror PyFlink: :mod:`streamstate.common`,
+:mod:`streamstate.datastream` (and its ``functions``, ``state``, ``state_backend``,
+``checkpoint_config``, ``checkpoint_storage`` submodules).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Runtime internals. Nothing under ``streamstate.runtime`` imports pyspark."""

@@ -1,0 +1,1 @@
+"""Checkpoint storage, metadata, handles and the coordinator's lifecycle."""

@@ -1,0 +1,1 @@
+"""Type serializers (see :mod:`.base` for the contract, :mod:`.registry` for lookup)."""
