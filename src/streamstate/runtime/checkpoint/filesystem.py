@@ -1,0 +1,118 @@
+"""File system checkpoint storage (Flink's FileSystemCheckpointStorage) over fsspec.
+
+``checkpoint_path`` is a local path or any fsspec URL (``file://``, ``memory://``,
+``s3://``, ``hdfs://``, ...). Layout: see :mod:`streamstate.runtime.checkpoint.storage`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamstate.runtime.checkpoint.handles import ByteStreamStateHandle, StreamStateHandle
+from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
+from streamstate.runtime.checkpoint.storage import (
+    EPOCHS_DIR,
+    CheckpointDirectory,
+    CheckpointStorageAccess,
+    _check_relative_name,
+    _join,
+    load_metadata_from_path,
+    register_checkpoint_storage,
+)
+from streamstate.runtime.errors import CheckpointStorageError, ConfigurationError
+
+__all__ = ["FileSystemCheckpointStorageAccess"]
+
+
+class FileSystemCheckpointStorageAccess(CheckpointStorageAccess):
+    """Checkpoint files and ``_metadata`` under ``<checkpoint_path>/<job-id>/chk-<n>/``.
+
+    ``file_state_size_threshold``: state smaller than this many bytes is kept inline in the
+    metadata instead of in a file (Flink's small-file optimisation). The default 0 means
+    every state goes to a file: our subtasks write one file per operator and epoch, so
+    there are few small files to avoid.
+    """
+
+    name = "filesystem"
+
+    def __init__(
+        self,
+        checkpoint_path: str,
+        file_state_size_threshold: int = 0,
+        working_dir: str | None = None,
+    ) -> None:
+        super().__init__(working_dir)
+        if not checkpoint_path:
+            raise ConfigurationError(
+                "FileSystemCheckpointStorage needs a checkpoint directory: set "
+                "'execution.checkpointing.dir' or call set_checkpoint_storage_dir(...)"
+            )
+        self.checkpoint_path = str(checkpoint_path)
+        self.file_state_size_threshold = max(0, int(file_state_size_threshold))
+        self._dir: CheckpointDirectory | None = None
+
+    def initialize_job(self, job_id: str) -> None:
+        super().initialize_job(job_id)
+        self._dir = CheckpointDirectory(self.checkpoint_path, job_id)
+        try:
+            self._dir.fs.makedirs(self._dir.job_path, exist_ok=True)
+        except OSError as e:
+            raise CheckpointStorageError(
+                f"cannot create checkpoint directory {self._dir.url(self._dir.job_path)}: {e}"
+            ) from e
+
+    def _directory(self) -> CheckpointDirectory:
+        self._require_job()
+        assert self._dir is not None
+        return self._dir
+
+    @property
+    def job_url(self) -> str:
+        d = self._directory()
+        return d.url(d.job_path)
+
+    # -- worker side -------------------------------------------------------------------------
+
+    def write_state(self, checkpoint_id: int, name: str, data: bytes) -> StreamStateHandle:
+        """Atomically write ``chk-<checkpoint_id>/<name>``; returns a FileStateHandle.
+
+        Below ``file_state_size_threshold`` bytes, returns an inline handle instead.
+        """
+        _check_relative_name(name, "state name")
+        if name.split("/", 1)[0] == "_metadata":
+            raise ConfigurationError("state name '_metadata' is reserved for checkpoint metadata")
+        if 0 < len(data) < self.file_state_size_threshold:
+            return ByteStreamStateHandle.of(bytes(data))
+        d = self._directory()
+        return d.write_file(_join(d.checkpoint_path(checkpoint_id), name), bytes(data))
+
+    def _epoch_fs(self) -> tuple[Any, str]:
+        d = self._directory()
+        return d.fs, _join(d.job_path, EPOCHS_DIR)
+
+    # -- driver side -------------------------------------------------------------------------
+
+    def store_metadata(self, metadata: CheckpointMetadata) -> str:
+        return self._directory().store_metadata(metadata)
+
+    def list_checkpoints(self) -> list[int]:
+        return self._directory().list_checkpoints()
+
+    def max_checkpoint_id_in_use(self) -> int:
+        return self._directory().max_checkpoint_id_in_use()
+
+    def checkpoint_location(self, checkpoint_id: int) -> str | None:
+        return self._directory().checkpoint_url(checkpoint_id)
+
+    def load_metadata(self, checkpoint: int | str, verify: bool = True) -> CheckpointMetadata:
+        if isinstance(checkpoint, str):
+            return load_metadata_from_path(checkpoint, verify)
+        return self._directory().load_metadata(checkpoint, verify)
+
+    def discard_checkpoint(self, checkpoint_id: int) -> None:
+        self._directory().discard_checkpoint(checkpoint_id)
+
+
+register_checkpoint_storage(
+    FileSystemCheckpointStorageAccess.name, FileSystemCheckpointStorageAccess
+)

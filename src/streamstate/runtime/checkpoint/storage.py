@@ -1,0 +1,446 @@
+"""Checkpoint storage access: where subtasks put state bytes and the driver puts ``_metadata``.
+
+Layout (DESIGN.md section 4), for a checkpoint directory ``<dir>`` (any fsspec URL)::
+
+    <dir>/<job-id>/chk-<n>/_metadata     written last, atomically; the checkpoint exists iff it does
+    <dir>/<job-id>/chk-<n>/<name>        state files written by subtasks for checkpoint n
+    <dir>/<job-id>/shared/...            files shared by several checkpoints (never deleted here)
+    <dir>/<job-id>/epochs/<scope>/...    per-epoch state versions (not checkpoints)
+
+A :class:`CheckpointStorageAccess` is created on the driver, ``initialize_job`` is called,
+and then it is pickled and shipped to Spark workers, which call ``write_state`` and
+``write_epoch_state`` only. Everything else (metadata, listing, pruning) runs on the driver.
+
+Atomicity: every file is written to a temporary name in its final directory and then
+renamed (``fs.mv``). On POSIX file systems the rename is atomic; on object stores a single
+PUT is atomic, so a reader never sees a partial ``_metadata`` either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from streamstate.runtime.checkpoint.handles import (
+    FileStateHandle,
+    StreamStateHandle,
+    checksum,
+)
+from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
+from streamstate.runtime.errors import (
+    CheckpointStorageError,
+    ConfigurationError,
+    CorruptCheckpointError,
+)
+
+__all__ = [
+    "CHECKPOINT_DIR_PREFIX",
+    "EPOCHS_DIR",
+    "METADATA_FILE_NAME",
+    "SHARED_DIR",
+    "CheckpointDirectory",
+    "CheckpointStorageAccess",
+    "atomic_write",
+    "create_checkpoint_storage_access",
+    "epoch_state_name",
+    "get_checkpoint_storage_class",
+    "load_metadata_from_path",
+    "register_checkpoint_storage",
+    "resolve_external_pointer",
+    "verify_state_files",
+]
+
+log = logging.getLogger(__name__)
+
+METADATA_FILE_NAME = "_metadata"
+CHECKPOINT_DIR_PREFIX = "chk-"
+SHARED_DIR = "shared"
+EPOCHS_DIR = "epochs"
+
+_CHK_RE = re.compile(r"^chk-(\d+)$")
+_EPOCH_VERSION_RE = re.compile(r"^v(\d+)(?:[-.]|$)")
+_JOB_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+
+
+_REGISTRY: dict[str, type[CheckpointStorageAccess]] = {}
+
+
+def register_checkpoint_storage(name: str, cls: type[CheckpointStorageAccess]) -> None:
+    """Register ``cls`` under ``name`` (case-insensitive). Re-registering replaces."""
+    _REGISTRY[name.lower()] = cls
+
+
+def _ensure_builtins() -> None:
+    # Imported lazily: the implementations import this module.
+    from streamstate.runtime.checkpoint import filesystem, memory  # noqa: F401
+
+
+def get_checkpoint_storage_class(name: str) -> type[CheckpointStorageAccess]:
+    """The access class registered as ``name``; ConfigurationError lists the known names."""
+    _ensure_builtins()
+    try:
+        return _REGISTRY[name.lower()]
+    except KeyError:
+        raise ConfigurationError(
+            f"unknown checkpoint storage {name!r}; accepted: {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+def create_checkpoint_storage_access(name: str, **kwargs: Any) -> CheckpointStorageAccess:
+    return get_checkpoint_storage_class(name)(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# fsspec helpers
+
+
+def _url_to_fs(url: str) -> tuple[Any, str]:
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as e:
+        raise ConfigurationError(
+            f"cannot access checkpoint location {url!r}: {e}. Use a local path or an fsspec "
+            f"URL whose file system is installed (file://, memory://, s3:// needs s3fs, ...)"
+        ) from e
+    return fs, path.rstrip("/") or "/"
+
+
+def _join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def _check_relative_name(name: str, what: str) -> str:
+    parts = name.split("/")
+    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ConfigurationError(f"{what} {name!r} must be a relative path without '.' or '..'")
+    return name
+
+
+def atomic_write(fs: Any, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see either nothing or all of it.
+
+    Writes a temporary sibling (same directory, so the rename stays within one file
+    system) and renames it over ``path``. The temp file is removed if anything fails.
+    """
+    parent = path.rsplit("/", 1)[0] or "/"
+    tmp = f"{parent}/.{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.inprogress"
+    try:
+        fs.makedirs(parent, exist_ok=True)
+        with fs.open(tmp, "wb") as f:
+            f.write(data)
+        fs.mv(tmp, path)
+    except BaseException as e:
+        try:
+            if fs.exists(tmp):
+                fs.rm(tmp)
+        except Exception:  # best effort: the original error matters more
+            pass
+        if isinstance(e, OSError) and not isinstance(e, CheckpointStorageError):
+            raise CheckpointStorageError(f"cannot write {path}: {e}") from e
+        raise
+
+
+def epoch_state_name(scope: str, version: int, part: str = "state") -> str:
+    """Conventional ``version_name`` for :meth:`CheckpointStorageAccess.write_epoch_state`.
+
+    ``<scope>/v<version>-<part>``; :meth:`~CheckpointStorageAccess.discard_epoch_states_before`
+    understands this shape.
+    """
+    _check_relative_name(scope, "epoch state scope")
+    if version < 0:
+        raise ConfigurationError(f"epoch state version must be >= 0, got {version}")
+    return f"{scope}/v{version}-{part}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata files
+
+
+def resolve_external_pointer(path: str) -> str:
+    """Resolve a ``chk-<n>``/savepoint directory or a ``_metadata`` file to its ``_metadata`` URL.
+
+    Used for ``execution.state-recovery.path``. Raises :class:`CorruptCheckpointError` when
+    no ``_metadata`` exists there (the checkpoint never completed, or the path is wrong).
+    """
+    fs, p = _url_to_fs(path)
+    if p.rsplit("/", 1)[-1] == METADATA_FILE_NAME:
+        meta = p
+    else:
+        meta = _join(p, METADATA_FILE_NAME)
+    if not fs.exists(meta) or fs.isdir(meta):
+        raise CorruptCheckpointError(
+            f"no {METADATA_FILE_NAME} at {path!r}: the checkpoint never completed or the path "
+            f"is wrong. Pass a completed checkpoint directory (chk-<n>) or its "
+            f"{METADATA_FILE_NAME} file"
+        )
+    return fs.unstrip_protocol(meta)
+
+
+def verify_state_files(metadata: CheckpointMetadata, where: str) -> None:
+    """Read every state file of ``metadata`` once and check its size and CRC.
+
+    Raises :class:`CorruptCheckpointError` naming the checkpoint and the damaged file.
+    """
+    seen: set[Any] = set()
+    for h in metadata.stream_handles():
+        key = h.path if isinstance(h, FileStateHandle) else id(h)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            h.read()
+        except CorruptCheckpointError as e:
+            raise CorruptCheckpointError(f"checkpoint {where}: {e}") from e
+
+
+def load_metadata_from_path(path: str, verify: bool = True) -> CheckpointMetadata:
+    """Load the checkpoint at ``path`` (directory or ``_metadata`` file).
+
+    Missing, unparsable or too-new metadata, and (with ``verify``) any state file with a
+    wrong size or CRC raise :class:`CorruptCheckpointError` naming the path.
+    """
+    meta_url = resolve_external_pointer(path)
+    fs, p = _url_to_fs(meta_url)
+    try:
+        with fs.open(p, "rb") as f:
+            data = f.read()
+    except FileNotFoundError as e:
+        raise CorruptCheckpointError(f"{meta_url} disappeared while reading it") from e
+    md = CheckpointMetadata.from_json_bytes(data, meta_url)
+    if verify:
+        verify_state_files(md, meta_url)
+    return md
+
+
+class CheckpointDirectory:
+    """``<base>/<job-id>/chk-<n>/...`` on one fsspec file system (driver-side helper).
+
+    Used by the file system storage for everything, and by the in-memory storage when it
+    was given a ``checkpoint_path`` to persist metadata to.
+    """
+
+    def __init__(self, base_url: str, job_id: str) -> None:
+        self.base_url = base_url
+        self.job_id = job_id
+        self._fs: Any = None
+        self._root = ""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # File system objects may hold sockets/credentials caches: rebuild them after unpickling.
+        return {"base_url": self.base_url, "job_id": self.job_id, "_fs": None, "_root": ""}
+
+    @property
+    def fs(self) -> Any:
+        if self._fs is None:
+            self._fs, self._root = _url_to_fs(self.base_url)
+        return self._fs
+
+    @property
+    def job_path(self) -> str:
+        _ = self.fs
+        return _join(self._root, self.job_id)
+
+    def checkpoint_path(self, checkpoint_id: int) -> str:
+        return _join(self.job_path, f"{CHECKPOINT_DIR_PREFIX}{checkpoint_id}")
+
+    def url(self, path: str) -> str:
+        return self.fs.unstrip_protocol(path)
+
+    def checkpoint_url(self, checkpoint_id: int) -> str:
+        return self.url(self.checkpoint_path(checkpoint_id))
+
+    def write_file(self, path: str, data: bytes) -> FileStateHandle:
+        atomic_write(self.fs, path, data)
+        return FileStateHandle(self.url(path), len(data), checksum(data))
+
+    def _chk_dirs(self) -> dict[int, str]:
+        try:
+            entries = self.fs.ls(self.job_path, detail=False)
+        except FileNotFoundError:
+            return {}
+        out: dict[int, str] = {}
+        for e in entries:
+            m = _CHK_RE.match(e.rstrip("/").rsplit("/", 1)[-1])
+            if m:
+                out[int(m.group(1))] = e
+        return out
+
+    def max_checkpoint_id_in_use(self) -> int:
+        """Highest n with a ``chk-<n>`` directory, complete or not (0 if none)."""
+        return max(self._chk_dirs(), default=0)
+
+    def list_checkpoints(self) -> list[int]:
+        return sorted(
+            n
+            for n, d in self._chk_dirs().items()
+            if self.fs.exists(_join(d, METADATA_FILE_NAME))
+        )
+
+    def store_metadata(self, metadata: CheckpointMetadata) -> str:
+        path = _join(self.checkpoint_path(metadata.checkpoint_id), METADATA_FILE_NAME)
+        atomic_write(self.fs, path, metadata.to_json_bytes())
+        return self.url(path)
+
+    def load_metadata(self, checkpoint_id: int, verify: bool = True) -> CheckpointMetadata:
+        return load_metadata_from_path(self.checkpoint_url(checkpoint_id), verify)
+
+    def discard_checkpoint(self, checkpoint_id: int) -> None:
+        d = self.checkpoint_path(checkpoint_id)
+        meta = _join(d, METADATA_FILE_NAME)
+        # Remove _metadata first: a crash mid-delete then leaves an incomplete (ignored)
+        # directory, never a "complete" checkpoint with missing files.
+        if self.fs.exists(meta):
+            self.fs.rm(meta)
+        if self.fs.exists(d):
+            self.fs.rm(d, recursive=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The access ABC
+
+
+class CheckpointStorageAccess(ABC):
+    """Access to one job's checkpoint storage. Picklable; shipped to Spark workers.
+
+    Worker-side contract: :meth:`write_state` and :meth:`write_epoch_state` are the only
+    calls made in workers; both are safe to retry (a retried task overwrites atomically).
+    Driver-side contract: a checkpoint is listed / loadable iff its ``_metadata`` was stored.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, working_dir: str | None = None) -> None:
+        self.job_id: str | None = None
+        self.working_dir = working_dir
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def initialize_job(self, job_id: str) -> None:
+        """Bind this access to ``job_id`` (driver, before shipping to workers)."""
+        if not _JOB_ID_RE.match(job_id):
+            raise ConfigurationError(
+                f"job id {job_id!r} must contain only letters, digits, '_', '-' and '.'"
+            )
+        self.job_id = job_id
+
+    def _require_job(self) -> str:
+        if self.job_id is None:
+            raise CheckpointStorageError(
+                f"{type(self).__name__} is not initialized: call initialize_job(job_id) on the "
+                f"driver before using it"
+            )
+        return self.job_id
+
+    # -- worker side -------------------------------------------------------------------------
+
+    @abstractmethod
+    def write_state(self, checkpoint_id: int, name: str, data: bytes) -> StreamStateHandle:
+        """Persist ``data`` as state file ``name`` of checkpoint ``checkpoint_id``."""
+
+    def write_epoch_state(self, version_name: str, data: bytes) -> StreamStateHandle:
+        """Persist a per-epoch state version (not a checkpoint) reachable from any worker.
+
+        Written atomically to ``<epoch root>/<version_name>``; returns a verified handle.
+        """
+        _check_relative_name(version_name, "epoch state name")
+        fs, root = self._epoch_fs()
+        path = _join(root, version_name)
+        atomic_write(fs, path, data)
+        return FileStateHandle(fs.unstrip_protocol(path), len(data), checksum(data))
+
+    def discard_epoch_state(self, handles: Iterable[StreamStateHandle]) -> None:
+        """Delete the epoch state files of ``handles``.
+
+        Only files under this job's epoch root are deleted; other handles (inline bytes,
+        checkpoint files) are ignored, so passing a mixed list is safe. Missing files are
+        ignored (discarding is idempotent). The caller must not discard versions that a
+        retained checkpoint still references.
+        """
+        fs, root = self._epoch_fs()
+        prefix = fs.unstrip_protocol(root).rstrip("/") + "/"
+        for h in handles:
+            if isinstance(h, FileStateHandle) and h.path.startswith(prefix):
+                p = _join(root, h.path[len(prefix) :])
+                if fs.exists(p):
+                    fs.rm(p)
+
+    def discard_epoch_states_before(self, scope: str, version: int) -> int:
+        """Delete ``<scope>/v<k>-*`` epoch states with ``k < version``; returns how many.
+
+        Names not produced by :func:`epoch_state_name` are left alone.
+        """
+        _check_relative_name(scope, "epoch state scope")
+        fs, root = self._epoch_fs()
+        d = _join(root, scope)
+        try:
+            entries = fs.ls(d, detail=False)
+        except FileNotFoundError:
+            return 0
+        n = 0
+        for e in entries:
+            m = _EPOCH_VERSION_RE.match(e.rstrip("/").rsplit("/", 1)[-1])
+            if m and int(m.group(1)) < version:
+                fs.rm(e, recursive=True)
+                n += 1
+        return n
+
+    @abstractmethod
+    def _epoch_fs(self) -> tuple[Any, str]:
+        """(file system, root path) under which epoch states live."""
+
+    # -- driver side -------------------------------------------------------------------------
+
+    @abstractmethod
+    def store_metadata(self, metadata: CheckpointMetadata) -> str:
+        """Atomically store ``_metadata``; returns its location. Completes the checkpoint."""
+
+    @abstractmethod
+    def list_checkpoints(self) -> list[int]:
+        """Ids of the completed checkpoints of this job (those with ``_metadata``), ascending."""
+
+    @abstractmethod
+    def load_metadata(
+        self, checkpoint: int | str, verify: bool = True
+    ) -> CheckpointMetadata:
+        """Load a checkpoint by id (this job) or by path (any directory / ``_metadata``).
+
+        Raises :class:`CorruptCheckpointError` naming the location and the problem.
+        """
+
+    @abstractmethod
+    def discard_checkpoint(self, checkpoint_id: int) -> None:
+        """Delete checkpoint ``checkpoint_id`` (its ``_metadata`` first). Never ``shared/``."""
+
+    def max_checkpoint_id_in_use(self) -> int:
+        """Highest checkpoint id with any trace in storage (complete or not); 0 if none."""
+        return max(self.list_checkpoints(), default=0)
+
+    def checkpoint_location(self, checkpoint_id: int) -> str | None:
+        """URL of ``chk-<n>`` if checkpoints of this storage live in a file system."""
+        return None
+
+    def latest_valid_checkpoint(self) -> CheckpointMetadata | None:
+        """Newest checkpoint whose metadata loads and whose files verify, else ``None``.
+
+        Corrupt or half-written checkpoints are skipped with a warning.
+        """
+        for cid in reversed(self.list_checkpoints()):
+            try:
+                return self.load_metadata(cid, verify=True)
+            except CorruptCheckpointError as e:
+                log.warning("skipping checkpoint %d of job %s: %s", cid, self.job_id, e)
+        return None
+
+    def resolve_external_pointer(self, path: str) -> str:
+        """See module-level :func:`resolve_external_pointer`."""
+        return resolve_external_pointer(path)
