@@ -1,0 +1,401 @@
+"""The heap backend's byte formats: full keyed snapshots and deltas.
+
+All integers are big-endian; a *frame* is ``u32 length`` followed by that many
+bytes. Blobs are written with the serializers' bulk ``serialize_many`` paths.
+
+Full snapshot (``KeyedSnapshot.data``)::
+
+    header   b"SSKS" u16 format_version u16 0
+    per key group with state (located by ``offsets[kg]``):
+        b"KG" u16 format_version u32 kg u32 n_blocks
+        per (state, namespace) block:
+            u32 state_id (index into meta["states"]) frame(namespace bytes)
+            u32 n_entries frame(keys blob) payload
+
+    payload by kind
+        value / reducing / aggregating: frame(values blob)
+        list: frame(element counts, u32 each) frame(elements blob)
+        map:  frame(entry counts, u32 each) frame(user keys blob) frame(user values blob)
+
+Delta (``snapshot_delta``)::
+
+    b"SSKD" u16 format_version u16 0 frame(JSON meta {"states": [...]}) u32 n_blocks
+    per block: u32 state_id u32 kg frame(namespace bytes)
+               u32 n_puts frame(keys blob) payload  u32 n_deletes frame(keys blob)
+
+``meta`` of a full snapshot is ``{"format", "format_version", "states": [state
+meta]}``; a state meta is ``StateTable.meta()``: name, kind and the serializer
+snapshots. Unknown magic or a newer version raises ``CorruptCheckpointError``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from streamstate.runtime.errors import CorruptCheckpointError, StateSerializationError
+from streamstate.runtime.serializers.base import TypeSerializer
+from streamstate.runtime.state.heap.table import StateTable
+
+__all__ = [
+    "DELTA_MAGIC",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "SNAPSHOT_MAGIC",
+    "Reader",
+    "check_meta",
+    "read_delta",
+    "read_section",
+    "write_delta",
+    "write_full",
+]
+
+SNAPSHOT_MAGIC = b"SSKS"
+DELTA_MAGIC = b"SSKD"
+SECTION_MAGIC = b"KG"
+FORMAT_NAME = "streamstate-heap-keyed"
+FORMAT_VERSION = 1
+
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+_HEADER = struct.Struct(">4sHH")
+_SECTION = struct.Struct(">2sHII")
+_BLOCK = struct.Struct(">I")
+_DELTA_BLOCK = struct.Struct(">II")
+
+#: (state name, operator name) used to report serialization failures
+Ctx = tuple[str, str]
+
+
+# ------------------------------------------------------------------------------ writing
+
+
+def _frame(parts: list[bytes], blob: bytes) -> None:
+    parts.append(_U32.pack(len(blob)))
+    parts.append(blob)
+
+
+def _counts_blob(counts: list[int]) -> bytes:
+    a = array("I", counts)
+    if sys.byteorder == "little":
+        a.byteswap()
+    return a.tobytes()
+
+
+def _counts_from(blob: bytes | memoryview) -> list[int]:
+    if len(blob) % 4:
+        raise CorruptCheckpointError("keyed state: element count block is truncated")
+    a = array("I")
+    a.frombytes(bytes(blob))
+    if sys.byteorder == "little":
+        a.byteswap()
+    return a.tolist()
+
+
+def serialize_many(ser: TypeSerializer, values: Sequence[Any], ctx: Ctx) -> bytes:
+    """``ser.serialize_many(values)``; a failure names the state, operator and value type."""
+    try:
+        return ser.serialize_many(values)
+    except Exception as bulk_error:
+        for v in values:
+            try:
+                ser.serialize(v)
+            except Exception as e:
+                raise StateSerializationError(
+                    ctx[0], ctx[1], type(v).__qualname__, f"{type(e).__name__}: {e}"
+                ) from e
+        tname = type(values[0]).__qualname__ if values else "?"
+        raise StateSerializationError(
+            ctx[0], ctx[1], tname, f"{type(bulk_error).__name__}: {bulk_error}"
+        ) from bulk_error
+
+
+def _write_entries(
+    parts: list[bytes], table: StateTable, keys: list[Any], values: list[Any], ctx: Ctx
+) -> None:
+    """``u32 n frame(keys) payload`` for ``keys``/``values`` of ``table``'s kind."""
+    sers = table.serializers
+    parts.append(_U32.pack(len(keys)))
+    _frame(parts, serialize_many(sers.key, keys, ctx))
+    kind = table.kind
+    if kind == "list":
+        _frame(parts, _counts_blob([len(v) for v in values]))
+        _frame(parts, serialize_many(sers.value, [x for v in values for x in v], ctx))
+    elif kind == "map":
+        assert sers.user_key is not None
+        _frame(parts, _counts_blob([len(v) for v in values]))
+        _frame(parts, serialize_many(sers.user_key, [k for v in values for k in v], ctx))
+        _frame(parts, serialize_many(sers.value, [x for v in values for x in v.values()], ctx))
+    else:
+        _frame(parts, serialize_many(sers.value, values, ctx))
+
+
+def _ns_bytes(table: StateTable, ns: Any, ctx: Ctx) -> bytes:
+    try:
+        return table.serializers.namespace.serialize(ns)
+    except Exception as e:
+        raise StateSerializationError(ctx[0], ctx[1], type(ns).__qualname__, str(e)) from e
+
+
+def write_full(
+    tables: Sequence[StateTable], kg_start: int, size: int, operator: str
+) -> tuple[bytes, dict[int, tuple[int, int]], dict[str, Any]]:
+    """``(data, offsets, meta)`` of a full snapshot of ``tables``."""
+    out: list[bytes] = [_HEADER.pack(SNAPSHOT_MAGIC, FORMAT_VERSION, 0)]
+    pos = _HEADER.size
+    offsets: dict[int, tuple[int, int]] = {}
+    for kgi in range(size):
+        parts: list[bytes] = []
+        n_blocks = 0
+        for sid, table in enumerate(tables):
+            ctx = (table.name, operator)
+            for ns, m in table.entries(kgi):
+                parts.append(_BLOCK.pack(sid))
+                _frame(parts, _ns_bytes(table, ns, ctx))
+                _write_entries(parts, table, list(m), list(m.values()), ctx)
+                n_blocks += 1
+        if not n_blocks:
+            continue
+        kg = kg_start + kgi
+        section = _SECTION.pack(SECTION_MAGIC, FORMAT_VERSION, kg, n_blocks) + b"".join(parts)
+        offsets[kg] = (pos, len(section))
+        out.append(section)
+        pos += len(section)
+    meta = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "states": [t.meta() for t in tables],
+    }
+    return b"".join(out), offsets, meta
+
+
+def write_delta(tables: Sequence[StateTable], kg_start: int, operator: str) -> bytes:
+    """The changes recorded in ``tables``' dirty sets (does not reset them)."""
+    changed = [t for t in tables if t.has_changes()]
+    parts: list[bytes] = []
+    n_blocks = 0
+    for sid, table in enumerate(changed):
+        ctx = (table.name, operator)
+        for ns, dirty in table.dirty.items():
+            if not dirty:
+                continue
+            maps = table.namespaces[ns]
+            by_kg: dict[int, list[Any]] = {}
+            for key, kgi in dirty.items():
+                by_kg.setdefault(kgi, []).append(key)
+            ns_blob = _ns_bytes(table, ns, ctx)
+            for kgi in sorted(by_kg):
+                m = maps[kgi]
+                puts = [k for k in by_kg[kgi] if k in m]
+                dels = [k for k in by_kg[kgi] if k not in m]
+                parts.append(_DELTA_BLOCK.pack(sid, kg_start + kgi))
+                _frame(parts, ns_blob)
+                _write_entries(parts, table, puts, [m[k] for k in puts], ctx)
+                parts.append(_U32.pack(len(dels)))
+                _frame(parts, serialize_many(table.serializers.key, dels, ctx))
+                n_blocks += 1
+    meta = json.dumps({"states": [t.meta() for t in changed]}, sort_keys=True).encode()
+    head = [_HEADER.pack(DELTA_MAGIC, FORMAT_VERSION, 0), _U32.pack(len(meta)), meta]
+    head.append(_U32.pack(n_blocks))
+    return b"".join(head + parts)
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+class Reader:
+    """Bounds-checked cursor over snapshot bytes; truncation is ``CorruptCheckpointError``."""
+
+    __slots__ = ("buf", "pos", "what")
+
+    def __init__(self, buf: bytes | memoryview, what: str) -> None:
+        self.buf = memoryview(buf)
+        self.pos = 0
+        self.what = what
+
+    def take(self, n: int) -> memoryview:
+        end = self.pos + n
+        if n < 0 or end > len(self.buf):
+            raise CorruptCheckpointError(f"{self.what} is truncated or damaged")
+        out = self.buf[self.pos : end]
+        self.pos = end
+        return out
+
+    def unpack(self, st: struct.Struct) -> tuple[Any, ...]:
+        return st.unpack(self.take(st.size))
+
+    def u32(self) -> int:
+        return _U32.unpack(self.take(4))[0]
+
+    def frame(self) -> memoryview:
+        return self.take(self.u32())
+
+    def at_end(self) -> bool:
+        return self.pos == len(self.buf)
+
+
+def _check_version(magic: bytes, expected: bytes, version: int, what: str) -> None:
+    if magic != expected:
+        raise CorruptCheckpointError(
+            f"{what} does not start with {expected!r} (found {bytes(magic)!r}): "
+            f"not a streamstate heap keyed state file, or damaged"
+        )
+    if version != FORMAT_VERSION:
+        raise CorruptCheckpointError(
+            f"{what} has format version {version}; this streamstate reads version "
+            f"{FORMAT_VERSION} only (written by a newer streamstate?)"
+        )
+
+
+def check_meta(meta: dict[str, Any]) -> None:
+    """Validate a keyed handle's meta written by :func:`write_full`."""
+    if meta.get("format") != FORMAT_NAME:
+        raise CorruptCheckpointError(
+            f"keyed state handle has format {meta.get('format')!r}, expected {FORMAT_NAME!r} "
+            f"(written by another state backend?)"
+        )
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CorruptCheckpointError(
+            f"keyed state handle has format version {version!r}; this streamstate reads "
+            f"version {FORMAT_VERSION} only (written by a newer streamstate?)"
+        )
+    if not isinstance(meta.get("states"), list):
+        raise CorruptCheckpointError("keyed state handle meta lacks its 'states' list")
+
+
+def _deser(ser: TypeSerializer, blob: memoryview, what: str) -> list[Any]:
+    try:
+        return ser.deserialize_many(bytes(blob))
+    except Exception as e:
+        raise CorruptCheckpointError(f"{what}: cannot deserialize ({type(e).__name__}: {e})") from e
+
+
+def _read_entries(
+    r: Reader, kind: str, sers: Any, what: str
+) -> tuple[list[Any], list[Any]]:
+    """Inverse of :func:`_write_entries`: ``(keys, values)`` as stored objects."""
+    n = r.u32()
+    keys = _deser(sers.key, r.frame(), what)
+    if kind == "list" or kind == "map":
+        counts = _counts_from(r.frame())
+        if kind == "list":
+            flat = _deser(sers.value, r.frame(), what)
+            if sum(counts) != len(flat):
+                raise CorruptCheckpointError(f"{what}: list element counts do not match")
+            values: list[Any] = []
+            pos = 0
+            for c in counts:
+                values.append(flat[pos : pos + c])
+                pos += c
+        else:
+            uks = _deser(sers.user_key, r.frame(), what)
+            uvs = _deser(sers.value, r.frame(), what)
+            if sum(counts) != len(uks) or len(uks) != len(uvs):
+                raise CorruptCheckpointError(f"{what}: map entry counts do not match")
+            values = []
+            pos = 0
+            for c in counts:
+                values.append(dict(zip(uks[pos : pos + c], uvs[pos : pos + c], strict=True)))
+                pos += c
+    else:
+        values = _deser(sers.value, r.frame(), what)
+    if len(keys) != n or len(values) != n:
+        raise CorruptCheckpointError(f"{what}: entry count does not match its blobs")
+    return keys, values
+
+
+def read_header(data: bytes | memoryview, magic: bytes, what: str) -> Reader:
+    r = Reader(data, what)
+    m, version, _ = r.unpack(_HEADER)
+    _check_version(bytes(m), magic, version, what)
+    return r
+
+
+def read_section(
+    section: bytes | memoryview,
+    kg: int,
+    resolve: Callable[[int], tuple[StateTable, Any]],
+    kgi: int,
+) -> None:
+    """Load key group ``kg``'s section into the tables (at index ``kgi``).
+
+    ``resolve(state_id) -> (table, serializers used to read)``.
+    """
+    what = f"keyed state of key group {kg}"
+    r = Reader(section, what)
+    magic, version, found_kg, n_blocks = r.unpack(_SECTION)
+    _check_version(bytes(magic), SECTION_MAGIC, version, what)
+    if found_kg != kg:
+        raise CorruptCheckpointError(f"{what}: section holds key group {found_kg} instead")
+    for _ in range(n_blocks):
+        (sid,) = r.unpack(_BLOCK)
+        table, sers = resolve(sid)
+        ns = _deser_one(sers.namespace, r.frame(), what)
+        keys, values = _read_entries(r, table.kind, sers, f"{what}, state {table.name!r}")
+        m = table.maps(ns)[kgi]
+        m.update(zip(keys, values, strict=True))
+    if not r.at_end():
+        raise CorruptCheckpointError(f"{what}: trailing bytes after the last state block")
+
+
+def _deser_one(ser: TypeSerializer, blob: memoryview, what: str) -> Any:
+    try:
+        return ser.deserialize(bytes(blob))
+    except Exception as e:
+        raise CorruptCheckpointError(f"{what}: cannot deserialize namespace ({e})") from e
+
+
+def read_delta(
+    data: bytes,
+    resolve_meta: Callable[[list[dict[str, Any]]], list[tuple[StateTable, Any]]],
+    kg_index: Callable[[int], int | None],
+) -> None:
+    """Replay a delta: puts and tombstones of key groups where ``kg_index(kg)`` is not None.
+
+    ``resolve_meta(states_meta)`` returns per state id the table and read serializers.
+    """
+    what = "keyed state delta"
+    r = read_header(data, DELTA_MAGIC, what)
+    try:
+        meta = json.loads(bytes(r.frame()).decode("utf-8"))
+        states_meta = meta["states"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptCheckpointError(f"{what}: damaged metadata ({e})") from e
+    resolved = resolve_meta(states_meta)
+    n_blocks = r.u32()
+    for _ in range(n_blocks):
+        sid, kg = r.unpack(_DELTA_BLOCK)
+        if sid >= len(resolved):
+            raise CorruptCheckpointError(f"{what}: unknown state id {sid}")
+        table, sers = resolved[sid]
+        ns_blob = r.frame()
+        kgi = kg_index(kg)
+        if kgi is None:  # not ours (rescaled): skip without deserializing
+            _skip_entries(r, table.kind)
+            r.u32()
+            r.frame()
+            continue
+        ns = _deser_one(sers.namespace, ns_blob, what)
+        keys, values = _read_entries(r, table.kind, sers, f"{what}, state {table.name!r}")
+        n_dels = r.u32()
+        dels = _deser(sers.key, r.frame(), what)
+        if len(dels) != n_dels:
+            raise CorruptCheckpointError(f"{what}: tombstone count does not match")
+        m = table.maps(ns)[kgi]
+        m.update(zip(keys, values, strict=True))
+        for k in dels:
+            m.pop(k, None)
+    if not r.at_end():
+        raise CorruptCheckpointError(f"{what}: trailing bytes after the last block")
+
+
+def _skip_entries(r: Reader, kind: str) -> None:
+    r.u32()
+    r.frame()
+    for _ in range({"list": 2, "map": 3}.get(kind, 1)):
+        r.frame()

@@ -1,0 +1,124 @@
+"""Per-state tables of the heap backend.
+
+A :class:`StateTable` holds one state's objects: per namespace, a list indexed
+by ``key_group - range.start`` of plain dicts ``{key: value}``. The value is
+the state object itself (a value, a list of elements, a dict for map state, a
+reduced value or an accumulator). Handles grab the list of the void namespace
+once, so an access is ``maps[kgi].get(key)``.
+
+Delta tracking is one dict per namespace, ``dirty[key] = kgi``, written on
+every mutation (a key belongs to exactly one key group). At delta time an entry
+still present is written as a put, an absent one as a tombstone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from streamstate.runtime.serializers.base import TypeSerializer
+from streamstate.runtime.state.base import VOID_NAMESPACE
+
+__all__ = ["STATE_KINDS", "StateSerializers", "StateTable"]
+
+#: the kinds of keyed state, as recorded in snapshots
+STATE_KINDS = ("value", "list", "map", "reducing", "aggregating")
+
+
+@dataclass
+class StateSerializers:
+    """The serializers of one state.
+
+    ``value`` serializes the stored value; for list state it is the element
+    serializer, for map state the serializer of the map's values (``user_key``
+    is then the serializer of the map's keys).
+    """
+
+    key: TypeSerializer
+    namespace: TypeSerializer
+    value: TypeSerializer
+    user_key: TypeSerializer | None = None
+
+    def to_meta(self) -> dict[str, Any]:
+        meta = {
+            "key_serializer": self.key.snapshot_configuration().to_dict(),
+            "namespace_serializer": self.namespace.snapshot_configuration().to_dict(),
+            "value_serializer": self.value.snapshot_configuration().to_dict(),
+        }
+        if self.user_key is not None:
+            meta["user_key_serializer"] = self.user_key.snapshot_configuration().to_dict()
+        return meta
+
+
+class StateTable:
+    """All objects of one state for the key groups of one backend."""
+
+    __slots__ = ("name", "kind", "size", "serializers", "namespaces", "dirty", "restored_meta")
+
+    def __init__(self, name: str, kind: str, size: int, serializers: StateSerializers) -> None:
+        if kind not in STATE_KINDS:
+            raise ValueError(f"unknown state kind {kind!r}")
+        self.name = name
+        self.kind = kind
+        #: number of key groups (length of every per-namespace list)
+        self.size = size
+        self.serializers = serializers
+        #: namespace -> [ {key: value} per key group ]
+        self.namespaces: dict[Any, list[dict[Any, Any]]] = {}
+        #: namespace -> {key: kgi} of entries changed since the last mark
+        self.dirty: dict[Any, dict[Any, int]] = {}
+        #: the state's metadata when it came from a checkpoint (for compatibility checks)
+        self.restored_meta: dict[str, Any] | None = None
+        self.maps(VOID_NAMESPACE)
+
+    def maps(self, namespace: Any) -> list[dict[Any, Any]]:
+        """The per-key-group dicts of ``namespace`` (created empty on first use)."""
+        m = self.namespaces.get(namespace)
+        if m is None:
+            m = self.namespaces[namespace] = [{} for _ in range(self.size)]
+            self.dirty[namespace] = {}
+        return m
+
+    def dirty_of(self, namespace: Any) -> dict[Any, int]:
+        self.maps(namespace)
+        return self.dirty[namespace]
+
+    def clear_dirty(self) -> None:
+        """Forget all changes (after a snapshot or delta has captured them)."""
+        for d in self.dirty.values():
+            d.clear()
+
+    def has_changes(self) -> bool:
+        return any(self.dirty.values())
+
+    def keys(self, namespace: Any = VOID_NAMESPACE) -> list[Any]:
+        """A copy of the keys with a value in ``namespace``, in key group order."""
+        maps = self.namespaces.get(namespace)
+        if maps is None:
+            return []
+        out: list[Any] = []
+        for m in maps:
+            if m:
+                out.extend(m)
+        return out
+
+    def entries(self, kgi: int) -> Iterator[tuple[Any, dict[Any, Any]]]:
+        """``(namespace, {key: value})`` of key group index ``kgi``, non-empty only."""
+        for ns, maps in self.namespaces.items():
+            m = maps[kgi]
+            if m:
+                yield ns, m
+
+    def meta(self) -> dict[str, Any]:
+        """JSON-compatible description recorded in snapshots."""
+        return {"name": self.name, "kind": self.kind, **self.serializers.to_meta()}
+
+    def clear_all(self) -> None:
+        self.namespaces.clear()
+        self.dirty.clear()
+        self.maps(VOID_NAMESPACE)
+
+    def __len__(self) -> int:
+        """Number of (namespace, key) entries."""
+        return sum(len(m) for maps in self.namespaces.values() for m in maps)
