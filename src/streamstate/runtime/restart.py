@@ -1,0 +1,208 @@
+"""Runtime restart strategies (Flink's ``RestartBackoffTimeStrategy``), used by the driver.
+
+Lifecycle, per failure of the job::
+
+    strategy.notify_failure(now_ms)        # record it
+    if strategy.can_restart():             # decide
+        sleep(strategy.get_backoff_time_ms())
+        restore from the latest checkpoint and run again
+    else:
+        fail the job (JobExecutionError from the last failure)
+
+The arithmetic is Flink's:
+
+* :class:`FixedDelayRestartStrategy` ``(attempts=N)``: failures 1..N restart, failure N+1
+  fails the job.
+* :class:`FailureRateRestartStrategy` ``(max_failures_per_interval=N, interval)``: the job
+  fails when N failures (counting the current one) happened within ``interval`` ms, i.e.
+  when the N-th most recent failure is not older than ``interval``.
+* :class:`NoRestartStrategy`: never restarts.
+
+Time comes from an injectable ``clock`` (ms) unless ``now_ms`` is passed explicitly.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from streamstate.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
+from streamstate.runtime.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_RESTART_DELAY_MS",
+    "FailureRateRestartStrategy",
+    "FixedDelayRestartStrategy",
+    "NoRestartStrategy",
+    "RestartStrategy",
+    "create_restart_strategy",
+    "system_clock_ms",
+]
+
+#: Flink's default delay between restarts (``restart-strategy.*.delay``: 1 s).
+DEFAULT_RESTART_DELAY_MS = 1000
+_INT_MAX = 2**31 - 1
+
+
+def system_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class RestartStrategy(ABC):
+    """Decides whether and when a failed job restarts. Not thread-safe (driver only)."""
+
+    def __init__(self, clock: Callable[[], int] | None = None) -> None:
+        self._clock = clock or system_clock_ms
+        self.failures = 0  # total failures notified (for metrics / messages)
+
+    def notify_failure(self, now_ms: int | None = None) -> None:
+        """Record a failure that happened at ``now_ms`` (default: the clock)."""
+        self.failures += 1
+        self._record(self._clock() if now_ms is None else now_ms)
+
+    @abstractmethod
+    def _record(self, now_ms: int) -> None: ...
+
+    @abstractmethod
+    def can_restart(self, now_ms: int | None = None) -> bool:
+        """Whether the job may restart after the failures notified so far."""
+
+    @abstractmethod
+    def get_backoff_time_ms(self) -> int:
+        """How long to wait before restarting, in ms."""
+
+    @abstractmethod
+    def describe(self) -> str: ...
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.describe()})"
+
+
+class NoRestartStrategy(RestartStrategy):
+    def _record(self, now_ms: int) -> None:
+        pass
+
+    def can_restart(self, now_ms: int | None = None) -> bool:
+        return False
+
+    def get_backoff_time_ms(self) -> int:
+        return 0
+
+    def describe(self) -> str:
+        return "restart deactivated"
+
+
+class FixedDelayRestartStrategy(RestartStrategy):
+    """At most ``attempts`` restarts, each after ``delay_ms``."""
+
+    def __init__(self, attempts: int, delay_ms: int, clock: Callable[[], int] | None = None):
+        super().__init__(clock)
+        if attempts < 0:
+            raise ConfigurationError(f"restart attempts must be >= 0, got {attempts}")
+        if delay_ms < 0:
+            raise ConfigurationError(f"restart delay must be >= 0 ms, got {delay_ms}")
+        self.attempts = attempts
+        self.delay_ms = delay_ms
+
+    def _record(self, now_ms: int) -> None:
+        pass
+
+    def can_restart(self, now_ms: int | None = None) -> bool:
+        return self.failures <= self.attempts
+
+    def get_backoff_time_ms(self) -> int:
+        return self.delay_ms
+
+    def describe(self) -> str:
+        return f"fixed delay {self.delay_ms} ms, {self.attempts} restart attempts"
+
+
+class FailureRateRestartStrategy(RestartStrategy):
+    """Fails the job once ``max_failures_per_interval`` failures fall within ``interval_ms``."""
+
+    def __init__(
+        self,
+        max_failures_per_interval: int,
+        interval_ms: int,
+        delay_ms: int,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        super().__init__(clock)
+        if max_failures_per_interval <= 0:
+            raise ConfigurationError(
+                f"max failures per interval must be > 0, got {max_failures_per_interval}"
+            )
+        if interval_ms <= 0:
+            raise ConfigurationError(f"failure rate interval must be > 0 ms, got {interval_ms}")
+        if delay_ms < 0:
+            raise ConfigurationError(f"restart delay must be >= 0 ms, got {delay_ms}")
+        self.max_failures_per_interval = max_failures_per_interval
+        self.interval_ms = interval_ms
+        self.delay_ms = delay_ms
+        # The most recent max_failures_per_interval failure times, oldest first.
+        self._times: deque[int] = deque(maxlen=max_failures_per_interval)
+
+    def _record(self, now_ms: int) -> None:
+        self._times.append(now_ms)
+
+    def can_restart(self, now_ms: int | None = None) -> bool:
+        if len(self._times) < self.max_failures_per_interval:
+            return True
+        now = self._clock() if now_ms is None else now_ms
+        return now - self._times[0] > self.interval_ms
+
+    def get_backoff_time_ms(self) -> int:
+        return self.delay_ms
+
+    def describe(self) -> str:
+        return (
+            f"failure rate: at most {self.max_failures_per_interval} failures within "
+            f"{self.interval_ms} ms, delay {self.delay_ms} ms"
+        )
+
+
+def create_restart_strategy(
+    config: RestartStrategyConfiguration | None,
+    configuration: Any = None,
+    checkpointing_enabled: bool = False,
+    clock: Callable[[], int] | None = None,
+) -> RestartStrategy:
+    """The runtime strategy for the job.
+
+    ``config`` (from ``env.set_restart_strategy``) wins; ``None`` or the fallback
+    configuration mean: ``restart-strategy.type`` from ``configuration`` if set, else the
+    default: no restart without checkpointing, and with checkpointing fixed delay with
+    unlimited (2^31-1) attempts and 1 s delay. (Flink 2.x defaults to exponential delay,
+    which streamstate does not implement yet.)
+    """
+    if config is None or isinstance(config, RestartStrategies.FallbackRestartStrategyConfiguration):
+        config = None
+        if configuration is not None:
+            from streamstate.runtime.config_options import restart_strategy_from_configuration
+
+            config = restart_strategy_from_configuration(configuration)
+        if config is None:
+            if checkpointing_enabled:
+                return FixedDelayRestartStrategy(_INT_MAX, DEFAULT_RESTART_DELAY_MS, clock)
+            return NoRestartStrategy(clock)
+    if isinstance(config, RestartStrategies.NoRestartStrategyConfiguration):
+        return NoRestartStrategy(clock)
+    if isinstance(config, RestartStrategies.FixedDelayRestartStrategyConfiguration):
+        return FixedDelayRestartStrategy(
+            config.restart_attempts, config.delay_between_attempts_interval_ms, clock
+        )
+    if isinstance(config, RestartStrategies.FailureRateRestartStrategyConfiguration):
+        return FailureRateRestartStrategy(
+            config.max_failure_rate,
+            config.failure_interval_ms,
+            config.delay_between_attempts_interval_ms,
+            clock,
+        )
+    raise ConfigurationError(
+        f"unsupported restart strategy configuration {config!r}; use RestartStrategies."
+        f"no_restart(), fixed_delay_restart(...), failure_rate_restart(...) or "
+        f"fall_back_restart()"
+    )
