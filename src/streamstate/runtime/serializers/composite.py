@@ -1,0 +1,378 @@
+"""Serializers of composite types: rows, tuples, lists, arrays and maps, nested arbitrarily.
+
+Composite serializers are built from their element serializers (any
+:class:`TypeSerializer`; ones that are not :class:`FieldSerializer` are
+length-framed when nested). Their snapshot ``params`` hold the element
+serializers' snapshots in the JSON-compatible form of :func:`nested_snapshot`,
+which ``registry.restore_serializer`` turns back into serializers.
+
+Encodings: a row or tuple is ``[row kind byte (rows only)] [null bitmap] [non-null fields]``;
+a list or basic/object array is ``varint n, null bitmap, non-null elements``; a
+primitive array is ``varint n, packed elements`` (no nulls); a map is
+``varint n, null bitmap of values, key, [value], key, [value] ...`` (keys must
+not be ``None``). A top-level ``None`` serializes as ``b""``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from streamstate.common.row import Row, RowKind
+from streamstate.runtime.serializers.base import TypeSerializer
+from streamstate.runtime.serializers.basic import (
+    FieldSerializer,
+    read_varint,
+    write_varint,
+)
+
+__all__ = [
+    "NESTED_SNAPSHOT_KEY",
+    "ListSerializer",
+    "MapSerializer",
+    "PrimitiveArraySerializer",
+    "RowSerializer",
+    "TupleSerializer",
+    "as_field_serializer",
+    "nested_snapshot",
+]
+
+#: marks a nested serializer snapshot inside snapshot params
+NESTED_SNAPSHOT_KEY = "$serializer"
+
+
+def nested_snapshot(serializer: TypeSerializer) -> dict[str, Any]:
+    """The JSON-compatible form of ``serializer``'s snapshot, for a composite's params."""
+    snap = serializer.snapshot_configuration()
+    return {NESTED_SNAPSHOT_KEY: snap.name, "version": snap.version, "params": snap.params}
+
+
+class _Framed(FieldSerializer):
+    """Adapts a plain :class:`TypeSerializer` to the nestable protocol by length-framing."""
+
+    def __init__(self, inner: TypeSerializer) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def write(self, value: Any, out: bytearray) -> None:
+        b = self.inner.serialize(value)
+        write_varint(out, len(b))
+        out += b
+
+    def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
+        n, pos = read_varint(data, pos)
+        if pos + n > len(data):
+            raise IndexError("truncated value")
+        return self.inner.deserialize(bytes(data[pos : pos + n])), pos + n
+
+
+def as_field_serializer(serializer: TypeSerializer) -> FieldSerializer:
+    """``serializer`` itself if it is nestable, else a length-framing adapter."""
+    if isinstance(serializer, FieldSerializer):
+        return serializer
+    return _Framed(serializer)
+
+
+def _check_serializer(s: Any, what: str) -> TypeSerializer:
+    if not isinstance(s, TypeSerializer):
+        raise TypeError(f"{what} must be a TypeSerializer, got {type(s).__name__}")
+    return s
+
+
+def _same_kind(e: Exception) -> type[Exception]:
+    """``TypeError`` or ``ValueError``, whichever ``e`` is (to re-raise with context)."""
+    return TypeError if isinstance(e, TypeError) else ValueError
+
+
+def _bitmap(values: Sequence[Any]) -> bytearray:
+    bits = bytearray((len(values) + 7) >> 3)
+    for i, v in enumerate(values):
+        if v is None:
+            bits[i >> 3] |= 1 << (i & 7)
+    return bits
+
+
+def _write_fields(
+    fields: Sequence[FieldSerializer], values: Sequence[Any], out: bytearray, what: str
+) -> None:
+    out += _bitmap(values)
+    for i, (f, v) in enumerate(zip(fields, values, strict=True)):
+        if v is not None:
+            try:
+                f.write(v, out)
+            except (TypeError, ValueError) as e:
+                raise _same_kind(e)(f"{what} field {i}: {e}") from None
+
+
+def _read_fields(
+    fields: Sequence[FieldSerializer], data: bytes | memoryview, pos: int
+) -> tuple[list[Any], int]:
+    n = len(fields)
+    nb = (n + 7) >> 3
+    bits = data[pos : pos + nb]
+    pos += nb
+    out: list[Any] = []
+    for i, f in enumerate(fields):
+        if bits[i >> 3] & (1 << (i & 7)):
+            out.append(None)
+        else:
+            v, pos = f.read(data, pos)
+            out.append(v)
+    return out, pos
+
+
+class RowSerializer(FieldSerializer):
+    """``Types.ROW`` / ``Types.ROW_NAMED``: values deserialize as :class:`Row`.
+
+    Accepts a ``Row``, ``tuple`` or ``list`` of the right arity, and for named
+    rows also a ``dict`` or a ``Row`` whose names are the declared names in
+    another order (fields are then matched by name). Deserialized rows carry
+    the declared field names (none for ``ROW``) and the row kind.
+    """
+
+    name, type_name = "row", "ROW"
+
+    def __init__(self, fields: Sequence[TypeSerializer], names: Sequence[str] | None = None):
+        self.fields = tuple(_check_serializer(f, "row field") for f in fields)
+        self.names = None if names is None else [str(n) for n in names]
+        if self.names is not None and len(self.names) != len(self.fields):
+            raise ValueError(f"{len(self.names)} names for {len(self.fields)} row fields")
+        self._nested = tuple(as_field_serializer(f) for f in self.fields)
+        self.expected = (
+            f"a Row/tuple/list of {len(self.fields)} fields"
+            if self.names is None
+            else f"a Row/tuple/list/dict with fields {self.names}"
+        )
+
+    def _params(self) -> dict[str, Any]:
+        return {"fields": [nested_snapshot(f) for f in self.fields], "names": self.names}
+
+    def _values(self, value: Any) -> tuple[list[Any], RowKind]:
+        names = self.names
+        if isinstance(value, Row):
+            kind = value.get_row_kind()
+            row_names = value._fields
+            if names is not None and row_names is not None and row_names != names:
+                try:
+                    return [value[n] for n in names], kind
+                except KeyError as e:
+                    raise ValueError(
+                        f"row {value!r} has no field {e.args[0]!r}; expected fields {names}"
+                    ) from None
+            values = value._values
+        elif isinstance(value, tuple | list):
+            kind, values = RowKind.INSERT, value
+        elif names is not None and isinstance(value, Mapping):
+            missing = [n for n in names if n not in value]
+            if missing:
+                raise ValueError(f"dict {value!r} lacks row fields {missing}")
+            return [value[n] for n in names], RowKind.INSERT
+        else:
+            raise TypeError(
+                f"ROW serializer expects {self.expected}, got {type(value).__name__} {value!r}"
+            )
+        if len(values) != len(self.fields):
+            raise ValueError(
+                f"ROW serializer expects {len(self.fields)} fields, got {len(values)}: {value!r}"
+            )
+        return list(values), kind
+
+    def write(self, value: Any, out: bytearray) -> None:
+        values, kind = self._values(value)
+        out.append(kind.value)
+        _write_fields(self._nested, values, out, "row")
+
+    def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
+        kind = data[pos]
+        values, pos = _read_fields(self._nested, data, pos + 1)
+        row = Row(*values)
+        if self.names is not None:
+            row._fields = list(self.names)
+        if kind:
+            row.set_row_kind(RowKind.from_byte_value(kind))
+        return row, pos
+
+    def __repr__(self) -> str:
+        return f"RowSerializer({list(self.fields)!r}, {self.names!r})"
+
+
+class TupleSerializer(FieldSerializer):
+    """``Types.TUPLE``: values deserialize as ``tuple`` (fields may be ``None``)."""
+
+    name, type_name = "tuple", "TUPLE"
+
+    def __init__(self, fields: Sequence[TypeSerializer]):
+        self.fields = tuple(_check_serializer(f, "tuple field") for f in fields)
+        self._nested = tuple(as_field_serializer(f) for f in self.fields)
+        self.expected = f"a tuple/list/Row of {len(self.fields)} fields"
+
+    def _params(self) -> dict[str, Any]:
+        return {"fields": [nested_snapshot(f) for f in self.fields]}
+
+    def write(self, value: Any, out: bytearray) -> None:
+        if not isinstance(value, tuple | list | Row):
+            raise TypeError(
+                f"TUPLE serializer expects {self.expected}, got {type(value).__name__} {value!r}"
+            )
+        if len(value) != len(self.fields):
+            raise ValueError(
+                f"TUPLE serializer expects {len(self.fields)} fields, got {len(value)}: {value!r}"
+            )
+        _write_fields(self._nested, list(value), out, "tuple")
+
+    def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
+        values, pos = _read_fields(self._nested, data, pos)
+        return tuple(values), pos
+
+    def __repr__(self) -> str:
+        return f"TupleSerializer({list(self.fields)!r})"
+
+
+def _check_sequence(s: FieldSerializer, value: Any) -> Sequence[Any]:
+    if isinstance(value, list | tuple):
+        return value
+    raise TypeError(
+        f"{s.type_name} serializer expects a list, got {type(value).__name__} {value!r}"
+    )
+
+
+class ListSerializer(FieldSerializer):
+    """``Types.LIST`` / ``BASIC_ARRAY`` / ``OBJECT_ARRAY``: lists whose elements may be ``None``.
+
+    ``name`` is the registry name (``list``, ``basic_array`` or ``object_array``).
+    """
+
+    def __init__(self, element: TypeSerializer, name: str = "list") -> None:
+        self.element = _check_serializer(element, "list element")
+        self.name = name
+        self.type_name = name.upper()
+        self._nested = as_field_serializer(self.element)
+
+    def _params(self) -> dict[str, Any]:
+        return {"element": nested_snapshot(self.element)}
+
+    def write(self, value: Any, out: bytearray) -> None:
+        values = _check_sequence(self, value)
+        write_varint(out, len(values))
+        out += _bitmap(values)
+        w = self._nested.write
+        for i, v in enumerate(values):
+            if v is not None:
+                try:
+                    w(v, out)
+                except (TypeError, ValueError) as e:
+                    raise _same_kind(e)(f"{self.type_name} element {i}: {e}") from None
+
+    def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
+        n, pos = read_varint(data, pos)
+        nb = (n + 7) >> 3
+        bits = data[pos : pos + nb]
+        pos += nb
+        r = self._nested.read
+        out: list[Any] = []
+        for i in range(n):
+            if bits[i >> 3] & (1 << (i & 7)):
+                out.append(None)
+            else:
+                v, pos = r(data, pos)
+                out.append(v)
+        return out, pos
+
+    def __repr__(self) -> str:
+        return f"ListSerializer({self.element!r}, {self.name!r})"
+
+
+class PrimitiveArraySerializer(FieldSerializer):
+    """``Types.PRIMITIVE_ARRAY``: lists of a primitive type, elements never ``None``.
+
+    Fixed-width element types are packed in one struct call.
+    """
+
+    name, type_name = "primitive_array", "PRIMITIVE_ARRAY"
+
+    def __init__(self, element: TypeSerializer) -> None:
+        self.element = _check_serializer(element, "array element")
+        self._nested = as_field_serializer(self.element)
+        self._packed = hasattr(self._nested, "pack_many")
+
+    def _params(self) -> dict[str, Any]:
+        return {"element": nested_snapshot(self.element)}
+
+    def write(self, value: Any, out: bytearray) -> None:
+        values = _check_sequence(self, value)
+        write_varint(out, len(values))
+        if None in values:
+            raise TypeError(f"PRIMITIVE_ARRAY elements must not be None, got {value!r}")
+        if self._packed:
+            out += self._nested.pack_many(values)  # type: ignore[attr-defined]
+        else:
+            w = self._nested.write
+            for v in values:
+                w(v, out)
+
+    def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
+        n, pos = read_varint(data, pos)
+        if self._packed:
+            return self._nested.unpack_many(data, pos, n)  # type: ignore[attr-defined]
+        r = self._nested.read
+        out: list[Any] = []
+        for _ in range(n):
+            v, pos = r(data, pos)
+            out.append(v)
+        return out, pos
+
+    def __repr__(self) -> str:
+        return f"PrimitiveArraySerializer({self.element!r})"
+
+
+class MapSerializer(FieldSerializer):
+    """``Types.MAP``: dicts (any ``Mapping``); keys must not be ``None``, values may be."""
+
+    name, type_name, expected = "map", "MAP", "a dict"
+
+    def __init__(self, key: TypeSerializer, value: TypeSerializer) -> None:
+        self.key = _check_serializer(key, "map key")
+        self.value = _check_serializer(value, "map value")
+        self._k = as_field_serializer(self.key)
+        self._v = as_field_serializer(self.value)
+
+    def _params(self) -> dict[str, Any]:
+        return {"key": nested_snapshot(self.key), "value": nested_snapshot(self.value)}
+
+    def write(self, value: Any, out: bytearray) -> None:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"MAP serializer expects a dict, got {type(value).__name__} {value!r}")
+        write_varint(out, len(value))
+        vals = list(value.values())
+        out += _bitmap(vals)
+        kw, vw = self._k.write, self._v.write
+        for k, v in value.items():
+            if k is None:
+                raise ValueError(f"MAP keys must not be None: {value!r}")
+            try:
+                kw(k, out)
+            except (TypeError, ValueError) as e:
+                raise _same_kind(e)(f"MAP key {k!r}: {e}") from None
+            if v is not None:
+                try:
+                    vw(v, out)
+                except (TypeError, ValueError) as e:
+                    raise _same_kind(e)(f"MAP value for key {k!r}: {e}") from None
+
+    def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
+        n, pos = read_varint(data, pos)
+        nb = (n + 7) >> 3
+        bits = data[pos : pos + nb]
+        pos += nb
+        kr, vr = self._k.read, self._v.read
+        out: dict[Any, Any] = {}
+        for i in range(n):
+            k, pos = kr(data, pos)
+            if bits[i >> 3] & (1 << (i & 7)):
+                out[k] = None
+            else:
+                out[k], pos = vr(data, pos)
+        return out, pos
+
+    def __repr__(self) -> str:
+        return f"MapSerializer({self.key!r}, {self.value!r})"
