@@ -86,9 +86,11 @@ def test_ranges_cover_contiguously(p: int, max_p: int) -> None:
     _check_ranges(p, max_p)
 
 
-@given(st.integers(1, UPPER_BOUND_MAX_PARALLELISM).flatmap(
-    lambda m: st.tuples(st.integers(1, min(m, 512)), st.just(m))
-))
+@given(
+    st.integers(1, UPPER_BOUND_MAX_PARALLELISM).flatmap(
+        lambda m: st.tuples(st.integers(1, min(m, 512)), st.just(m))
+    )
+)
 @settings(max_examples=200)
 def test_ranges_cover_property(pm: tuple[int, int]) -> None:
     _check_ranges(*pm)

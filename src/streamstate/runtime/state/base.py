@@ -227,7 +227,9 @@ def check_serializer_compatibility(
     """Raise ``StateMigrationError`` if ``new`` cannot take over state written by ``old``.
 
     Uses ``streamstate.runtime.serializers.compat.resolve_compatibility`` when
-    available; otherwise the serializers must agree on name and version.
+    available (pickle on either side is then compatible after migration: the heap
+    backend reads with the recorded serializer and writes with the new one);
+    otherwise the serializers must agree on name and version.
     """
     old = TypeSerializerSnapshot.from_dict(old_snapshot)
     new_snap = new.snapshot_configuration()
@@ -239,8 +241,7 @@ def check_serializer_compatibility(
     except ImportError:
         resolve_compatibility = None
     if resolve_compatibility is not None:
-        result = resolve_compatibility(new, old)
-        incompatible = _is_incompatible(result)
+        incompatible = _is_incompatible(resolve_compatibility(old, new))
     else:
         incompatible = (new_snap.name, new_snap.version) != (old.name, old.version)
     if incompatible:

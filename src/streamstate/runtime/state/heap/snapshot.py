@@ -275,9 +275,7 @@ def _deser(ser: TypeSerializer, blob: memoryview, what: str) -> list[Any]:
         raise CorruptCheckpointError(f"{what}: cannot deserialize ({type(e).__name__}: {e})") from e
 
 
-def _read_entries(
-    r: Reader, kind: str, sers: Any, what: str
-) -> tuple[list[Any], list[Any]]:
+def _read_entries(r: Reader, kind: str, sers: Any, what: str) -> tuple[list[Any], list[Any]]:
     """Inverse of :func:`_write_entries`: ``(keys, values)`` as stored objects."""
     n = r.u32()
     keys = _deser(sers.key, r.frame(), what)
