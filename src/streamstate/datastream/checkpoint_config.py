@@ -77,7 +77,9 @@ class CheckpointConfig:
     DEFAULT_MAX_CONCURRENT_CHECKPOINTS = 1
     DEFAULT_TOLERABLE_CHECKPOINT_FAILURE_NUMBER = 0
     DEFAULT_NUM_RETAINED_CHECKPOINTS = 1
-    DEFAULT_EXTERNALIZED_CHECKPOINT_CLEANUP = ExternalizedCheckpointCleanup.NO_EXTERNALIZED_CHECKPOINTS
+    DEFAULT_EXTERNALIZED_CHECKPOINT_CLEANUP = (
+        ExternalizedCheckpointCleanup.NO_EXTERNALIZED_CHECKPOINTS
+    )
     #: "Disabled" value of the checkpoint interval.
     DISABLED_CHECKPOINT_INTERVAL = -1
     #: Tolerable failure number meaning "unlimited" (set_fail_on_checkpointing_errors(False)).

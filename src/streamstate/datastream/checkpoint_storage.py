@@ -172,7 +172,8 @@ class FileSystemCheckpointStorage(CheckpointStorage):
 
     def get_write_buffer_size(self) -> int:
         return (
-            self.DEFAULT_WRITE_BUFFER_SIZE if self._write_buffer_size == -1
+            self.DEFAULT_WRITE_BUFFER_SIZE
+            if self._write_buffer_size == -1
             else self._write_buffer_size
         )
 

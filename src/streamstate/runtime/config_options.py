@@ -220,9 +220,7 @@ def checkpoint_config_to_configuration(
     conf.set_string(CHECKPOINTING_TIMEOUT, f"{cc.get_checkpoint_timeout()} ms")
     conf.set_string(MIN_PAUSE, f"{cc.get_min_pause_between_checkpoints()} ms")
     conf.set_string(MAX_CONCURRENT_CHECKPOINTS, str(cc.get_max_concurrent_checkpoints()))
-    conf.set_string(
-        TOLERABLE_FAILED_CHECKPOINTS, str(cc.get_tolerable_checkpoint_failure_number())
-    )
+    conf.set_string(TOLERABLE_FAILED_CHECKPOINTS, str(cc.get_tolerable_checkpoint_failure_number()))
     if cc.get_externalized_checkpoint_cleanup() is not None:
         conf.set_string(
             EXTERNALIZED_CHECKPOINT_RETENTION, cc.get_externalized_checkpoint_cleanup().name

@@ -29,6 +29,7 @@ __all__ = [
     "CheckpointMetadata",
     "OperatorSubtaskStates",
     "SubtaskState",
+    "build_operator_states",
 ]
 
 FORMAT_VERSION = 1

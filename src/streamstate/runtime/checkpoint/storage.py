@@ -281,9 +281,7 @@ class CheckpointDirectory:
 
     def list_checkpoints(self) -> list[int]:
         return sorted(
-            n
-            for n, d in self._chk_dirs().items()
-            if self.fs.exists(_join(d, METADATA_FILE_NAME))
+            n for n, d in self._chk_dirs().items() if self.fs.exists(_join(d, METADATA_FILE_NAME))
         )
 
     def store_metadata(self, metadata: CheckpointMetadata) -> str:
@@ -409,9 +407,7 @@ class CheckpointStorageAccess(ABC):
         """Ids of the completed checkpoints of this job (those with ``_metadata``), ascending."""
 
     @abstractmethod
-    def load_metadata(
-        self, checkpoint: int | str, verify: bool = True
-    ) -> CheckpointMetadata:
+    def load_metadata(self, checkpoint: int | str, verify: bool = True) -> CheckpointMetadata:
         """Load a checkpoint by id (this job) or by path (any directory / ``_metadata``).
 
         Raises :class:`CorruptCheckpointError` naming the location and the problem.

@@ -1,0 +1,386 @@
+"""The checkpoint coordinator: when to checkpoint, and the lifecycle of each checkpoint.
+
+Driver-side. The epoch loop asks :meth:`CheckpointCoordinator.should_trigger` at every
+epoch boundary; if yes it calls :meth:`~CheckpointCoordinator.trigger`, runs the epoch
+with the checkpoint id, collects the subtasks' acks (:meth:`PendingCheckpoint.acknowledge`)
+and calls :meth:`~CheckpointCoordinator.complete` (or :meth:`~CheckpointCoordinator.abort`).
+
+Guarantees:
+
+* ids strictly increase, also across restarts of the driver on the same storage (the first
+  id is above every ``chk-<n>`` directory already there);
+* a checkpoint is COMPLETED only after its ``_metadata`` was stored atomically;
+* older checkpoints beyond ``num_retained`` are deleted only after a newer one completed;
+* lifecycle edges are PENDING -> COMPLETED and PENDING -> ABORTED; anything else raises
+  :class:`IllegalLifecycleTransition`.
+
+Max concurrent checkpoints: a checkpoint completes at the end of the epoch that triggered
+it, so in the epoch model at most one is ever pending. The setting is kept and honoured
+(no trigger while ``max_concurrent`` are pending) for compatibility.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle, StreamStateHandle
+from streamstate.runtime.checkpoint.metadata import (
+    CheckpointMetadata,
+    SubtaskState,
+    build_operator_states,
+)
+from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess
+from streamstate.runtime.errors import (
+    CheckpointError,
+    ConfigurationError,
+    IllegalLifecycleTransition,
+)
+from streamstate.runtime.restart import system_clock_ms
+
+__all__ = [
+    "CheckpointCoordinator",
+    "CheckpointStatus",
+    "PendingCheckpoint",
+    "RetentionPolicy",
+]
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointStatus(Enum):
+    PENDING = "PENDING"
+    COMPLETED = "COMPLETED"
+    ABORTED = "ABORTED"
+
+
+_TRANSITIONS: dict[CheckpointStatus, frozenset[CheckpointStatus]] = {
+    CheckpointStatus.PENDING: frozenset({CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED}),
+    CheckpointStatus.COMPLETED: frozenset(),
+    CheckpointStatus.ABORTED: frozenset(),
+}
+
+
+class RetentionPolicy(Enum):
+    """Mirror of ExternalizedCheckpointCleanup, so the runtime needn't import the public API."""
+
+    DELETE_ON_CANCELLATION = "DELETE_ON_CANCELLATION"
+    RETAIN_ON_CANCELLATION = "RETAIN_ON_CANCELLATION"
+    NO_EXTERNALIZED_CHECKPOINTS = "NO_EXTERNALIZED_CHECKPOINTS"
+
+
+@dataclass
+class PendingCheckpoint:
+    """A triggered checkpoint collecting acks. Mutated only by the coordinator's thread."""
+
+    checkpoint_id: int
+    trigger_ms: int
+    is_savepoint: bool = False
+    status: CheckpointStatus = CheckpointStatus.PENDING
+    failure_reason: str | None = None
+    # operator uid -> subtask index -> state
+    acks: dict[str, dict[int, SubtaskState]] = field(default_factory=dict)
+    parallelism: dict[str, int] = field(default_factory=dict)
+    max_parallelism: dict[str, int] = field(default_factory=dict)
+
+    def _transition(self, to: CheckpointStatus) -> None:
+        if to not in _TRANSITIONS[self.status]:
+            raise IllegalLifecycleTransition(
+                f"checkpoint {self.checkpoint_id} cannot go from {self.status.name} to {to.name}"
+            )
+        self.status = to
+
+    def acknowledge(
+        self,
+        operator_uid: str,
+        subtask_index: int,
+        parallelism: int,
+        max_parallelism: int,
+        keyed: Iterable[KeyGroupsStateHandle] = (),
+        operator: Iterable[StreamStateHandle] = (),
+    ) -> None:
+        """Record subtask ``subtask_index`` of ``operator_uid``'s state for this checkpoint.
+
+        A retried subtask may acknowledge again: the last ack wins. Raises
+        IllegalLifecycleTransition when the checkpoint is no longer pending.
+        """
+        if self.status is not CheckpointStatus.PENDING:
+            raise IllegalLifecycleTransition(
+                f"checkpoint {self.checkpoint_id} is {self.status.name}: it takes no more acks"
+            )
+        if not 0 <= subtask_index < parallelism:
+            raise CheckpointError(
+                f"ack from subtask {subtask_index} of {operator_uid!r} is outside parallelism "
+                f"{parallelism}"
+            )
+        known = self.parallelism.setdefault(operator_uid, parallelism)
+        known_max = self.max_parallelism.setdefault(operator_uid, max_parallelism)
+        if (known, known_max) != (parallelism, max_parallelism):
+            raise CheckpointError(
+                f"operator {operator_uid!r} acked with parallelism {parallelism}/"
+                f"{max_parallelism}, earlier acks said {known}/{known_max}"
+            )
+        self.acks.setdefault(operator_uid, {})[subtask_index] = SubtaskState(
+            tuple(keyed), tuple(operator)
+        )
+
+    def is_expired(self, now_ms: int, timeout_ms: int) -> bool:
+        return self.status is CheckpointStatus.PENDING and now_ms - self.trigger_ms > timeout_ms
+
+
+class CheckpointCoordinator:
+    """Triggers, completes, aborts and prunes checkpoints of one job (driver only)."""
+
+    def __init__(
+        self,
+        storage: CheckpointStorageAccess,
+        *,
+        interval_ms: int,
+        timeout_ms: int = 10 * 60 * 1000,
+        min_pause_ms: int = 0,
+        max_concurrent: int = 1,
+        tolerable_failures: int = 0,
+        num_retained: int = 1,
+        retention: RetentionPolicy | str = RetentionPolicy.NO_EXTERNALIZED_CHECKPOINTS,
+        clock: Callable[[], int] | None = None,
+        start_ms: int | None = None,
+        next_checkpoint_id: int | None = None,
+    ) -> None:
+        """``interval_ms <= 0`` disables periodic checkpoints (savepoints still work).
+
+        The first periodic checkpoint is due ``interval_ms`` after ``start_ms`` (default:
+        the clock now). ``next_checkpoint_id`` defaults to one above every checkpoint id
+        already present in ``storage``.
+        """
+        for name, value, minimum in (
+            ("timeout_ms", timeout_ms, 1),
+            ("min_pause_ms", min_pause_ms, 0),
+            ("max_concurrent", max_concurrent, 1),
+            ("tolerable_failures", tolerable_failures, 0),
+            ("num_retained", num_retained, 1),
+        ):
+            if value < minimum:
+                raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+        self.storage = storage
+        self.interval_ms = interval_ms
+        self.timeout_ms = timeout_ms
+        self.min_pause_ms = min_pause_ms
+        self.max_concurrent = max_concurrent
+        self.tolerable_failures = tolerable_failures
+        self.num_retained = num_retained
+        self.retention = RetentionPolicy(
+            retention if isinstance(retention, str) else retention.value
+        )
+        self._clock = clock or system_clock_ms
+        self._last_trigger_ms = self._clock() if start_ms is None else start_ms
+        self._last_completion_ms: int | None = None
+        if next_checkpoint_id is None:
+            next_checkpoint_id = storage.max_checkpoint_id_in_use() + 1
+        self._next_id = next_checkpoint_id
+        self._pending: dict[int, PendingCheckpoint] = {}
+        self.consecutive_failures = 0
+        self.latest_completed: CheckpointMetadata | None = None
+
+    @classmethod
+    def from_checkpoint_config(
+        cls, checkpoint_config: Any, storage: CheckpointStorageAccess, **kwargs: Any
+    ) -> CheckpointCoordinator:
+        """Build from a :class:`streamstate.datastream.checkpoint_config.CheckpointConfig`."""
+        cc = checkpoint_config
+        return cls(
+            storage,
+            interval_ms=cc.get_checkpoint_interval(),
+            timeout_ms=cc.get_checkpoint_timeout(),
+            min_pause_ms=cc.get_min_pause_between_checkpoints(),
+            max_concurrent=cc.get_max_concurrent_checkpoints(),
+            tolerable_failures=cc.get_tolerable_checkpoint_failure_number(),
+            num_retained=cc.get_num_retained_checkpoints(),
+            retention=cc.get_effective_externalized_checkpoint_cleanup().name,
+            **kwargs,
+        )
+
+    # -- queries -----------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> list[PendingCheckpoint]:
+        return list(self._pending.values())
+
+    @property
+    def periodic_checkpointing_enabled(self) -> bool:
+        return self.interval_ms > 0
+
+    def _now(self, now_ms: int | None) -> int:
+        return self._clock() if now_ms is None else now_ms
+
+    def should_trigger(self, now_ms: int | None = None) -> bool:
+        """Whether a periodic checkpoint is due at this epoch boundary.
+
+        True iff checkpointing is enabled, fewer than ``max_concurrent`` are pending, the
+        interval elapsed since the last trigger, and the min pause elapsed since the last
+        completion.
+        """
+        if not self.periodic_checkpointing_enabled or len(self._pending) >= self.max_concurrent:
+            return False
+        now = self._now(now_ms)
+        if now - self._last_trigger_ms < self.interval_ms:
+            return False
+        return (
+            self._last_completion_ms is None or now - self._last_completion_ms >= self.min_pause_ms
+        )
+
+    def should_fail_job(self) -> bool:
+        """True when more consecutive checkpoints failed than ``tolerable_failures``."""
+        return self.consecutive_failures > self.tolerable_failures
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def trigger(self, now_ms: int | None = None, is_savepoint: bool = False) -> PendingCheckpoint:
+        """Start checkpoint ``next id`` (does not check the interval: see should_trigger).
+
+        Raises CheckpointError while ``max_concurrent`` checkpoints are pending.
+        """
+        if len(self._pending) >= self.max_concurrent:
+            raise CheckpointError(
+                f"cannot trigger a checkpoint: {len(self._pending)} pending (max concurrent "
+                f"checkpoints is {self.max_concurrent}); complete or abort "
+                f"{sorted(self._pending)} first"
+            )
+        now = self._now(now_ms)
+        pending = PendingCheckpoint(self._next_id, now, is_savepoint)
+        self._next_id += 1
+        self._pending[pending.checkpoint_id] = pending
+        if not is_savepoint:
+            self._last_trigger_ms = now
+        return pending
+
+    def _check_pending(self, pending: PendingCheckpoint) -> None:
+        if self._pending.get(pending.checkpoint_id) is not pending:
+            raise IllegalLifecycleTransition(
+                f"checkpoint {pending.checkpoint_id} is {pending.status.name} and not pending "
+                f"in this coordinator"
+            )
+
+    def complete(
+        self,
+        pending: PendingCheckpoint,
+        metadata: CheckpointMetadata | None = None,
+        *,
+        job_id: str | None = None,
+        source_offsets: Mapping[str, Any] | None = None,
+        sink_state: Mapping[str, Any] | None = None,
+        properties: Mapping[str, Any] | None = None,
+        now_ms: int | None = None,
+    ) -> CheckpointMetadata:
+        """Store ``_metadata`` atomically, mark COMPLETED, then prune beyond ``num_retained``.
+
+        Without ``metadata`` it is built from the pending checkpoint's acks and the given
+        offsets / sink state; every subtask of every acked operator must have acked. If storing fails the checkpoint is aborted (counted as a
+        failure) and the storage error propagates.
+        """
+        self._check_pending(pending)
+        if metadata is None:
+            for uid, p in pending.parallelism.items():
+                missing = sorted(set(range(p)) - set(pending.acks.get(uid, {})))
+                if missing:
+                    raise CheckpointError(
+                        f"checkpoint {pending.checkpoint_id}: subtasks {missing} of operator "
+                        f"{uid!r} did not acknowledge; abort it instead"
+                    )
+            metadata = CheckpointMetadata(
+                job_id=job_id or self.storage.job_id or "",
+                checkpoint_id=pending.checkpoint_id,
+                timestamp_ms=pending.trigger_ms,
+                operator_states=build_operator_states(
+                    pending.acks, pending.parallelism, pending.max_parallelism
+                ),
+                source_offsets=dict(source_offsets or {}),
+                sink_state=dict(sink_state or {}),
+                properties=dict(properties or {}),
+                is_savepoint=pending.is_savepoint,
+            )
+        elif metadata.checkpoint_id != pending.checkpoint_id:
+            raise CheckpointError(
+                f"metadata is for checkpoint {metadata.checkpoint_id}, not {pending.checkpoint_id}"
+            )
+        try:
+            self.storage.store_metadata(metadata)
+        except Exception as e:
+            self.abort(pending, f"storing _metadata failed: {e}", now_ms=now_ms)
+            raise
+        pending._transition(CheckpointStatus.COMPLETED)
+        del self._pending[pending.checkpoint_id]
+        self._last_completion_ms = self._now(now_ms)
+        self.consecutive_failures = 0
+        self.latest_completed = metadata
+        if not pending.is_savepoint:
+            self._prune()
+        return metadata
+
+    def abort(
+        self,
+        pending: PendingCheckpoint,
+        reason: str,
+        *,
+        count_as_failure: bool = True,
+        now_ms: int | None = None,
+    ) -> None:
+        """Mark ABORTED, delete whatever the subtasks already wrote for it.
+
+        ``count_as_failure`` (default) counts it against ``tolerable_failures``; pass False
+        for aborts that are not the checkpoint's fault (e.g. the job is failing anyway).
+        """
+        self._check_pending(pending)
+        pending._transition(CheckpointStatus.ABORTED)
+        pending.failure_reason = reason
+        del self._pending[pending.checkpoint_id]
+        if count_as_failure:
+            self.consecutive_failures += 1
+        log.warning("checkpoint %d aborted: %s", pending.checkpoint_id, reason)
+        try:
+            self.storage.discard_checkpoint(pending.checkpoint_id)
+        except Exception as e:  # leftover files are harmless: they never get a _metadata
+            log.warning("could not clean up aborted checkpoint %d: %s", pending.checkpoint_id, e)
+
+    def is_expired(self, pending: PendingCheckpoint, now_ms: int | None = None) -> bool:
+        return pending.is_expired(self._now(now_ms), self.timeout_ms)
+
+    def abort_expired(self, now_ms: int | None = None) -> list[PendingCheckpoint]:
+        """Abort every pending checkpoint older than the timeout; returns them."""
+        now = self._now(now_ms)
+        expired = [p for p in self._pending.values() if p.is_expired(now, self.timeout_ms)]
+        for p in expired:
+            self.abort(
+                p,
+                f"checkpoint expired before completing (timeout {self.timeout_ms} ms)",
+                now_ms=now,
+            )
+        return expired
+
+    def _prune(self) -> None:
+        ids = self.storage.list_checkpoints()
+        for cid in ids[: max(0, len(ids) - self.num_retained)]:
+            try:
+                self.storage.discard_checkpoint(cid)
+            except Exception as e:  # a failed delete must not fail the job
+                log.warning("could not discard subsumed checkpoint %d: %s", cid, e)
+
+    def on_job_terminal(self, cancelled: bool, *, failed: bool = False) -> list[int]:
+        """Apply the retention policy when the job ends; returns the discarded ids.
+
+        RETAIN_ON_CANCELLATION keeps everything; DELETE_ON_CANCELLATION deletes when the job
+        was cancelled or finished, keeps when it failed; NO_EXTERNALIZED_CHECKPOINTS deletes
+        whenever the job ends. Pending checkpoints are aborted first (not counted as failures).
+        """
+        for p in list(self._pending.values()):
+            self.abort(p, "job ended", count_as_failure=False)
+        if self.retention is RetentionPolicy.RETAIN_ON_CANCELLATION:
+            return []
+        if self.retention is RetentionPolicy.DELETE_ON_CANCELLATION and failed and not cancelled:
+            return []
+        ids = self.storage.list_checkpoints()
+        for cid in ids:
+            self.storage.discard_checkpoint(cid)
+        return ids

@@ -1,0 +1,395 @@
+"""Checkpoint storage: layout, atomic _metadata, corruption detection, memory limits."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import uuid
+
+import fsspec
+import pytest
+
+from streamstate.datastream.checkpoint_storage import (
+    FileSystemCheckpointStorage,
+    JobManagerCheckpointStorage,
+    checkpoint_storage_from_name,
+)
+from streamstate.datastream.state_backend import (
+    FsStateBackend,
+    HashMapStateBackend,
+    MemoryStateBackend,
+)
+from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
+from streamstate.runtime.checkpoint.handles import (
+    ByteStreamStateHandle,
+    FileStateHandle,
+    KeyGroupsStateHandle,
+)
+from streamstate.runtime.checkpoint.memory import MemoryCheckpointStorageAccess
+from streamstate.runtime.checkpoint.metadata import (
+    FORMAT_VERSION,
+    CheckpointMetadata,
+    OperatorSubtaskStates,
+    SubtaskState,
+)
+from streamstate.runtime.checkpoint.storage import (
+    create_checkpoint_storage_access,
+    epoch_state_name,
+    get_checkpoint_storage_class,
+    register_checkpoint_storage,
+    resolve_external_pointer,
+)
+from streamstate.runtime.errors import (
+    ConfigurationError,
+    CorruptCheckpointError,
+    StateSizeExceededError,
+)
+from streamstate.runtime.keygroups import KeyGroupRange
+
+JOB = "job-1"
+
+
+def fs_storage(base: str, **kw) -> FileSystemCheckpointStorageAccess:
+    s = FileSystemCheckpointStorageAccess(base, **kw)
+    s.initialize_job(JOB)
+    return s
+
+
+def write_checkpoint(storage, cid: int, payload: bytes = b"state") -> CheckpointMetadata:
+    """Simulate subtask writes (after a pickle round trip, as on a worker) + driver metadata."""
+    worker = pickle.loads(pickle.dumps(storage))
+    keyed = worker.write_state(cid, "op/0/keyed", payload)
+    op = worker.write_state(cid, "op/0/operator", payload + b"-op")
+    md = CheckpointMetadata(
+        job_id=JOB,
+        checkpoint_id=cid,
+        timestamp_ms=1000 * cid,
+        operator_states={
+            "op": OperatorSubtaskStates(
+                1,
+                128,
+                (
+                    SubtaskState(
+                        [KeyGroupsStateHandle(keyed, KeyGroupRange(0, 127), {3: (0, 5)})], [op]
+                    ),
+                ),
+            )
+        },
+        source_offsets={"src": {"split-0": cid * 10}},
+        sink_state={"sink": ["txn-" + str(cid)]},
+        properties={"epoch": cid},
+    )
+    storage.store_metadata(md)
+    return md
+
+
+@pytest.fixture(params=["local", "file-url", "memory-url"])
+def base_url(request, tmp_path) -> str:
+    if request.param == "local":
+        return str(tmp_path / "ck")
+    if request.param == "file-url":
+        return "file://" + str(tmp_path / "ck")
+    return f"memory://ck-{uuid.uuid4().hex}"
+
+
+# -- layout and round trip ---------------------------------------------------------------------
+
+
+def test_round_trip_and_layout(base_url):
+    s = fs_storage(base_url)
+    md = write_checkpoint(s, 1)
+    assert s.list_checkpoints() == [1]
+    loaded = s.load_metadata(1)
+    assert loaded == md
+    assert loaded.format_version == FORMAT_VERSION
+    keyed = loaded.operator_states["op"].subtasks[0].keyed[0]
+    assert isinstance(keyed.stream, FileStateHandle)
+    assert keyed.stream.path.endswith(f"/{JOB}/chk-1/op/0/keyed")
+    assert keyed.stream.read() == b"state"
+    assert keyed.offsets == {3: (0, 5)}
+    assert s.latest_valid_checkpoint() == md
+    loc = s.checkpoint_location(1)
+    assert loc is not None and loc.endswith(f"{JOB}/chk-1")
+    fs, path = fsspec.core.url_to_fs(loc)
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)) == ["_metadata", "op"]
+
+
+def test_memory_url_is_filesystem_storage():
+    s = FileSystemCheckpointStorage(f"memory://ck-{uuid.uuid4().hex}").create_access()
+    assert isinstance(s, FileSystemCheckpointStorageAccess)
+    s.initialize_job(JOB)
+    write_checkpoint(s, 7)
+    assert s.list_checkpoints() == [7]
+    assert s.checkpoint_location(7).startswith("memory://")
+    assert s.load_metadata(7).source_offsets == {"src": {"split-0": 70}}
+
+
+def test_no_temp_files_left(tmp_path):
+    s = fs_storage(str(tmp_path))
+    write_checkpoint(s, 1)
+    names = [p.name for p in (tmp_path / JOB / "chk-1").rglob("*")]
+    assert not [n for n in names if n.endswith(".inprogress")]
+
+
+def test_retried_write_overwrites(tmp_path):
+    s = fs_storage(str(tmp_path))
+    s.write_state(1, "a", b"first attempt, longer")
+    h = s.write_state(1, "a", b"retry")
+    assert h.read() == b"retry"
+
+
+def test_invalid_state_names(tmp_path):
+    s = fs_storage(str(tmp_path))
+    for bad in ["", "/abs", "../up", "a/../b", "_metadata"]:
+        with pytest.raises(ConfigurationError):
+            s.write_state(1, bad, b"x")
+
+
+def test_uninitialized_storage_is_a_clear_error(tmp_path):
+    s = FileSystemCheckpointStorageAccess(str(tmp_path))
+    with pytest.raises(Exception, match="initialize_job"):
+        s.write_state(1, "a", b"x")
+
+
+# -- atomicity and corruption ------------------------------------------------------------------
+
+
+def test_chk_dir_without_metadata_is_not_a_checkpoint(tmp_path, caplog):
+    s = fs_storage(str(tmp_path))
+    md1 = write_checkpoint(s, 1)
+    # crash between the subtasks' writes and the rename of _metadata: no _metadata
+    s.write_state(2, "op/0/keyed", b"half")
+    (tmp_path / JOB / "chk-2" / ".some.inprogress").write_bytes(b'{"format_ver')
+    assert s.list_checkpoints() == [1]
+    assert s.latest_valid_checkpoint() == md1
+    with pytest.raises(CorruptCheckpointError, match="never completed") as e:
+        s.load_metadata(2)
+    assert "chk-2" in str(e.value)
+    # the next id is above the half-written directory
+    assert s.max_checkpoint_id_in_use() == 2
+
+
+def test_truncated_metadata_is_skipped_and_explicit_load_raises(tmp_path, caplog):
+    s = fs_storage(str(tmp_path))
+    md1 = write_checkpoint(s, 1)
+    write_checkpoint(s, 2)
+    meta = tmp_path / JOB / "chk-2" / "_metadata"
+    meta.write_bytes(meta.read_bytes()[:40])
+    assert s.list_checkpoints() == [1, 2]
+    with caplog.at_level(logging.WARNING):
+        assert s.latest_valid_checkpoint() == md1
+    assert "skipping checkpoint 2" in caplog.text
+    with pytest.raises(CorruptCheckpointError, match="not valid JSON") as e:
+        s.load_metadata(2)
+    assert str(meta) in str(e.value)
+
+
+def test_wrong_crc_detected(tmp_path):
+    s = fs_storage(str(tmp_path))
+    md1 = write_checkpoint(s, 1)
+    write_checkpoint(s, 2, payload=b"abcde")
+    f = tmp_path / JOB / "chk-2" / "op" / "0" / "keyed"
+    f.write_bytes(b"abcdX")  # same size, different content
+    with pytest.raises(CorruptCheckpointError, match="damaged") as e:
+        s.load_metadata(2)
+    assert "chk-2/op/0/keyed" in str(e.value)
+    assert s.latest_valid_checkpoint() == md1
+    # without verification the metadata itself still loads
+    assert s.load_metadata(2, verify=False).checkpoint_id == 2
+
+
+def test_wrong_size_and_missing_file_detected(tmp_path):
+    s = fs_storage(str(tmp_path))
+    write_checkpoint(s, 1)
+    f = tmp_path / JOB / "chk-1" / "op" / "0" / "operator"
+    f.write_bytes(b"longer than before")
+    with pytest.raises(CorruptCheckpointError, match="damaged"):
+        s.load_metadata(1)
+    f.unlink()
+    with pytest.raises(CorruptCheckpointError, match="missing"):
+        s.load_metadata(1)
+    assert s.latest_valid_checkpoint() is None
+
+
+def test_unknown_format_version_rejected(tmp_path):
+    s = fs_storage(str(tmp_path))
+    write_checkpoint(s, 1)
+    meta = tmp_path / JOB / "chk-1" / "_metadata"
+    doc = json.loads(meta.read_bytes())
+    doc["format_version"] = FORMAT_VERSION + 1
+    meta.write_text(json.dumps(doc))
+    with pytest.raises(CorruptCheckpointError, match="format version"):
+        s.load_metadata(1)
+    doc["format_version"] = FORMAT_VERSION
+    del doc["job_id"]
+    meta.write_text(json.dumps(doc))
+    with pytest.raises(CorruptCheckpointError, match="malformed"):
+        s.load_metadata(1)
+
+
+def test_resolve_external_pointer(tmp_path):
+    s = fs_storage(str(tmp_path))
+    md = write_checkpoint(s, 3)
+    chk = tmp_path / JOB / "chk-3"
+    for p in [str(chk), str(chk) + "/", str(chk / "_metadata"), "file://" + str(chk)]:
+        assert resolve_external_pointer(p).endswith("chk-3/_metadata")
+        assert s.load_metadata(p) == md
+    with pytest.raises(CorruptCheckpointError, match="no _metadata"):
+        resolve_external_pointer(str(tmp_path / JOB))
+
+
+# -- discarding --------------------------------------------------------------------------------
+
+
+def test_discard_never_touches_shared(tmp_path):
+    s = fs_storage(str(tmp_path))
+    write_checkpoint(s, 1)
+    shared = tmp_path / JOB / "shared"
+    shared.mkdir()
+    (shared / "sst-1").write_bytes(b"x")
+    s.discard_checkpoint(1)
+    assert s.list_checkpoints() == []
+    assert not (tmp_path / JOB / "chk-1").exists()
+    assert (shared / "sst-1").exists()
+    s.discard_checkpoint(1)  # idempotent
+
+
+# -- epoch states ------------------------------------------------------------------------------
+
+
+def test_epoch_states_filesystem(base_url):
+    s = fs_storage(base_url)
+    worker = pickle.loads(pickle.dumps(s))
+    hs = [worker.write_epoch_state(epoch_state_name("op/0", v), bytes([v])) for v in range(4)]
+    assert "/epochs/op/0/v2-state" in hs[2].path
+    assert hs[2].read() == b"\x02"
+    assert s.discard_epoch_states_before("op/0", 2) == 2
+    assert hs[3].read() == b"\x03"
+    with pytest.raises(CorruptCheckpointError):
+        hs[0].read()
+    s.discard_epoch_state([hs[2], ByteStreamStateHandle.of(b"ignored")])
+    with pytest.raises(CorruptCheckpointError):
+        hs[2].read()
+    s.discard_epoch_state([hs[2]])  # idempotent
+
+
+def test_discard_epoch_state_ignores_checkpoint_files(tmp_path):
+    s = fs_storage(str(tmp_path))
+    md = write_checkpoint(s, 1)
+    s.discard_epoch_state(md.stream_handles())
+    assert s.load_metadata(1) == md
+
+
+def test_epoch_states_memory_storage_use_working_dir(tmp_path):
+    s = MemoryCheckpointStorageAccess(working_dir=str(tmp_path))
+    s.initialize_job(JOB)
+    h = s.write_epoch_state("op/v1-state", b"abc")
+    assert isinstance(h, FileStateHandle)
+    assert os.path.exists(tmp_path / JOB / "epochs" / "op" / "v1-state")
+    assert h.read() == b"abc"
+
+
+# -- memory storage ----------------------------------------------------------------------------
+
+
+def test_memory_storage_round_trip_and_pickle():
+    s = JobManagerCheckpointStorage().create_access()
+    assert isinstance(s, MemoryCheckpointStorageAccess)
+    s.initialize_job(JOB)
+    md = write_checkpoint(s, 1)
+    handle = md.operator_states["op"].subtasks[0].keyed[0].stream
+    assert isinstance(handle, ByteStreamStateHandle)
+    assert s.list_checkpoints() == [1]
+    assert s.load_metadata(1) == md
+    assert s.latest_valid_checkpoint() == md
+    shipped = pickle.loads(pickle.dumps(s))
+    assert shipped.list_checkpoints() == []  # the driver's checkpoints stay on the driver
+    s.discard_checkpoint(1)
+    assert s.list_checkpoints() == []
+    with pytest.raises(CorruptCheckpointError, match="never completed"):
+        s.load_metadata(1)
+
+
+def test_memory_storage_size_limit():
+    s = JobManagerCheckpointStorage(max_state_size=10).create_access()
+    s.initialize_job(JOB)
+    s.write_state(1, "ok", b"x" * 10)
+    with pytest.raises(StateSizeExceededError) as e:
+        s.write_state(1, "op/0/keyed", b"x" * 11)
+    msg = str(e.value)
+    assert "11 bytes" in msg and "10 bytes" in msg and "FileSystemCheckpointStorage" in msg
+
+
+def test_memory_storage_default_limit_is_5_mib():
+    assert JobManagerCheckpointStorage().get_max_state_size() == 5 * 1024 * 1024
+    s = MemoryCheckpointStorageAccess()
+    s.initialize_job(JOB)
+    with pytest.raises(StateSizeExceededError):
+        s.write_state(1, "big", bytes(5 * 1024 * 1024 + 1))
+
+
+def test_memory_storage_with_checkpoint_path_persists_metadata(tmp_path):
+    storage = JobManagerCheckpointStorage(str(tmp_path))
+    s = storage.create_access()
+    s.initialize_job(JOB)
+    md = write_checkpoint(s, 4)
+    assert (tmp_path / JOB / "chk-4" / "_metadata").exists()
+    # a new driver (fresh access object) finds it on disk
+    s2 = storage.create_access()
+    s2.initialize_job(JOB)
+    assert s2.list_checkpoints() == [4]
+    assert s2.load_metadata(4) == md
+
+
+# -- public storage classes and registry -------------------------------------------------------
+
+
+def test_filesystem_threshold_inlines_small_state(tmp_path):
+    s = FileSystemCheckpointStorage(str(tmp_path), file_state_size_threshold=100).create_access()
+    s.initialize_job(JOB)
+    assert isinstance(s.write_state(1, "small", b"x"), ByteStreamStateHandle)
+    assert isinstance(s.write_state(1, "big", b"x" * 100), FileStateHandle)
+
+
+def test_public_storage_validation():
+    with pytest.raises(ConfigurationError):
+        FileSystemCheckpointStorage(None)
+    with pytest.raises(ConfigurationError):
+        FileSystemCheckpointStorage("/x", file_state_size_threshold=2 * 1024 * 1024)
+    with pytest.raises(ConfigurationError):
+        JobManagerCheckpointStorage(max_state_size=0)
+    with pytest.raises(ConfigurationError, match="filesystem, jobmanager"):
+        checkpoint_storage_from_name("rocks")
+    fs = FileSystemCheckpointStorage("relative/dir")
+    assert os.path.isabs(fs.get_checkpoint_path())
+    assert FileSystemCheckpointStorage("s3://b/p").get_checkpoint_path() == "s3://b/p"
+    assert fs.get_write_buffer_size() == 4096
+    assert FileSystemCheckpointStorage("/a") == FileSystemCheckpointStorage("/a")
+
+
+def test_registry(tmp_path):
+    assert get_checkpoint_storage_class("jobmanager") is MemoryCheckpointStorageAccess
+    assert get_checkpoint_storage_class("FileSystem") is FileSystemCheckpointStorageAccess
+    with pytest.raises(ConfigurationError, match="accepted: .*filesystem.*jobmanager"):
+        get_checkpoint_storage_class("nope")
+
+    class Custom(MemoryCheckpointStorageAccess):
+        name = "custom"
+
+    register_checkpoint_storage("custom", Custom)
+    assert isinstance(create_checkpoint_storage_access("custom"), Custom)
+
+
+def test_state_backends_imply_storage(tmp_path):
+    assert HashMapStateBackend().backend_name == "hashmap"
+    assert HashMapStateBackend().get_implied_checkpoint_storage() is None
+    mem = MemoryStateBackend(max_state_size=100)
+    assert mem.backend_name == "hashmap"
+    assert mem.get_implied_checkpoint_storage() == JobManagerCheckpointStorage(None, 100)
+    fsb = FsStateBackend(str(tmp_path))
+    assert fsb.get_implied_checkpoint_storage() == FileSystemCheckpointStorage(str(tmp_path))
+    assert fsb.get_checkpoint_path() == str(tmp_path)
+    with pytest.raises(ConfigurationError):
+        FsStateBackend()
