@@ -131,8 +131,13 @@ def _duration(conf: ConfLike, *keys: str) -> int | None:
         raise ConfigurationError(f"{key}: {e}") from e
 
 
-def _choice(conf: ConfLike, accepted: Mapping[str, Any], *keys: str) -> Any:
-    """Enum-like value: case-insensitive, '-' and '_' equivalent."""
+def _choice(
+    conf: ConfLike, accepted: Mapping[str, Any], *keys: str, shown: str | None = None
+) -> Any:
+    """Enum-like value: case-insensitive, '-' and '_' equivalent.
+
+    ``shown`` replaces the list of accepted names in the error (to hide aliases).
+    """
     found = _raw(conf, *keys)
     if found is None:
         return None
@@ -141,8 +146,8 @@ def _choice(conf: ConfLike, accepted: Mapping[str, Any], *keys: str) -> Any:
     for name, value in accepted.items():
         if name.lower().replace("-", "_") == norm:
             return value
-    names = sorted(dict.fromkeys(accepted))
-    raise ConfigurationError(f"{key}: unknown value {raw!r}; accepted: {', '.join(names)}")
+    names = shown or ", ".join(sorted(accepted))
+    raise ConfigurationError(f"{key}: unknown value {raw!r}; accepted: {names}")
 
 
 # -- checkpointing ---------------------------------------------------------------------------------
@@ -300,7 +305,13 @@ def restart_strategy_from_configuration(conf: ConfLike) -> RestartStrategyConfig
 
     Returns None when no type is configured. ``exponential-delay`` is not supported yet.
     """
-    kind = _choice(conf, _RESTART_TYPES, RESTART_STRATEGY_TYPE, _LEGACY_RESTART_STRATEGY)
+    kind = _choice(
+        conf,
+        _RESTART_TYPES,
+        RESTART_STRATEGY_TYPE,
+        _LEGACY_RESTART_STRATEGY,
+        shown="none (or off, disable), fixed-delay, failure-rate",
+    )
     if kind is None:
         return None
     if kind == "none":
