@@ -7,7 +7,7 @@ serializers' snapshots in the JSON-compatible form of :func:`nested_snapshot`,
 which ``registry.restore_serializer`` turns back into serializers.
 
 Encodings: a row or tuple is ``[row kind byte (rows only)] [null bitmap] [non-null fields]``;
-a list or basic/object array is ``varint n, null bitmap, non-null elements``; a
+an empty tuple is one zero byte; a list or basic/object array is ``varint n, null bitmap, non-null elements``; a
 primitive array is ``varint n, packed elements`` (no nulls); a map is
 ``varint n, null bitmap of values, key, [value], key, [value] ...`` (keys must
 not be ``None``). A top-level ``None`` serializes as ``b""``.
@@ -218,9 +218,14 @@ class TupleSerializer(FieldSerializer):
             raise ValueError(
                 f"TUPLE serializer expects {len(self.fields)} fields, got {len(value)}: {value!r}"
             )
+        if not self._nested:
+            out.append(0)  # so that () is not b"" (None)
+            return
         _write_fields(self._nested, list(value), out, "tuple")
 
     def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
+        if not self._nested:
+            return (), pos + 1
         values, pos = _read_fields(self._nested, data, pos)
         return tuple(values), pos
 
