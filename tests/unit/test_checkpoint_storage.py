@@ -393,3 +393,15 @@ def test_state_backends_imply_storage(tmp_path):
     assert fsb.get_checkpoint_path() == str(tmp_path)
     with pytest.raises(ConfigurationError):
         FsStateBackend()
+
+
+def test_state_backend_creates_registered_keyed_backend():
+    from streamstate.runtime.serializers.key import default_key_serializer
+
+    backend = MemoryStateBackend().create_keyed_backend(
+        operator_name="op",
+        key_group_range=KeyGroupRange(0, 127),
+        max_parallelism=128,
+        key_serializer=default_key_serializer(),
+    )
+    assert type(backend).__name__ == "HeapKeyedStateBackend"

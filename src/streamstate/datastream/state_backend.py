@@ -11,7 +11,7 @@ they expose the storage they imply through :meth:`StateBackend.get_implied_check
 from __future__ import annotations
 
 import os
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from streamstate.datastream.checkpoint_storage import (
     CheckpointStorage,
@@ -42,6 +42,17 @@ class StateBackend:
     """
 
     backend_name: ClassVar[str] = ""
+
+    def create_keyed_backend(self, **kwargs: Any) -> Any:
+        """A keyed state backend of kind ``backend_name`` from the runtime registry.
+
+        ``kwargs`` are the ``KeyedStateBackend`` constructor arguments (see
+        :func:`streamstate.runtime.state.registry.create_keyed_backend`).
+        """
+        # Imported lazily: the public API must stay importable without the runtime backends.
+        from streamstate.runtime.state.registry import create_keyed_backend
+
+        return create_keyed_backend(self.backend_name, **kwargs)
 
     def get_implied_checkpoint_storage(self) -> CheckpointStorage | None:
         """The checkpoint storage this backend implies (legacy backends), else None."""
