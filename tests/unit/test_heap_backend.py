@@ -665,3 +665,15 @@ def test_round_trip_with_default_key_serializer() -> None:
     b2.restore([handle_of(b, snap)])
     b2.get_partitioned_state(V)
     assert sorted(map(repr, b2.get_keys("v"))) == sorted(map(repr, keys))
+
+
+def test_key_serializer_must_stay_the_same() -> None:
+    key_mod = pytest.importorskip("streamstate.runtime.serializers.key")
+    b = backend()
+    fill(b, KEYS[:5])
+    h = handle_of(b, b.snapshot())
+    other = HeapKeyedStateBackend(
+        "op", KeyGroupRange(0, MAX_P - 1), MAX_P, key_mod.default_key_serializer()
+    )
+    with pytest.raises(StateMigrationError, match="key group"):
+        other.restore([h])

@@ -28,11 +28,10 @@ from streamstate.datastream.state import State, StateDescriptor
 from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
 from streamstate.runtime.errors import StateMigrationError
 from streamstate.runtime.keygroups import KeyGroupRange
-from streamstate.runtime.serializers.base import (
-    PickleSerializer,
-    TypeSerializer,
-    TypeSerializerSnapshot,
-)
+from streamstate.runtime.serializers.base import TypeSerializer, TypeSerializerSnapshot
+from streamstate.runtime.serializers.compat import resolve_compatibility
+from streamstate.runtime.serializers.registry import restore_serializer as _registry_restore
+from streamstate.runtime.serializers.registry import serializer_for
 
 __all__ = [
     "VOID_NAMESPACE",
@@ -173,48 +172,25 @@ class KeyedStateBackend(ABC):
 
 
 def serializer_for_type_info(type_info: Any) -> TypeSerializer:
-    """The serializer of ``type_info`` (``None``: pickle).
-
-    Uses ``streamstate.runtime.serializers.registry.serializer_for`` when it is
-    available; without it every value is pickled.
-    """
-    if type_info is None:
-        return PickleSerializer()
-    try:
-        from streamstate.runtime.serializers.registry import (  # type: ignore[import-not-found]
-            serializer_for,
-        )
-    except ImportError:
-        return PickleSerializer()
+    """The serializer of ``type_info`` (``None``: pickle), from the serializer registry."""
     return serializer_for(type_info)
 
 
 def restore_serializer(snapshot: dict[str, Any], state_name: str) -> TypeSerializer:
-    """Rebuild the serializer a checkpoint recorded (``snapshot`` is its ``to_dict()``)."""
+    """Rebuild the serializer a checkpoint recorded (``snapshot`` is its ``to_dict()``).
+
+    Raises ``StateMigrationError`` naming the state when no reader exists.
+    """
     snap = TypeSerializerSnapshot.from_dict(snapshot)
-    if snap.name == VoidNamespaceSerializer.name and snap.version == 1:
+    if (
+        snap.name == VoidNamespaceSerializer.name
+        and snap.version == VoidNamespaceSerializer.version
+    ):
         return VoidNamespaceSerializer()
     try:
-        from streamstate.runtime.serializers.registry import (  # type: ignore[import-not-found]
-            restore_serializer as _restore,
-        )
-    except ImportError:
-        _restore = None
-    if _restore is not None:
-        try:
-            return _restore(snap)
-        except Exception as e:
-            if snap.name != PickleSerializer.name:
-                raise StateMigrationError(
-                    f"cannot rebuild serializer {snap.name!r} (version {snap.version}) recorded "
-                    f"for state {state_name!r}: {e}"
-                ) from e
-    if snap.name == PickleSerializer.name and snap.version == PickleSerializer.version:
-        return PickleSerializer()
-    raise StateMigrationError(
-        f"cannot rebuild serializer {snap.name!r} (version {snap.version}) recorded for state "
-        f"{state_name!r}: no serializer registry knows it"
-    )
+        return _registry_restore(snap)
+    except StateMigrationError as e:
+        raise StateMigrationError(f"state {state_name!r}: {e}") from e
 
 
 def _describe(snapshot: TypeSerializerSnapshot) -> str:
@@ -222,42 +198,33 @@ def _describe(snapshot: TypeSerializerSnapshot) -> str:
 
 
 def check_serializer_compatibility(
-    state_name: str, role: str, new: TypeSerializer, old_snapshot: dict[str, Any]
+    state_name: str,
+    role: str,
+    new: TypeSerializer,
+    old_snapshot: dict[str, Any],
+    require_as_is: bool = False,
 ) -> None:
     """Raise ``StateMigrationError`` if ``new`` cannot take over state written by ``old``.
 
-    Uses ``streamstate.runtime.serializers.compat.resolve_compatibility`` when
-    available (pickle on either side is then compatible after migration: the heap
-    backend reads with the recorded serializer and writes with the new one);
-    otherwise the serializers must agree on name and version.
+    Uses :func:`streamstate.runtime.serializers.compat.resolve_compatibility`:
+    "compatible after migration" is accepted (the heap backend reads with the
+    recorded serializer and writes with the new one) unless ``require_as_is``
+    (used for keys: their bytes decide the key group, so they must not change).
     """
     old = TypeSerializerSnapshot.from_dict(old_snapshot)
-    new_snap = new.snapshot_configuration()
-    incompatible: bool
-    try:
-        from streamstate.runtime.serializers.compat import (  # type: ignore[import-not-found]
-            resolve_compatibility,
-        )
-    except ImportError:
-        resolve_compatibility = None
-    if resolve_compatibility is not None:
-        incompatible = _is_incompatible(resolve_compatibility(old, new))
-    else:
-        incompatible = (new_snap.name, new_snap.version) != (old.name, old.version)
-    if incompatible:
+    result = resolve_compatibility(old, new)
+    ok = result.is_compatible_as_is() if require_as_is else not result.is_incompatible()
+    if ok:
+        return
+    new_desc = _describe(new.snapshot_configuration())
+    if require_as_is:
         raise StateMigrationError(
-            f"state {state_name!r}: the {role} serializer {_describe(new_snap)} of the new "
-            f"descriptor cannot read the restored {role} serializer {_describe(old)}'s data. "
-            f"Use a type information compatible with the checkpoint, or start without it."
+            f"state {state_name!r}: the checkpoint's {role} serializer {_describe(old)} and the "
+            f"job's {role} serializer {new_desc} do not produce the same bytes, so keys would "
+            f"land in other key groups. Keep the key type (key_by's key_type) of the checkpoint."
         )
-
-
-def _is_incompatible(result: Any) -> bool:
-    """Interpret a compatibility result (object with ``is_incompatible``, enum, bool or str)."""
-    probe = getattr(result, "is_incompatible", None)
-    if probe is not None:
-        return bool(probe() if callable(probe) else probe)
-    if isinstance(result, bool):
-        return not result
-    name = getattr(result, "name", result)
-    return str(name).upper() == "INCOMPATIBLE"
+    raise StateMigrationError(
+        f"state {state_name!r}: the {role} serializer {new_desc} of the new descriptor cannot "
+        f"read data written by the restored {role} serializer {_describe(old)}. Use a type "
+        f"information compatible with the checkpoint, or a new state name."
+    )

@@ -234,7 +234,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             read_sers = self._read_serializers(name, sm)
             token = json.dumps(key_snap, sort_keys=True)
             if token not in key_checked:
-                check_serializer_compatibility(name, "key", self.key_serializer, key_snap)
+                check_serializer_compatibility(
+                    name, "key", self.key_serializer, key_snap, require_as_is=True
+                )
                 key_checked.add(token)
             table = self._tables.get(name)
             if table is None:

@@ -35,6 +35,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import Any
 
 from streamstate.runtime.errors import CorruptCheckpointError, StateSerializationError
@@ -285,21 +286,15 @@ def _read_entries(r: Reader, kind: str, sers: Any, what: str) -> tuple[list[Any]
             flat = _deser(sers.value, r.frame(), what)
             if sum(counts) != len(flat):
                 raise CorruptCheckpointError(f"{what}: list element counts do not match")
-            values: list[Any] = []
-            pos = 0
-            for c in counts:
-                values.append(flat[pos : pos + c])
-                pos += c
+            it = iter(flat)
+            values: list[Any] = [list(islice(it, c)) for c in counts]
         else:
             uks = _deser(sers.user_key, r.frame(), what)
             uvs = _deser(sers.value, r.frame(), what)
             if sum(counts) != len(uks) or len(uks) != len(uvs):
                 raise CorruptCheckpointError(f"{what}: map entry counts do not match")
-            values = []
-            pos = 0
-            for c in counts:
-                values.append(dict(zip(uks[pos : pos + c], uvs[pos : pos + c], strict=True)))
-                pos += c
+            ki, vi = iter(uks), iter(uvs)
+            values = [dict(zip(islice(ki, c), islice(vi, c), strict=True)) for c in counts]
     else:
         values = _deser(sers.value, r.frame(), what)
     if len(keys) != n or len(values) != n:
