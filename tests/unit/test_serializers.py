@@ -334,6 +334,10 @@ class _UpperTypeInfo(TypeInformation):
         return 7
 
 
+class _UnhashableUpperTypeInfo(_UpperTypeInfo):
+    __hash__ = None  # type: ignore[assignment]
+
+
 def test_custom_registration_nests_in_composites() -> None:
     register_serializer("test_upper", lambda params: _UpperSerializer(), replace=True)
     with pytest.raises(ConfigurationError, match="already registered"):
@@ -341,6 +345,7 @@ def test_custom_registration_nests_in_composites() -> None:
     s = serializer_for(Types.LIST(_UpperTypeInfo()))
     assert s.deserialize(s.serialize(["a", None])) == ["A", None]
     assert restore_serializer(s.snapshot_configuration()) == s
+    assert serializer_for(_UnhashableUpperTypeInfo()) == _UpperSerializer()  # not cached
     # a reader for an old format version
     register_serializer("test_upper", lambda params: PickleSerializer(), version=1, replace=True)
     assert restore_serializer(TypeSerializerSnapshot("test_upper", 1)) == PickleSerializer()

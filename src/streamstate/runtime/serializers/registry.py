@@ -122,7 +122,12 @@ def serializer_for(type_info: TypeInformation | None) -> TypeSerializer:
             f"expected a TypeInformation (e.g. Types.LONG()) or None, got "
             f"{type(type_info).__name__} {type_info!r}"
         )
-    return _serializer_for_cached(type_info)
+    try:
+        return _serializer_for_cached(type_info)
+    except TypeError as e:  # an unhashable user-defined type info: build without the cache
+        if "unhashable" not in str(e):
+            raise
+    return _build(type_info.serializer_name, _resolve_type_infos(type_info.serializer_params()))
 
 
 def _resolve_snapshots(value: Any) -> Any:
