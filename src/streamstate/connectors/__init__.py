@@ -1,0 +1,2 @@
+"""Source and sink implementations (no pyspark). Public wrappers live in
+:mod:`streamstate.datastream.connectors`."""

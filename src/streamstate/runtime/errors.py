@@ -20,6 +20,7 @@ __all__ = [
     "StateSerializationError",
     "StateSizeExceededError",
     "StreamStateError",
+    "TaskFailure",
 ]
 
 
@@ -86,3 +87,16 @@ class JobExecutionError(StreamStateError, RuntimeError):
 
     ``__cause__`` carries the last failure (the user's traceback where the user's code raised).
     """
+
+
+class TaskFailure(StreamStateError, RuntimeError):
+    """A subtask failed in a worker; carries the remote Python traceback.
+
+    ``error_type`` is the qualified name of the exception raised in the worker
+    (e.g. ``"ValueError"`` or ``"streamstate.runtime.errors.KeySerializationError"``).
+    """
+
+    def __init__(self, error_type: str, message: str, remote_traceback: str) -> None:
+        self.error_type = error_type
+        self.remote_traceback = remote_traceback
+        super().__init__(f"{error_type}: {message}\n\nworker traceback:\n{remote_traceback}")

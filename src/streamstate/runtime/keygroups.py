@@ -68,7 +68,9 @@ def compute_operator_index_for_key_group(
     return key_group * parallelism // max_parallelism
 
 
-def assign_key_to_parallel_operator(key_bytes: bytes, max_parallelism: int, parallelism: int) -> int:
+def assign_key_to_parallel_operator(
+    key_bytes: bytes, max_parallelism: int, parallelism: int
+) -> int:
     kg = compute_key_group_for_serialized_key(key_bytes, max_parallelism)
     return kg * parallelism // max_parallelism
 

@@ -91,9 +91,11 @@ class TypeSerializer(ABC):
         return {}
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.snapshot_configuration() == getattr(
-            other, "snapshot_configuration", lambda: None
-        )()
+        return (
+            type(self) is type(other)
+            and self.snapshot_configuration()
+            == getattr(other, "snapshot_configuration", lambda: None)()
+        )
 
     def __hash__(self) -> int:  # serializers are used as dict keys in caches
         return id(type(self))

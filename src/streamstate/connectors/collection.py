@@ -1,0 +1,42 @@
+"""``from_collection``: a bounded, non-parallel source over a Python list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamstate.connectors.base import Source
+
+__all__ = ["CollectionSource"]
+
+
+class CollectionSource(Source):
+    """Reads ``elements`` in order; the position is the index of the next element.
+
+    Parallelism 1, as Flink's ``fromCollection``. The elements travel to the
+    workers once per job (the runner broadcasts the source with the stage).
+    """
+
+    default_parallelism = 1
+    bounded = True
+
+    def __init__(self, elements: list[Any]) -> None:
+        self.elements = list(elements)
+
+    def create_enumerator_state(self, parallelism: int) -> Any:
+        return {"offset": 0}
+
+    def plan_epoch(self, state: Any, parallelism: int) -> list[Any]:
+        return [state["offset"]] + [None] * (parallelism - 1)
+
+    def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
+        if assignment is None:
+            return [], None
+        end = min(len(self.elements), assignment + budget)
+        return self.elements[assignment:end], end
+
+    def apply_progress(self, state: Any, progress: list[Any]) -> Any:
+        ends = [p for p in progress if p is not None]
+        return {"offset": max(ends)} if ends else state
+
+    def is_finished(self, state: Any) -> bool:
+        return bool(state["offset"] >= len(self.elements))

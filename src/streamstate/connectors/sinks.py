@@ -1,0 +1,197 @@
+"""Sinks: print, discard, user ``SinkFunction``, collect (transactional) and files (2PC)."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from typing import Any
+
+from streamstate.connectors.base import SinkCommitter
+from streamstate.runtime.operators.base import StreamOperator, close_function, open_function
+
+__all__ = [
+    "CollectCommitter",
+    "CollectSinkOperator",
+    "DiscardingSinkOperator",
+    "FileCommitter",
+    "FileSinkOperator",
+    "PrintSinkOperator",
+    "SinkFunctionOperator",
+]
+
+
+class PrintSinkOperator(StreamOperator):
+    """Flink's print format: ``identifier:subtask> value`` (the prefix only when useful).
+
+    Printing happens on the worker as records arrive, so a replayed epoch prints again.
+    """
+
+    def __init__(self, sink_identifier: str | None = None, to_stderr: bool = False) -> None:
+        super().__init__()
+        self.identifier = sink_identifier
+        self.to_stderr = to_stderr
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        assert self.ctx is not None
+        prefix = self.identifier or ""
+        if self.ctx.parallelism > 1:
+            prefix = (
+                f"{prefix}:{self.ctx.subtask_index + 1}"
+                if prefix
+                else str(self.ctx.subtask_index + 1)
+            )
+        stream = sys.stderr if self.to_stderr else sys.stdout
+        if prefix:
+            stream.write("".join(f"{prefix}> {v}\n" for v in batch))
+        else:
+            stream.write("".join(f"{v}\n" for v in batch))
+        stream.flush()
+        return []
+
+
+class DiscardingSinkOperator(StreamOperator):
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        return []
+
+
+class SinkFunctionOperator(StreamOperator):
+    """A user :class:`~streamstate.datastream.functions.SinkFunction` (at-least-once on replay)."""
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+        self.invoke = fn.invoke if hasattr(fn, "invoke") else (lambda v, c: fn(v))
+
+    def open(self) -> None:
+        assert self.ctx is not None
+        open_function(self.fn, self.ctx)
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        invoke = self.invoke
+        for v in batch:
+            invoke(v, None)
+        return []
+
+    def close(self) -> None:
+        close_function(self.fn)
+
+
+class CollectSinkOperator(StreamOperator):
+    """Hands every epoch's records to the driver in the subtask's ack."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffer: list[Any] = []
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        self.buffer.extend(batch)
+        return []
+
+    def sink_result(self) -> Any:
+        out, self.buffer = self.buffer, []
+        return out
+
+
+class CollectCommitter(SinkCommitter):
+    """Collected records become visible when a checkpoint covers their epoch.
+
+    With ``exactly_once`` False (at-least-once mode) records are visible as
+    soon as their epoch completed, so a replay after a failure adds duplicates.
+    Records keep the order (epoch, subtask, arrival).
+    """
+
+    def __init__(self, exactly_once: bool) -> None:
+        self.exactly_once = exactly_once
+        self.committed: list[Any] = []
+        self.pending: dict[int, list[Any]] = {}
+
+    def prepare(self, epoch: int, results: list[Any]) -> None:
+        rows = [r for res in results if res for r in res]
+        if self.exactly_once:
+            self.pending.setdefault(epoch, []).extend(rows)
+        else:
+            self.committed.extend(rows)
+
+    def commit(self, up_to_epoch: int) -> None:
+        for e in sorted(e for e in self.pending if e <= up_to_epoch):
+            self.committed.extend(self.pending.pop(e))
+
+    def abort(self, after_epoch: int) -> None:
+        for e in [e for e in self.pending if e > after_epoch]:
+            del self.pending[e]
+
+
+class FileSinkOperator(StreamOperator):
+    """Row-format file sink: each epoch's records go to a hidden in-progress file.
+
+    The driver's :class:`FileCommitter` renames it to ``part-<subtask>-<epoch>``
+    once a checkpoint covers the epoch (two-phase commit), so readers of the
+    directory never see uncommitted or replayed data.
+    """
+
+    def __init__(self, base_path: str, encoder: Any) -> None:
+        super().__init__()
+        self.base_path = base_path.rstrip("/")
+        self.encoder = encoder
+        self.lines: list[bytes] = []
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        enc = self.encoder.encode
+        self.lines.extend(enc(v) for v in batch)
+        return []
+
+    def sink_result(self) -> Any:
+        import fsspec
+
+        assert self.ctx is not None
+        if not self.lines:
+            return None
+        sub, epoch = self.ctx.subtask_index, self.ctx.epoch
+        final = f"{self.base_path}/part-{sub}-{epoch}"
+        tmp = f"{self.base_path}/.part-{sub}-{epoch}.{uuid.uuid4().hex}.inprogress"
+        fs, path = fsspec.core.url_to_fs(tmp)
+        fs.makedirs(fs._parent(path), exist_ok=True)
+        with fs.open(path, "wb") as f:
+            f.write(b"".join(self.lines))
+        self.lines = []
+        return [tmp, final]
+
+
+class FileCommitter(SinkCommitter):
+    def __init__(self) -> None:
+        self.pending: dict[int, list[list[str]]] = {}
+
+    def prepare(self, epoch: int, results: list[Any]) -> None:
+        self.pending.setdefault(epoch, []).extend(r for r in results if r)
+
+    @staticmethod
+    def _commit_one(tmp: str, final: str) -> None:
+        import fsspec
+
+        fs, tpath = fsspec.core.url_to_fs(tmp)
+        _, fpath = fsspec.core.url_to_fs(final)
+        if fs.exists(tpath):
+            fs.mv(tpath, fpath)  # idempotent: a second commit finds nothing to move
+
+    def commit(self, up_to_epoch: int) -> None:
+        for e in sorted(e for e in self.pending if e <= up_to_epoch):
+            for tmp, final in self.pending.pop(e):
+                self._commit_one(tmp, final)
+
+    def abort(self, after_epoch: int) -> None:
+        import fsspec
+
+        for e in [e for e in self.pending if e > after_epoch]:
+            for tmp, _ in self.pending.pop(e):
+                fs, p = fsspec.core.url_to_fs(tmp)
+                if fs.exists(p):
+                    fs.rm(p)
+
+    def snapshot(self, up_to_epoch: int) -> Any:
+        return [
+            pair for e, pairs in sorted(self.pending.items()) if e <= up_to_epoch for pair in pairs
+        ]
+
+    def restore(self, state: Any) -> None:
+        for tmp, final in state or []:
+            self._commit_one(tmp, final)

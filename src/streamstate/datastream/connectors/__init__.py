@@ -1,0 +1,14 @@
+"""Connectors, mirroring ``pyflink.datastream.connectors``."""
+
+from streamstate.datastream.connectors.collect import CollectSink, DiscardingSink
+from streamstate.datastream.connectors.file_system import FileSink, FileSource, StreamFormat
+from streamstate.datastream.connectors.number_seq import NumberSequenceSource
+
+__all__ = [
+    "CollectSink",
+    "DiscardingSink",
+    "FileSink",
+    "FileSource",
+    "NumberSequenceSource",
+    "StreamFormat",
+]

@@ -1,0 +1,278 @@
+"""DataStream API, mirroring ``pyflink.datastream.data_stream``.
+
+Each call records a :class:`~streamstate.runtime.graph.Transformation`; nothing
+runs until ``execute()``. Functions may be function objects (``MapFunction``,
+...) or plain callables wherever PyFlink accepts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from streamstate.runtime.errors import ConfigurationError
+from streamstate.runtime.graph import (
+    KeyingSpec,
+    Partitioning,
+    Transformation,
+    TransformationKind,
+)
+
+if TYPE_CHECKING:
+    from streamstate.datastream.stream_execution_environment import StreamExecutionEnvironment
+
+__all__ = ["DataStream", "DataStreamSink", "KeyedStream"]
+
+
+def _make(cls: type, fn: Any) -> Any:
+    return cls(fn)
+
+
+def _op(module: str, name: str) -> Any:
+    # imported on use: the operator modules import the public function ABCs (no cycle at import)
+    import importlib
+
+    return getattr(importlib.import_module(f"streamstate.runtime.operators.{module}"), name)
+
+
+class DataStream:
+    """A stream of records produced by one transformation."""
+
+    def __init__(self, env: StreamExecutionEnvironment, transformation: Transformation) -> None:
+        self._env = env
+        self._t = transformation
+
+    # -- naming and parallelism -------------------------------------------------
+    def get_name(self) -> str:
+        return self._t.name
+
+    def name(self, name: str) -> DataStream:
+        self._t.name = name
+        return self
+
+    def uid(self, uid: str) -> DataStream:
+        """A stable id of the operator: how checkpointed state finds it after the job changed."""
+        self._t.uid = uid
+        return self
+
+    def set_parallelism(self, parallelism: int) -> DataStream:
+        if parallelism < 1:
+            raise ConfigurationError(f"parallelism must be >= 1, got {parallelism}")
+        self._t.parallelism = parallelism
+        return self
+
+    def get_parallelism(self) -> int:
+        return self._t.parallelism or self._env.get_parallelism()
+
+    def set_max_parallelism(self, max_parallelism: int) -> DataStream:
+        self._t.max_parallelism = max_parallelism
+        return self
+
+    def get_execution_environment(self) -> StreamExecutionEnvironment:
+        return self._env
+
+    # -- transformations --------------------------------------------------------
+    def _one_input(self, name: str, factory: Callable[[], Any], keyed: bool = False) -> DataStream:
+        t = Transformation(
+            TransformationKind.ONE_INPUT, name, [self._t], payload=factory, keyed=keyed
+        )
+        return DataStream(self._env, t)
+
+    def map(self, func: Any, output_type: Any = None) -> DataStream:
+        return self._one_input("Map", partial(_make, _op("stateless", "MapOperator"), func))
+
+    def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
+        return self._one_input("FlatMap", partial(_make, _op("stateless", "FlatMapOperator"), func))
+
+    def filter(self, func: Any) -> DataStream:
+        return self._one_input("Filter", partial(_make, _op("stateless", "FilterOperator"), func))
+
+    def process(self, func: Any, output_type: Any = None) -> DataStream:
+        return self._one_input("Process", partial(_make, _op("stateless", "ProcessOperator"), func))
+
+    def key_by(self, key_selector: Any, key_type: Any = None) -> KeyedStream:
+        """Partition by key: every record goes to the subtask that owns its key group.
+
+        ``key_type`` (a ``Types.*`` type info) fixes the key serializer; without it
+        keys are serialized by a deterministic default serializer (str, int,
+        float, bool, bytes, None, tuples of these; pickle otherwise).
+        """
+        from streamstate.runtime.serializers.key import default_key_serializer
+        from streamstate.runtime.serializers.registry import serializer_for
+
+        ser = serializer_for(key_type) if key_type is not None else default_key_serializer()
+        t = Transformation(
+            TransformationKind.PARTITION,
+            "KeyBy",
+            [self._t],
+            payload=KeyingSpec(key_selector, ser),
+            partitioning=Partitioning.HASH,
+        )
+        return KeyedStream(self._env, t, self)
+
+    def rebalance(self) -> DataStream:
+        t = Transformation(
+            TransformationKind.PARTITION,
+            "Rebalance",
+            [self._t],
+            partitioning=Partitioning.REBALANCE,
+        )
+        return DataStream(self._env, t)
+
+    def shuffle(self) -> DataStream:
+        return self.rebalance()
+
+    def forward(self) -> DataStream:
+        t = Transformation(
+            TransformationKind.PARTITION, "Forward", [self._t], partitioning=Partitioning.FORWARD
+        )
+        return DataStream(self._env, t)
+
+    def union(self, *streams: DataStream) -> DataStream:
+        for s in streams:
+            if s._env is not self._env:
+                raise ConfigurationError("union() needs streams of the same environment")
+        t = Transformation(TransformationKind.UNION, "Union", [self._t, *[s._t for s in streams]])
+        return DataStream(self._env, t)
+
+    # -- sinks ------------------------------------------------------------------
+    def _sink(self, name: str, factory: Callable[[], Any], committer: Any = None) -> DataStreamSink:
+        t = Transformation(
+            TransformationKind.SINK, name, [self._t], payload=factory, committer_factory=committer
+        )
+        self._env._add_sink(t)
+        return DataStreamSink(t)
+
+    def print(self, sink_identifier: str | None = None) -> DataStreamSink:
+        from streamstate.connectors.sinks import PrintSinkOperator
+
+        return self._sink("Print", partial(PrintSinkOperator, sink_identifier))
+
+    def add_sink(self, sink_func: Any) -> DataStreamSink:
+        """A ``SinkFunction`` (or a streamstate sink object with ``_sink_parts()``)."""
+        parts = getattr(sink_func, "_sink_parts", None)
+        if parts is not None:
+            name, factory, committer = parts()
+            return self._sink(name, factory, committer)
+        from streamstate.connectors.sinks import SinkFunctionOperator
+
+        return self._sink("Sink", partial(_make, SinkFunctionOperator, sink_func))
+
+    def sink_to(self, sink: Any) -> DataStreamSink:
+        parts = getattr(sink, "_sink_parts", None)
+        if parts is None:
+            raise ConfigurationError(
+                f"sink_to() takes a sink such as FileSink or CollectSink, got {type(sink).__name__}; "
+                f"use add_sink() for a SinkFunction"
+            )
+        name, factory, committer = parts()
+        return self._sink(name, factory, committer)
+
+    def execute_and_collect(
+        self, job_execution_name: str | None = None, limit: int | None = None
+    ) -> Iterator[Any]:
+        """Run the job (bounded) and iterate over this stream's records.
+
+        With checkpointing in exactly-once mode the records are those of
+        committed epochs only, so failures and replays do not duplicate them.
+        """
+        from streamstate.datastream.connectors.collect import CollectSink
+
+        sink = CollectSink()
+        self.sink_to(sink)
+        self._env.execute(job_execution_name or "collect")
+        results = sink.get_results()
+        return iter(results if limit is None else results[:limit])
+
+
+class KeyedStream(DataStream):
+    """A stream partitioned by key; its operators may use keyed state."""
+
+    def __init__(
+        self, env: StreamExecutionEnvironment, transformation: Transformation, origin: DataStream
+    ) -> None:
+        super().__init__(env, transformation)
+        self._origin = origin
+
+    def _keyed(self, name: str, factory: Callable[[], Any]) -> DataStream:
+        return self._one_input(name, factory, keyed=True)
+
+    def process(self, func: Any, output_type: Any = None) -> DataStream:
+        return self._keyed(
+            "KeyedProcess", partial(_make, _op("keyed", "KeyedProcessOperator"), func)
+        )
+
+    def map(self, func: Any, output_type: Any = None) -> DataStream:
+        return self._keyed("Map", partial(_make, _op("keyed", "KeyedMapOperator"), func))
+
+    def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
+        return self._keyed("FlatMap", partial(_make, _op("keyed", "KeyedFlatMapOperator"), func))
+
+    def filter(self, func: Any) -> DataStream:
+        return self._keyed("Filter", partial(_make, _op("keyed", "KeyedFilterOperator"), func))
+
+    def reduce(self, func: Any) -> DataStream:
+        """Running reduction per key; emits the new reduced value for every record."""
+        return self._keyed(
+            "Keyed Reduce", partial(_make, _op("keyed", "StreamGroupedReduceOperator"), func)
+        )
+
+    def _agg(self, kind: str, position_to_agg: int | str) -> DataStream:
+        return self._keyed(
+            f"Keyed Aggregation ({kind})",
+            partial(
+                _make,
+                _op("keyed", "StreamGroupedReduceOperator"),
+                _op("keyed", "field_aggregator")(kind, position_to_agg),
+            ),
+        )
+
+    def sum(self, position_to_sum: int | str = 0) -> DataStream:
+        return self._agg("sum", position_to_sum)
+
+    def min(self, position_to_min: int | str = 0) -> DataStream:
+        return self._agg("min", position_to_min)
+
+    def max(self, position_to_max: int | str = 0) -> DataStream:
+        return self._agg("max", position_to_max)
+
+    def min_by(self, position_to_min_by: int | str = 0) -> DataStream:
+        return self._agg("min_by", position_to_min_by)
+
+    def max_by(self, position_to_max_by: int | str = 0) -> DataStream:
+        return self._agg("max_by", position_to_max_by)
+
+    def name(self, name: str) -> DataStream:
+        raise ConfigurationError(
+            "name() applies to operators; call it on the result of process()/map()"
+        )
+
+    def uid(self, uid: str) -> DataStream:
+        raise ConfigurationError(
+            "uid() applies to operators; call it on the result of process()/map()"
+        )
+
+    def set_parallelism(self, parallelism: int) -> DataStream:
+        raise ConfigurationError(
+            "set_parallelism() cannot be set on a KeyedStream; set it on the keyed operator"
+        )
+
+
+class DataStreamSink:
+    """The sink at the end of a stream (``print``, ``add_sink``, ``sink_to``)."""
+
+    def __init__(self, transformation: Transformation) -> None:
+        self._t = transformation
+
+    def name(self, name: str) -> DataStreamSink:
+        self._t.name = name
+        return self
+
+    def uid(self, uid: str) -> DataStreamSink:
+        self._t.uid = uid
+        return self
+
+    def set_parallelism(self, parallelism: int) -> DataStreamSink:
+        self._t.parallelism = parallelism
+        return self

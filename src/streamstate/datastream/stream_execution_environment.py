@@ -1,0 +1,269 @@
+"""``StreamExecutionEnvironment``, as ``pyflink.datastream.stream_execution_environment``.
+
+The environment collects the job graph and its settings; ``execute()`` hands
+them to the epoch executor, which runs the job on Spark (``local[*]`` unless a
+SparkSession or a master was given) or, with ``execution.runner: local``, in
+this process (used by unit tests; same runtime, no Spark).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from streamstate.common.configuration import Configuration
+from streamstate.common.job_execution_result import JobExecutionResult
+from streamstate.common.restart_strategy import RestartStrategyConfiguration
+from streamstate.datastream.checkpoint_config import CheckpointConfig
+from streamstate.datastream.checkpointing_mode import CheckpointingMode
+from streamstate.datastream.data_stream import DataStream
+from streamstate.datastream.execution_mode import RuntimeExecutionMode
+from streamstate.datastream.state_backend import HashMapStateBackend, StateBackend
+from streamstate.runtime.errors import ConfigurationError
+from streamstate.runtime.graph import Transformation, TransformationKind, build_plan
+
+__all__ = ["ExecutionConfig", "StreamExecutionEnvironment"]
+
+
+class ExecutionConfig:
+    """Global job parameters (``RuntimeContext.get_job_parameter``)."""
+
+    def __init__(self) -> None:
+        self._params: dict[str, str] = {}
+
+    def set_global_job_parameters(
+        self, global_job_parameters_dict: dict[str, str]
+    ) -> ExecutionConfig:
+        self._params = {str(k): str(v) for k, v in global_job_parameters_dict.items()}
+        return self
+
+    def get_global_job_parameters(self) -> dict[str, str]:
+        return dict(self._params)
+
+
+class StreamExecutionEnvironment:
+    """Entry point of a job: sources, settings, ``execute``."""
+
+    def __init__(self, configuration: Configuration | None = None, spark: Any = None) -> None:
+        self._configuration = Configuration(configuration) if configuration else Configuration()
+        self._spark = spark
+        self._parallelism: int | None = None
+        self._max_parallelism: int | None = None
+        self._checkpoint_config = CheckpointConfig()
+        self._state_backend: StateBackend = HashMapStateBackend()
+        self._restart_strategy: RestartStrategyConfiguration | None = None
+        self._runtime_mode = RuntimeExecutionMode.STREAMING
+        self._execution_config = ExecutionConfig()
+        self._sinks: list[Transformation] = []
+        self._recovery_path: str | None = None
+        self._apply_configuration(self._configuration)
+
+    @staticmethod
+    def get_execution_environment(
+        configuration: Configuration | None = None, spark: Any = None
+    ) -> StreamExecutionEnvironment:
+        """A new environment; ``spark`` is an existing SparkSession to run on (cluster jobs)."""
+        return StreamExecutionEnvironment(configuration, spark)
+
+    def _apply_configuration(self, conf: Configuration) -> None:
+        from streamstate.runtime import config_options as co
+
+        co.apply_configuration(conf, self._checkpoint_config)
+        backend = co.state_backend_from_configuration(conf)
+        if backend is not None:
+            self.set_state_backend(backend)
+        rs = co.restart_strategy_from_configuration(conf)
+        if rs is not None:
+            self._restart_strategy = rs
+        p = co.parallelism_from_configuration(conf)
+        if p is not None:
+            self.set_parallelism(p)
+        mp = co.max_parallelism_from_configuration(conf)
+        if mp is not None:
+            self.set_max_parallelism(mp)
+        rp = co.state_recovery_path_from_configuration(conf)
+        if rp is not None:
+            self._recovery_path = rp
+
+    # -- configuration ----------------------------------------------------------
+    def get_config(self) -> ExecutionConfig:
+        return self._execution_config
+
+    def configure(self, configuration: Configuration) -> StreamExecutionEnvironment:
+        """Apply more configuration keys (same keys as ``get_execution_environment``)."""
+        self._configuration.add_all(configuration)
+        self._apply_configuration(configuration)
+        return self
+
+    def get_configuration(self) -> Configuration:
+        return self._configuration
+
+    def set_parallelism(self, parallelism: int) -> StreamExecutionEnvironment:
+        if not isinstance(parallelism, int) or parallelism < 1:
+            raise ConfigurationError(f"parallelism must be a positive int, got {parallelism!r}")
+        self._parallelism = parallelism
+        return self
+
+    def get_parallelism(self) -> int:
+        if self._parallelism is not None:
+            return self._parallelism
+        return max(1, min(os.cpu_count() or 1, 8))
+
+    def set_max_parallelism(self, max_parallelism: int) -> StreamExecutionEnvironment:
+        from streamstate.runtime.keygroups import UPPER_BOUND_MAX_PARALLELISM
+
+        if not 1 <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+            raise ConfigurationError(
+                f"max parallelism must be in [1, {UPPER_BOUND_MAX_PARALLELISM}], got {max_parallelism}"
+            )
+        self._max_parallelism = max_parallelism
+        return self
+
+    def get_max_parallelism(self) -> int:
+        from streamstate.runtime.keygroups import compute_default_max_parallelism
+
+        return self._max_parallelism or compute_default_max_parallelism(self.get_parallelism())
+
+    def set_runtime_mode(self, execution_mode: RuntimeExecutionMode) -> StreamExecutionEnvironment:
+        self._runtime_mode = execution_mode
+        return self
+
+    def enable_checkpointing(
+        self, interval: Any, mode: CheckpointingMode | None = None
+    ) -> StreamExecutionEnvironment:
+        """Checkpoint every ``interval`` (ms, ``timedelta`` or ``Duration``), at the first
+        epoch boundary after it elapsed."""
+        self._checkpoint_config.set_checkpoint_interval(interval)
+        if mode is not None:
+            self._checkpoint_config.set_checkpointing_mode(mode)
+        return self
+
+    def get_checkpoint_config(self) -> CheckpointConfig:
+        return self._checkpoint_config
+
+    def get_checkpoint_interval(self) -> int:
+        return self._checkpoint_config.get_checkpoint_interval()
+
+    def get_checkpointing_mode(self) -> CheckpointingMode:
+        return self._checkpoint_config.get_checkpointing_mode()
+
+    def set_state_backend(self, state_backend: StateBackend) -> StreamExecutionEnvironment:
+        if not isinstance(state_backend, StateBackend):
+            raise ConfigurationError(
+                f"set_state_backend() takes a StateBackend (e.g. HashMapStateBackend()), "
+                f"got {type(state_backend).__name__}"
+            )
+        self._state_backend = state_backend
+        implied = state_backend.get_implied_checkpoint_storage()
+        if implied is not None:
+            self._checkpoint_config.set_checkpoint_storage(implied)
+        return self
+
+    def get_state_backend(self) -> StateBackend:
+        return self._state_backend
+
+    def set_restart_strategy(
+        self, restart_strategy_configuration: RestartStrategyConfiguration
+    ) -> StreamExecutionEnvironment:
+        self._restart_strategy = restart_strategy_configuration
+        return self
+
+    def get_restart_strategy(self) -> RestartStrategyConfiguration | None:
+        return self._restart_strategy
+
+    def set_restore_path(self, path: str | None) -> StreamExecutionEnvironment:
+        """Restore the job from this retained checkpoint or savepoint (``execution.state-recovery.path``)."""
+        self._recovery_path = path
+        return self
+
+    # -- sources ----------------------------------------------------------------
+    def _source(self, source: Any, name: str) -> DataStream:
+        t = Transformation(TransformationKind.SOURCE, name, payload=source)
+        return DataStream(self, t)
+
+    def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
+        """A bounded stream of ``collection``'s elements, in order (parallelism 1)."""
+        from streamstate.connectors.collection import CollectionSource
+
+        return self._source(CollectionSource(list(collection)), "Collection Source")
+
+    def from_sequence(self, start: int, end: int) -> DataStream:
+        """The numbers ``start`` to ``end`` inclusive, read in parallel."""
+        from streamstate.connectors.sequence import SequenceSource
+
+        return self._source(SequenceSource(start, end), "Sequence Source")
+
+    def from_source(
+        self,
+        source: Any,
+        watermark_strategy: Any = None,
+        source_name: str = "Source",
+        type_info: Any = None,
+    ) -> DataStream:
+        """A FLIP-27 style source (``NumberSequenceSource``, ``FileSource``, ...)."""
+        rt = getattr(source, "_runtime_source", None)
+        if rt is None:
+            raise ConfigurationError(
+                f"from_source() takes a source such as FileSource or NumberSequenceSource, "
+                f"got {type(source).__name__}"
+            )
+        return self._source(rt(), source_name)
+
+    def add_source(
+        self, source_func: Any, source_name: str = "Custom Source", type_info: Any = None
+    ) -> DataStream:
+        """A streamstate ``Source`` (a replayable source with checkpointed positions)."""
+        from streamstate.connectors.base import Source
+
+        rt = getattr(source_func, "_runtime_source", None)
+        src = rt() if rt is not None else source_func
+        if not isinstance(src, Source):
+            raise ConfigurationError(
+                f"add_source() takes a streamstate Source, got {type(source_func).__name__}; "
+                f"SourceFunction-style sources arrive with the operator-state issue"
+            )
+        return self._source(src, source_name)
+
+    # -- execution --------------------------------------------------------------
+    def _add_sink(self, t: Transformation) -> None:
+        self._sinks.append(t)
+
+    def get_execution_plan(self) -> str:
+        return build_plan(self._sinks, self.get_parallelism(), self._max_parallelism).describe()
+
+    def execute(self, job_name: str | None = None) -> JobExecutionResult:
+        """Run the job until its bounded sources are exhausted (or it is cancelled).
+
+        Raises :class:`~streamstate.runtime.errors.JobExecutionError` when the job
+        failed and the restart strategy allowed no further attempt; its cause
+        is the last failure.
+        """
+        from streamstate.runtime.executor import JobExecutor
+
+        sinks, self._sinks = self._sinks, []
+        plan = build_plan(sinks, self.get_parallelism(), self._max_parallelism)
+        executor = JobExecutor(
+            plan=plan,
+            job_name=job_name or "streamstate job",
+            configuration=self._configuration,
+            checkpoint_config=self._checkpoint_config,
+            state_backend=self._state_backend,
+            restart_strategy=self._restart_strategy,
+            job_parameters=self._execution_config.get_global_job_parameters(),
+            recovery_path=self._recovery_path,
+            runner=self._make_runner(),
+        )
+        return executor.run()
+
+    def _make_runner(self) -> Any:
+        kind = (self._configuration.get_string("execution.runner", "spark") or "spark").lower()
+        if kind == "local":
+            from streamstate.runtime.local_runner import LocalEpochRunner
+
+            return LocalEpochRunner()
+        if kind != "spark":
+            raise ConfigurationError(f"execution.runner must be 'spark' or 'local', got {kind!r}")
+        from streamstate.spark.runner import SparkEpochRunner
+
+        return SparkEpochRunner(self._spark, self._configuration)

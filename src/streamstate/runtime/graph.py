@@ -1,0 +1,289 @@
+"""The job graph: transformations recorded by the DataStream API, and the stages they run in.
+
+A :class:`Transformation` is what one DataStream API call adds. :func:`build_plan`
+chains transformations into :class:`Stage` s: operators connected by a forward
+edge with equal parallelism share a stage (Flink's operator chaining); a
+``key_by``, ``rebalance``, a union or a change of parallelism starts a new stage
+whose input is a shuffle. Stage ``i``'s subtask ``j`` is partition ``j`` of one
+Spark RDD per epoch. Nothing here imports pyspark.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from streamstate.runtime.errors import ConfigurationError
+from streamstate.runtime.keygroups import check_parallelism, compute_default_max_parallelism
+
+__all__ = [
+    "Edge",
+    "ExecutionPlan",
+    "OpNode",
+    "Partitioning",
+    "Stage",
+    "Transformation",
+    "TransformationKind",
+    "build_plan",
+]
+
+
+class TransformationKind(Enum):
+    SOURCE = "source"
+    ONE_INPUT = "one-input"
+    PARTITION = "partition"
+    UNION = "union"
+    SINK = "sink"
+
+
+class Partitioning(Enum):
+    FORWARD = "forward"
+    HASH = "hash"  # key_by: record goes to the subtask owning its key group
+    REBALANCE = "rebalance"  # round robin
+
+
+_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Transformation:
+    """One node of the logical graph (a DataStream API call)."""
+
+    kind: TransformationKind
+    name: str
+    inputs: list[Transformation] = field(default_factory=list)
+    #: SOURCE: a runtime Source; ONE_INPUT/SINK: a zero-argument operator factory;
+    #: PARTITION: a KeyingSpec (HASH) or None
+    payload: Any = None
+    partitioning: Partitioning | None = None
+    keyed: bool = False
+    parallelism: int | None = None
+    max_parallelism: int | None = None
+    uid: str | None = None
+    #: SINK: zero-arg factory of the driver-side SinkCommitter (None: no commit protocol)
+    committer_factory: Any = None
+    id: int = field(default_factory=lambda: next(_ids))
+
+    def default_uid(self, position: int) -> str:
+        # Position-based, like Flink's generated operator ids: stable for the same program.
+        slug = self.name.lower().replace(" ", "-")[:40]
+        return f"{position:03d}-{slug}"
+
+
+@dataclass(frozen=True)
+class KeyingSpec:
+    """How a ``key_by`` edge computes keys: the selector and the key serializer."""
+
+    key_selector: Any
+    key_serializer: Any
+
+
+@dataclass
+class Edge:
+    """A shuffle from a node of one stage into another stage."""
+
+    dest_stage: int
+    partitioning: Partitioning
+    keying: KeyingSpec | None = None
+
+
+@dataclass
+class OpNode:
+    tid: int
+    uid: str
+    name: str
+    factory: Any  # zero-arg callable -> StreamOperator (None for the source node)
+    keyed: bool
+    parallelism: int
+    children: list[int] = field(default_factory=list)
+    edges: list[Edge] = field(default_factory=list)
+    committer_factory: Any = None
+
+
+@dataclass
+class Stage:
+    id: int
+    parallelism: int
+    max_parallelism: int
+    nodes: dict[int, OpNode] = field(default_factory=dict)
+    #: nodes that consume the stage input (the source node for a source stage)
+    heads: list[int] = field(default_factory=list)
+    source: Any = None  # runtime Source for source stages
+    source_uid: str | None = None
+    input_partitioning: Partitioning | None = None
+    upstream: list[int] = field(default_factory=list)
+    #: serializer of the keys on a HASH input (the keyed backends' key serializer)
+    key_serializer: Any = None
+
+    @property
+    def is_source(self) -> bool:
+        return self.source is not None
+
+    @property
+    def downstream(self) -> list[int]:
+        return sorted({e.dest_stage for n in self.nodes.values() for e in n.edges})
+
+    @property
+    def keyed_uids(self) -> list[str]:
+        return [n.uid for n in self.nodes.values() if n.keyed]
+
+
+@dataclass
+class ExecutionPlan:
+    stages: list[Stage]
+
+    def stage(self, sid: int) -> Stage:
+        return self.stages[sid]
+
+    @property
+    def leaves(self) -> list[Stage]:
+        return [s for s in self.stages if not s.downstream]
+
+    @property
+    def sources(self) -> list[Stage]:
+        return [s for s in self.stages if s.is_source]
+
+    def operator_parallelism(self) -> dict[str, tuple[int, int]]:
+        """uid -> (parallelism, max parallelism) for every operator."""
+        return {
+            n.uid: (s.parallelism, s.max_parallelism) for s in self.stages for n in s.nodes.values()
+        }
+
+    def describe(self) -> str:
+        lines = []
+        for s in self.stages:
+            names = " -> ".join(n.name for n in s.nodes.values())
+            up = f" <- {s.input_partitioning.value} from {s.upstream}" if s.upstream else ""
+            lines.append(f"stage {s.id} (p={s.parallelism}){up}: {names}")
+        return "\n".join(lines)
+
+
+def _flatten_inputs(t: Transformation) -> list[tuple[Transformation, Partitioning, Any]]:
+    """Resolve unions and partitionings between ``t`` and the operators it reads."""
+    out: list[tuple[Transformation, Partitioning, Any]] = []
+
+    def walk(x: Transformation, part: Partitioning, keying: Any) -> None:
+        if x.kind is TransformationKind.UNION:
+            for i in x.inputs:
+                walk(i, part, keying)
+        elif x.kind is TransformationKind.PARTITION:
+            assert x.partitioning is not None
+            walk(x.inputs[0], x.partitioning, x.payload)
+        else:
+            out.append((x, part, keying))
+
+    for i in t.inputs:
+        walk(i, Partitioning.FORWARD, None)
+    return out
+
+
+def _reachable(sinks: list[Transformation]) -> list[Transformation]:
+    seen: dict[int, Transformation] = {}
+
+    def visit(t: Transformation) -> None:
+        if t.id in seen:
+            return
+        for i in t.inputs:
+            visit(i)
+        seen[t.id] = t
+
+    for s in sinks:
+        visit(s)
+    return sorted(seen.values(), key=lambda t: t.id)
+
+
+def build_plan(
+    sinks: list[Transformation], default_parallelism: int, max_parallelism: int | None
+) -> ExecutionPlan:
+    """Chain the graph that ends in ``sinks`` into stages.
+
+    Operators not leading to a sink are not executed (as in Flink). Raises
+    :class:`ConfigurationError` for a graph without sinks or a parallelism that
+    exceeds the max parallelism.
+    """
+    if not sinks:
+        raise ConfigurationError(
+            "the job has no sinks: add print(), add_sink(), sink_to() or use execute_and_collect()"
+        )
+    order = _reachable(sinks)
+    stages: list[Stage] = []
+    stage_of: dict[int, int] = {}
+    nodes: dict[int, OpNode] = {}
+    position = 0
+    uids: set[str] = set()
+
+    def new_uid(t: Transformation) -> str:
+        nonlocal position
+        position += 1
+        uid = t.uid or t.default_uid(position)
+        if uid in uids:
+            raise ConfigurationError(f"operator uid {uid!r} is used twice: uids must be unique")
+        uids.add(uid)
+        return uid
+
+    for t in order:
+        if t.kind in (TransformationKind.UNION, TransformationKind.PARTITION):
+            continue
+        p = t.parallelism or default_parallelism
+        if t.kind is TransformationKind.SOURCE:
+            p = t.parallelism or getattr(t.payload, "default_parallelism", None) or p
+        mp = t.max_parallelism or max_parallelism or compute_default_max_parallelism(p)
+        check_parallelism(p, mp)
+        uid = new_uid(t)
+        factory = None if t.kind is TransformationKind.SOURCE else t.payload
+        node = OpNode(t.id, uid, t.name, factory, t.keyed, p, committer_factory=t.committer_factory)
+        nodes[t.id] = node
+        if t.kind is TransformationKind.SOURCE:
+            st = Stage(len(stages), p, mp, source=t.payload, source_uid=uid)
+            st.nodes[t.id] = node
+            st.heads.append(t.id)
+            stages.append(st)
+            stage_of[t.id] = st.id
+            continue
+        ins = _flatten_inputs(t)
+        if not ins:
+            raise ConfigurationError(f"operator {t.name!r} has no input")
+        if t.keyed and any(part is not Partitioning.HASH for _, part, _ in ins):
+            raise ConfigurationError(
+                f"operator {t.name!r} uses keyed state but its input is not keyed: "
+                f"apply it to a stream returned by key_by()"
+            )
+        chainable = (
+            len(ins) == 1
+            and ins[0][1] is Partitioning.FORWARD
+            and stages[stage_of[ins[0][0].id]].parallelism == p
+            and not t.keyed
+        )
+        if chainable:
+            up = ins[0][0]
+            st = stages[stage_of[up.id]]
+            st.nodes[t.id] = node
+            nodes[up.id].children.append(t.id)
+            stage_of[t.id] = st.id
+            continue
+        part = ins[0][1]
+        if any(pt is not part for _, pt, _ in ins):
+            raise ConfigurationError(
+                f"operator {t.name!r} reads inputs with different partitionings; "
+                f"apply the same key_by/rebalance to every input"
+            )
+        st = Stage(len(stages), p, mp)
+        st.input_partitioning = Partitioning.REBALANCE if part is Partitioning.FORWARD else part
+        st.nodes[t.id] = node
+        st.heads.append(t.id)
+        stages.append(st)
+        stage_of[t.id] = st.id
+        for up, pt, keying in ins:
+            if keying is not None:
+                st.key_serializer = keying.key_serializer
+            up_stage = stages[stage_of[up.id]]
+            eff = pt
+            if pt is Partitioning.FORWARD:
+                # forward needs equal parallelism; otherwise Flink rebalances
+                eff = Partitioning.FORWARD if up_stage.parallelism == p else Partitioning.REBALANCE
+            nodes[up.id].edges.append(Edge(st.id, eff, keying))
+            if up_stage.id not in st.upstream:
+                st.upstream.append(up_stage.id)
+    return ExecutionPlan(stages)

@@ -1,0 +1,154 @@
+"""The operator contract the subtask runner drives, and the runtime context it hands out.
+
+Operators work on *batches*: ``process_batch`` takes the list of records a
+subtask received for one input in one epoch (or a chunk of it) and returns the
+list of outputs, in order. Batching keeps the per-record cost to the user
+function call itself. Keyed operators receive ``(key_group, key, value)``
+triples (the key group was computed once, by the shuffle) and set the current
+key before each call. Operators never mutate their input list (it may be fed
+to several chained operators).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamstate.datastream.functions import RuntimeContext
+from streamstate.runtime.errors import StateAccessError
+
+__all__ = ["OperatorContext", "StreamOperator", "as_callable"]
+
+_KEYED_ONLY = (
+    "Keyed state can only be used on a 'keyed stream', i.e., after a 'key_by()' operation "
+    "(operator {op!r} tried to get state {name!r})"
+)
+
+
+class OperatorContext(RuntimeContext):
+    """The :class:`RuntimeContext` of one operator in one subtask.
+
+    ``keyed_backend`` is None for non-keyed operators; asking those for keyed
+    state raises :class:`StateAccessError`. ``epoch`` is the epoch being run
+    (an internal extra used by test helpers and metrics).
+    """
+
+    def __init__(
+        self,
+        task_name: str,
+        subtask_index: int,
+        parallelism: int,
+        max_parallelism: int,
+        attempt: int,
+        job_parameters: dict[str, str],
+        keyed_backend: Any = None,
+    ) -> None:
+        self.task_name = task_name
+        self.subtask_index = subtask_index
+        self.parallelism = parallelism
+        self.max_parallelism = max_parallelism
+        self.attempt = attempt
+        self.job_parameters = job_parameters
+        self.keyed_backend = keyed_backend
+        self.epoch = 0
+
+    def get_task_name(self) -> str:
+        return self.task_name
+
+    def get_number_of_parallel_subtasks(self) -> int:
+        return self.parallelism
+
+    def get_max_number_of_parallel_subtasks(self) -> int:
+        return self.max_parallelism
+
+    def get_index_of_this_subtask(self) -> int:
+        return self.subtask_index
+
+    def get_attempt_number(self) -> int:
+        return self.attempt
+
+    def get_task_name_with_subtasks(self) -> str:
+        return f"{self.task_name} ({self.subtask_index + 1}/{self.parallelism})"
+
+    def get_job_parameter(self, key: str, default_value: str | None = None) -> str | None:
+        return self.job_parameters.get(key, default_value)
+
+    def _state(self, descriptor: Any) -> Any:
+        if self.keyed_backend is None:
+            raise StateAccessError(_KEYED_ONLY.format(op=self.task_name, name=descriptor.name))
+        return self.keyed_backend.get_partitioned_state(descriptor)
+
+    def _checked(self, descriptor: Any, kind: str) -> Any:
+        actual = type(descriptor).__name__
+        if actual != kind:
+            raise StateAccessError(
+                f"{kind} expected for this call but got a {actual} for state "
+                f"{getattr(descriptor, 'name', descriptor)!r}"
+            )
+        return self._state(descriptor)
+
+    def get_state(self, state_descriptor: Any) -> Any:
+        return self._checked(state_descriptor, "ValueStateDescriptor")
+
+    def get_list_state(self, state_descriptor: Any) -> Any:
+        return self._checked(state_descriptor, "ListStateDescriptor")
+
+    def get_map_state(self, state_descriptor: Any) -> Any:
+        return self._checked(state_descriptor, "MapStateDescriptor")
+
+    def get_reducing_state(self, state_descriptor: Any) -> Any:
+        return self._checked(state_descriptor, "ReducingStateDescriptor")
+
+    def get_aggregating_state(self, state_descriptor: Any) -> Any:
+        return self._checked(state_descriptor, "AggregatingStateDescriptor")
+
+
+class StreamOperator:
+    """Base operator: lifecycle hooks around ``process_batch``.
+
+    ``sink_result()`` is what a sink hands to its driver-side committer at the
+    end of every epoch (None for non-sinks).
+    """
+
+    keyed = False
+
+    def __init__(self) -> None:
+        self.ctx: OperatorContext | None = None
+        self.records_in = 0
+        self.records_out = 0
+
+    def setup(self, ctx: OperatorContext) -> None:
+        self.ctx = ctx
+
+    def open(self) -> None:
+        pass
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        raise NotImplementedError
+
+    def sink_result(self) -> Any:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def as_callable(fn: Any, method: str) -> Any:
+    """The bound ``method`` of a function object, or ``fn`` itself if it is a plain callable."""
+    m = getattr(fn, method, None)
+    if m is not None and callable(m):
+        return m
+    if callable(fn):
+        return fn
+    raise TypeError(f"expected a callable or an object with a {method}() method, got {fn!r}")
+
+
+def open_function(fn: Any, ctx: OperatorContext) -> None:
+    op = getattr(fn, "open", None)
+    if op is not None and callable(op) and not isinstance(fn, type):
+        op(ctx)
+
+
+def close_function(fn: Any) -> None:
+    cl = getattr(fn, "close", None)
+    if cl is not None and callable(cl) and not isinstance(fn, type):
+        cl()

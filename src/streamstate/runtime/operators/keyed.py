@@ -1,0 +1,222 @@
+"""Operators of keyed streams: the current key is set before every user call.
+
+Input batches are ``(key_group, key, value)`` triples produced by the hash
+shuffle; outputs are plain values (a keyed operator's output is not keyed, as
+in Flink).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from streamstate.datastream.functions import KeyedProcessFunction
+from streamstate.runtime.errors import StateAccessError
+from streamstate.runtime.operators.base import (
+    StreamOperator,
+    as_callable,
+    close_function,
+    open_function,
+)
+
+__all__ = [
+    "KeyedFilterOperator",
+    "KeyedFlatMapOperator",
+    "KeyedMapOperator",
+    "KeyedProcessOperator",
+    "StreamGroupedReduceOperator",
+    "field_aggregator",
+]
+
+
+class _KeyedContext(KeyedProcessFunction.Context):
+    __slots__ = ("backend",)
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def timestamp(self) -> int | None:
+        return None
+
+    def get_current_key(self) -> Any:
+        return self.backend.get_current_key()
+
+    def timer_service(self) -> Any:
+        raise StateAccessError(
+            "timers are not available yet: event time, watermarks and timers arrive with the "
+            "event-time issue; use keyed state without timers for now"
+        )
+
+
+class _KeyedFunctionOperator(StreamOperator):
+    keyed = True
+    method = ""
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+        self.call = as_callable(fn, self.method)
+
+    @property
+    def backend(self) -> Any:
+        assert self.ctx is not None and self.ctx.keyed_backend is not None
+        return self.ctx.keyed_backend
+
+    def open(self) -> None:
+        assert self.ctx is not None
+        open_function(self.fn, self.ctx)
+
+    def close(self) -> None:
+        close_function(self.fn)
+
+
+class KeyedProcessOperator(_KeyedFunctionOperator):
+    method = "process_element"
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        set_key = self.backend.set_current_key
+        f = self.call
+        ctx = _KeyedContext(self.backend)
+        out: list[Any] = []
+        extend = out.extend
+        for kg, key, value in batch:
+            set_key(key, kg)
+            r = f(value, ctx)
+            if r is not None:
+                extend(r)
+        return out
+
+
+class KeyedMapOperator(_KeyedFunctionOperator):
+    method = "map"
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        set_key = self.backend.set_current_key
+        f = self.call
+        out: list[Any] = []
+        append = out.append
+        for kg, key, value in batch:
+            set_key(key, kg)
+            append(f(value))
+        return out
+
+
+class KeyedFlatMapOperator(_KeyedFunctionOperator):
+    method = "flat_map"
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        set_key = self.backend.set_current_key
+        f = self.call
+        out: list[Any] = []
+        extend = out.extend
+        for kg, key, value in batch:
+            set_key(key, kg)
+            r = f(value)
+            if r is not None:
+                extend(r)
+        return out
+
+
+class KeyedFilterOperator(_KeyedFunctionOperator):
+    method = "filter"
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        set_key = self.backend.set_current_key
+        f = self.call
+        out: list[Any] = []
+        append = out.append
+        for kg, key, value in batch:
+            set_key(key, kg)
+            if f(value):
+                append(value)
+        return out
+
+
+class StreamGroupedReduceOperator(_KeyedFunctionOperator):
+    """``KeyedStream.reduce`` (and sum/min/max): emits the running reduction per record.
+
+    The running value lives in a ValueState named ``_op_state`` (Flink's name),
+    so it is checkpointed, restored and rescaled like user state.
+    """
+
+    method = "reduce"
+
+    def open(self) -> None:
+        super().open()
+        from streamstate.datastream.state import ValueStateDescriptor
+
+        assert self.ctx is not None
+        self.state = self.ctx.get_state(ValueStateDescriptor("_op_state"))
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        set_key = self.backend.set_current_key
+        f = self.call
+        state = self.state
+        value_of, update = state.value, state.update
+        out: list[Any] = []
+        append = out.append
+        for kg, key, value in batch:
+            set_key(key, kg)
+            cur = value_of()
+            new = value if cur is None else f(cur, value)
+            update(new)
+            append(new)
+        return out
+
+
+def _getter_setter(field: int | str) -> tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]:
+    def get(v: Any) -> Any:
+        if isinstance(field, str):
+            if isinstance(v, dict):
+                return v[field]
+            return getattr(v, field) if not hasattr(v, "as_dict") else v.as_dict()[field]
+        if isinstance(v, (tuple, list)) or hasattr(v, "as_dict"):
+            return v[field]
+        if field == 0:
+            return v  # a stream of plain numbers: position 0 is the value itself
+        raise TypeError(f"cannot read field {field} of {type(v).__name__} value {v!r}")
+
+    def put(v: Any, x: Any) -> Any:
+        if isinstance(field, str):
+            if isinstance(v, dict):
+                return {**v, field: x}
+            if hasattr(v, "as_dict"):
+                d = v.as_dict()
+                d[field] = x
+                return type(v)(**d)
+            raise TypeError(f"cannot set field {field!r} of {type(v).__name__}")
+        if isinstance(v, tuple) and not hasattr(v, "as_dict"):
+            return v[:field] + (x,) + v[field + 1 :]
+        if isinstance(v, list):
+            return v[:field] + [x] + v[field + 1 :]
+        if hasattr(v, "as_dict"):
+            vals = list(v)
+            vals[field] = x
+            names = getattr(v, "_fields", None)
+            return type(v)(**dict(zip(names, vals, strict=True))) if names else type(v)(*vals)
+        if field == 0:
+            return x
+        raise TypeError(f"cannot set field {field} of {type(v).__name__}")
+
+    return get, put
+
+
+def field_aggregator(kind: str, field: int | str) -> Callable[[Any, Any], Any]:
+    """A reduce function for ``sum``/``min``/``max``/``min_by``/``max_by`` on ``field``.
+
+    As in Flink: ``sum``/``min``/``max`` change only the aggregated field and keep
+    the other fields of the first record; ``min_by``/``max_by`` return the whole
+    record holding the extreme value (the earlier one on ties).
+    """
+    get, put = _getter_setter(field)
+    if kind == "sum":
+        return lambda a, b: put(a, get(a) + get(b))
+    if kind == "min":
+        return lambda a, b: a if get(a) <= get(b) else put(a, get(b))
+    if kind == "max":
+        return lambda a, b: a if get(a) >= get(b) else put(a, get(b))
+    if kind == "min_by":
+        return lambda a, b: a if get(a) <= get(b) else b
+    if kind == "max_by":
+        return lambda a, b: a if get(a) >= get(b) else b
+    raise ValueError(f"unknown aggregation {kind!r}")

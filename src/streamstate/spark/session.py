@@ -1,0 +1,37 @@
+"""The SparkSession a job runs on: the one given, the active one, or a new ``local[*]``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+__all__ = ["get_or_create_spark"]
+
+
+def get_or_create_spark(configuration: Any = None, app_name: str = "streamstate") -> Any:
+    """An existing session wins (``spark-submit`` / notebooks); otherwise build one.
+
+    ``spark.master`` and any other ``spark.*`` keys of the job configuration are
+    passed to the builder; the default master is ``local[*]``. Python workers are
+    reused across tasks (``spark.python.worker.reuse``), which is what lets a
+    subtask find its state in memory in the next epoch.
+    """
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    conf = configuration.to_dict() if configuration is not None else {}
+    if "spark.master" not in conf and not os.environ.get("SPARK_SUBMIT_ORIGIN"):
+        builder = builder.master(os.environ.get("STREAMSTATE_SPARK_MASTER", "local[*]"))
+    builder = builder.config("spark.python.worker.reuse", "true").config(
+        "spark.ui.showConsoleProgress", "false"
+    )
+    for k, v in conf.items():
+        if k.startswith("spark."):
+            builder = builder.config(k, v)
+    return builder.getOrCreate()
