@@ -135,6 +135,8 @@ class JobExecutor:
             "checkpoints_failed": 0,
         }
         self.restored_from: str | None = None
+        #: "stage/subtask" -> worker processes ("host:pid") that ran it
+        self.workers: dict[str, set[str]] = {}
 
     # -- setup ------------------------------------------------------------------
     def _specs(self) -> dict[int, bytes]:
@@ -298,6 +300,7 @@ class JobExecutor:
         acc = dict(self.stats)
         acc.update({f"records-in.{k}": v for k, v in self.counts.items()})
         acc["job-id"] = self.job_id
+        acc["subtask-workers"] = {k: sorted(v) for k, v in self.workers.items()}
         latest = self.coordinator.latest_completed
         acc["latest-checkpoint"] = (
             self.storage.checkpoint_location(latest.checkpoint_id) if latest is not None else None
@@ -398,6 +401,7 @@ class JobExecutor:
             for a in sacks:
                 i = a["subtask"]
                 self.stats["cache_hits" if a["cache_hit"] else "cache_misses"] += 1
+                self.workers.setdefault(f"{st.id}/{i}", set()).add(a.get("worker", "?"))
                 for uid, n in a["counts"].items():
                     self.counts[uid] = self.counts.get(uid, 0) + n
                 for uid, (kind, h) in a["versions"].items():

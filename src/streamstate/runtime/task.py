@@ -19,7 +19,9 @@ second run restores version ``n-1`` again and writes the same version ``n``.
 
 from __future__ import annotations
 
+import os
 import pickle
+import socket
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -114,6 +116,7 @@ class _SubtaskInstance:
 _SPECS: dict[tuple[str, int], StageTaskSpec] = {}
 _INSTANCES: dict[tuple[str, int, int], _SubtaskInstance] = {}
 CACHE_STATS = {"hits": 0, "misses": 0}
+_WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _spec(spec_blob: Any) -> StageTaskSpec:
@@ -335,6 +338,7 @@ def run_stage_partition(
             "sinks": sinks,
             "counts": counts,
             "cache_hit": cache_hit,
+            "worker": _WORKER_ID,
             "timings": {
                 "restore": t_restore,
                 "process": t_process,
