@@ -164,18 +164,23 @@ def _flatten_inputs(t: Transformation) -> list[tuple[Transformation, Partitionin
     """Resolve unions and partitionings between ``t`` and the operators it reads."""
     out: list[tuple[Transformation, Partitioning, Any]] = []
 
-    def walk(x: Transformation, part: Partitioning, keying: Any) -> None:
+    def walk(x: Transformation, part: Partitioning, keying: Any, resolved: bool) -> None:
+        # The partitioning nearest to ``t`` wins (as in Flink: key_by().rebalance()
+        # rebalances); partitionings further upstream are overridden by it.
         if x.kind is TransformationKind.UNION:
             for i in x.inputs:
-                walk(i, part, keying)
+                walk(i, part, keying, resolved)
         elif x.kind is TransformationKind.PARTITION:
             assert x.partitioning is not None
-            walk(x.inputs[0], x.partitioning, x.payload)
+            if resolved:
+                walk(x.inputs[0], part, keying, True)
+            else:
+                walk(x.inputs[0], x.partitioning, x.payload, True)
         else:
             out.append((x, part, keying))
 
     for i in t.inputs:
-        walk(i, Partitioning.FORWARD, None)
+        walk(i, Partitioning.FORWARD, None, False)
     return out
 
 
