@@ -98,12 +98,17 @@ class CollectCommitter(SinkCommitter):
     With ``exactly_once`` False (at-least-once mode) records are visible as
     soon as their epoch completed, so a replay after a failure adds duplicates.
     Records keep the order (epoch, subtask, arrival).
+
+    An epoch is published at most once: when recovery falls back to a checkpoint
+    older than the last committed one (the newest was corrupt), the replayed
+    epochs reproduce records that are already visible and are not added again.
     """
 
     def __init__(self, exactly_once: bool) -> None:
         self.exactly_once = exactly_once
         self.committed: list[Any] = []
         self.pending: dict[int, list[Any]] = {}
+        self.committed_up_to = 0
 
     def prepare(self, epoch: int, results: list[Any]) -> None:
         rows = [r for res in results if res for r in res]
@@ -114,7 +119,10 @@ class CollectCommitter(SinkCommitter):
 
     def commit(self, up_to_epoch: int) -> None:
         for e in sorted(e for e in self.pending if e <= up_to_epoch):
-            self.committed.extend(self.pending.pop(e))
+            rows = self.pending.pop(e)
+            if e > self.committed_up_to:
+                self.committed.extend(rows)
+        self.committed_up_to = max(self.committed_up_to, up_to_epoch)
 
     def abort(self, after_epoch: int) -> None:
         for e in [e for e in self.pending if e > after_epoch]:
