@@ -1,0 +1,378 @@
+"""The ``streamstate`` command line.
+
+::
+
+    streamstate run [--from-checkpoint PATH] [--master URL] [--parallelism N]
+                    [-D key=value ...] JOB.py [job args ...]
+    streamstate checkpoints DIR [--job JOB_ID] [--no-verify] [--all] [--json]
+    streamstate describe PATH [--json]
+    streamstate state PATH --operator UID --state NAME
+                      [--kind value|list|map|reducing|aggregating] [--limit N] [--json]
+
+``run`` executes a job script as ``python JOB.py args...`` would (``__name__ ==
+"__main__"``, ``sys.argv = [JOB.py, *args]``), with configuration defaults that every
+``StreamExecutionEnvironment`` created inside picks up: they travel in the environment
+variable ``STREAMSTATE_CONF`` (a JSON object of configuration keys), which the environment
+constructor merges *before* the job's own configuration (so explicit settings in the job
+win, as with Flink's ``flink run -p/-D``). Options must come before ``JOB.py``; everything
+after it is passed to the job.
+
+Exit codes: 0 ok; 2 usage error or a streamstate error (one line on stderr, no traceback);
+1 any other error raised by a job (with its traceback); a job's own ``sys.exit(n)`` is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
+
+from streamstate.runtime.errors import ConfigurationError, StreamStateError
+
+__all__ = ["CONF_ENV_VAR", "build_parser", "main"]
+
+#: environment variable read by ``StreamExecutionEnvironment`` (JSON object of config keys)
+CONF_ENV_VAR = "STREAMSTATE_CONF"
+
+_KINDS = ("value", "list", "map", "reducing", "aggregating")
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # no SystemExit from deep inside main()
+        raise _UsageError(f"{self.prog}: {message}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="streamstate",
+        description="Run streamstate jobs and inspect their checkpoints and savepoints.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    r = sub.add_parser(
+        "run",
+        help="run a job script with configuration defaults",
+        description="Run JOB.py as `python JOB.py ARGS`; every StreamExecutionEnvironment it "
+        "creates starts from the given configuration (the job's own settings win). Options go "
+        "before JOB.py; everything after JOB.py is passed to the job.",
+    )
+    r.add_argument(
+        "--from-checkpoint",
+        "-s",
+        metavar="PATH",
+        help="restore from this retained checkpoint (chk-<n>) or savepoint "
+        "(execution.state-recovery.path)",
+    )
+    r.add_argument("--master", "-m", metavar="URL", help="Spark master (spark.master)")
+    r.add_argument(
+        "--parallelism",
+        "-p",
+        type=int,
+        metavar="N",
+        help="default parallelism (parallelism.default)",
+    )
+    r.add_argument(
+        "-D",
+        dest="defines",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any configuration key, e.g. -D execution.runner=local (repeatable)",
+    )
+    r.add_argument("job", metavar="JOB.py", help="the job script")
+    r.add_argument("job_args", nargs=argparse.REMAINDER, metavar="ARGS", help="job arguments")
+
+    c = sub.add_parser(
+        "checkpoints",
+        help="list the checkpoints under a checkpoint directory",
+        description="List checkpoints under DIR (<DIR>/<job-id>/chk-<n>/_metadata) with their "
+        "status: valid, or corrupt (unreadable metadata or damaged state files).",
+    )
+    c.add_argument("directory", metavar="DIR", help="checkpoint directory (path or fsspec URL)")
+    c.add_argument("--job", metavar="JOB_ID", help="only this job's checkpoints")
+    c.add_argument(
+        "--no-verify", action="store_true", help="do not read and CRC-check the state files"
+    )
+    c.add_argument("--all", action="store_true", help="also list incomplete chk-<n> directories")
+    c.add_argument("--json", action="store_true", help="print JSON")
+
+    d = sub.add_parser(
+        "describe",
+        help="describe a checkpoint or savepoint",
+        description="Show a checkpoint's job, time, operators and source positions.",
+    )
+    d.add_argument("path", metavar="PATH", help="chk-<n> / savepoint directory or _metadata")
+    d.add_argument("--json", action="store_true", help="print JSON")
+
+    s = sub.add_parser(
+        "state",
+        help="print the keyed state of one operator",
+        description="Print `key -> value` for keyed state NAME of operator UID. Reducing and "
+        "aggregating state show the stored value / accumulator.",
+    )
+    s.add_argument("path", metavar="PATH", help="chk-<n> / savepoint directory or _metadata")
+    s.add_argument("--operator", "-o", required=True, metavar="UID", help="operator uid")
+    s.add_argument("--state", "-n", required=True, metavar="NAME", help="state name")
+    s.add_argument(
+        "--kind", choices=_KINDS, help="state kind (default: as recorded in the checkpoint)"
+    )
+    s.add_argument("--limit", type=int, metavar="N", help="print at most N keys")
+    s.add_argument("--json", action="store_true", help="print JSON lines [key, value]")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# run
+
+
+def _parse_define(raw: str) -> tuple[str, str]:
+    key, sep, value = raw.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigurationError(f"-D takes KEY=VALUE, got {raw!r}")
+    return key, value.strip()
+
+
+def _run_conf(args: argparse.Namespace) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    outer = os.environ.get(CONF_ENV_VAR)
+    if outer:
+        try:
+            values = json.loads(outer)
+        except json.JSONDecodeError as e:
+            raise ConfigurationError(f"{CONF_ENV_VAR} is not a JSON object: {e}") from e
+        if not isinstance(values, dict):
+            raise ConfigurationError(f"{CONF_ENV_VAR} is not a JSON object: {outer!r}")
+        conf.update({str(k): str(v) for k, v in values.items()})
+    for raw in args.defines:
+        k, v = _parse_define(raw)
+        conf[k] = v
+    if args.from_checkpoint:
+        conf["execution.state-recovery.path"] = args.from_checkpoint
+    if args.master:
+        conf["spark.master"] = args.master
+    if args.parallelism is not None:
+        if args.parallelism < 1:
+            raise ConfigurationError(f"--parallelism must be >= 1, got {args.parallelism}")
+        conf["parallelism.default"] = str(args.parallelism)
+    return conf
+
+
+@contextlib.contextmanager
+def _job_process_state(script: str, argv: list[str], conf: dict[str, str]) -> Iterator[None]:
+    """sys.argv, sys.path[0] and STREAMSTATE_CONF as for `python script`, restored after."""
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    saved_env = os.environ.get(CONF_ENV_VAR)
+    sys.argv = [script, *argv]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    os.environ[CONF_ENV_VAR] = json.dumps(conf, sort_keys=True)
+    try:
+        yield
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+        if saved_env is None:
+            os.environ.pop(CONF_ENV_VAR, None)
+        else:
+            os.environ[CONF_ENV_VAR] = saved_env
+
+
+def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    import runpy
+
+    script = args.job
+    if not os.path.isfile(script):
+        raise ConfigurationError(f"job script {script!r} does not exist")
+    conf = _run_conf(args)
+    job_args = list(args.job_args)
+    if job_args[:1] == ["--"]:
+        job_args = job_args[1:]
+    with _job_process_state(script, job_args, conf):
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as e:
+            code = e.code
+            if code is None:
+                return 0
+            if isinstance(code, int):
+                return code
+            print(code, file=sys.stderr)
+            return 1
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# inspection commands
+
+
+def _fmt_ts(ts_ms: int | None) -> str:
+    if ts_ms is None:
+        return "-"
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ts_ms / 1000.0, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _cmd_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
+    from streamstate.runtime.state_reader import list_checkpoints
+
+    infos = list_checkpoints(
+        args.directory, args.job, verify=not args.no_verify, include_incomplete=args.all
+    )
+    if args.json:
+        json.dump([i.to_dict() for i in infos], out, indent=2)
+        out.write("\n")
+        return 0
+    if not infos:
+        which = f" of job {args.job}" if args.job else ""
+        print(f"no checkpoints{which} under {args.directory}", file=out)
+        return 0
+    rows = [
+        (
+            i.job_id,
+            ("savepoint" if i.is_savepoint else str(i.checkpoint_id)),
+            _fmt_ts(i.timestamp_ms),
+            i.status,
+            i.path + (f"  ({i.error})" if i.error else ""),
+        )
+        for i in infos
+    ]
+    header = ("JOB", "CHECKPOINT", "TIMESTAMP (UTC)", "STATUS", "PATH")
+    widths = [max(len(r[k]) for r in [header, *rows]) for k in range(4)]
+    for r in [header, *rows]:
+        cells = [r[k].ljust(widths[k]) for k in range(4)]
+        print("  ".join([*cells, r[4]]), file=out)
+    return 0
+
+
+def _cmd_describe(args: argparse.Namespace, out: TextIO) -> int:
+    from streamstate.runtime.state_reader import describe_checkpoint
+
+    info = describe_checkpoint(args.path)
+    if args.json:
+        json.dump(info, out, indent=2, sort_keys=True, default=repr)
+        out.write("\n")
+        return 0
+    kind = "Savepoint" if info["is_savepoint"] else "Checkpoint"
+    w = out.write
+    w(f"{kind} {info['checkpoint_id']}\n")
+    w(f"  path:       {info['path']}\n")
+    w(f"  job id:     {info['job_id']}\n")
+    if info.get("job_name"):
+        w(f"  job name:   {info['job_name']}\n")
+    w(f"  timestamp:  {info['timestamp']} ({info['timestamp_ms']} ms)\n")
+    if info.get("epoch") is not None:
+        w(f"  epoch:      {info['epoch']}\n")
+    w(f"Operators ({len(info['operators'])}):\n")
+    for uid, op in info["operators"].items():
+        w(
+            f"  {uid}: parallelism {op['parallelism']}, max parallelism "
+            f"{op['max_parallelism']}, {op['key_groups_with_state']} key groups with state, "
+            f"{op['state_bytes']} bytes\n"
+        )
+        if op["keyed_states"]:
+            states = ", ".join(f"{n} ({k})" for n, k in op["keyed_states"].items())
+            w(f"    keyed state: {states}\n")
+        if op["operator_state_handles"]:
+            w(f"    operator state handles: {op['operator_state_handles']}\n")
+    w(f"Source positions ({len(info['source_offsets'])}):\n")
+    for uid, pos in sorted(info["source_offsets"].items()):
+        w(f"  {uid}: {json.dumps(pos, sort_keys=True, default=repr)}\n")
+    if info["sinks"]:
+        w(f"Sinks with transactions: {', '.join(info['sinks'])}\n")
+    return 0
+
+
+def _sorted_items(items: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    try:
+        return sorted(items.items())
+    except TypeError:
+        return sorted(items.items(), key=lambda kv: repr(kv[0]))
+
+
+def _cmd_state(args: argparse.Namespace, out: TextIO) -> int:
+    from streamstate.runtime.state_reader import (
+        list_keyed_states,
+        load_checkpoint,
+        passthrough_descriptor,
+        read_keyed_state,
+    )
+
+    if args.limit is not None and args.limit < 0:
+        raise ConfigurationError(f"--limit must be >= 0, got {args.limit}")
+    md = load_checkpoint(args.path)
+    kind = args.kind
+    if kind is None:
+        kinds = list_keyed_states(md, args.operator)
+        kind = kinds.get(args.state)
+        if kind is None:
+            known = ", ".join(f"{n} ({k})" for n, k in kinds.items()) or "none"
+            raise ConfigurationError(
+                f"operator {args.operator!r} has no keyed state named {args.state!r}; "
+                f"its keyed states: {known}"
+            )
+    values = read_keyed_state(md, args.operator, passthrough_descriptor(args.state, kind))
+    items = _sorted_items(values)
+    shown = items if args.limit is None else items[: args.limit]
+    for k, v in shown:
+        if args.json:
+            out.write(json.dumps([k, v], default=repr) + "\n")
+        else:
+            out.write(f"{k!r} -> {v!r}\n")
+    if len(shown) < len(items):
+        print(f"... {len(items) - len(shown)} more keys (of {len(items)})", file=sys.stderr)
+    return 0
+
+
+_COMMANDS = {
+    "run": _cmd_run,
+    "checkpoints": _cmd_checkpoints,
+    "describe": _cmd_describe,
+    "state": _cmd_state,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``streamstate`` command; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except _UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0
+    try:
+        return _COMMANDS[args.command](args, sys.stdout)
+    except StreamStateError as e:
+        msg = " ".join(str(e).split())
+        print(f"streamstate {args.command}: {type(e).__name__}: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("streamstate: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `streamstate state ... | head`
+        with contextlib.suppress(Exception):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return 0
+    except Exception:  # noqa: BLE001 - a job's own error: show it like python would
+        traceback.print_exc()
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
