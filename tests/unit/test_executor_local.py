@@ -151,7 +151,9 @@ def reference_all_states(data: list[tuple[str, int]]) -> dict[str, list[Any]]:
         maps[k][parity] = maps[k].get(parity, 0) + 1
         if x % 5 == 0:
             maps[k].pop("odd", None)
-        out[k].append((k, v[k], list(lists[k]), dict(maps[k]), sum(lists[k]), sum(lists[k]) / len(lists[k])))
+        out[k].append(
+            (k, v[k], list(lists[k]), dict(maps[k]), sum(lists[k]), sum(lists[k]) / len(lists[k]))
+        )
     return dict(out)
 
 
@@ -259,7 +261,11 @@ def test_map_flat_map_filter_process_union_rebalance():
 
 def test_flat_map_accepts_none_and_filter_drops_everything():
     env = make_env(2)
-    ds = env.from_sequence(1, 10).flat_map(lambda v: None if v % 2 else [v]).filter(lambda v: v > 100)
+    ds = (
+        env.from_sequence(1, 10)
+        .flat_map(lambda v: None if v % 2 else [v])
+        .filter(lambda v: v > 100)
+    )
     out, result = run_collect(ds)
     assert out == []
     assert result.get_accumulator_result("epochs") >= 1

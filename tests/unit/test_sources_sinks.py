@@ -135,7 +135,9 @@ def check_file_reads(reads: list[list[str]]) -> None:
             assert mine == [v for v in unique if v in mine]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(budgets=budgets_st, p=parallelism_st)
 def test_text_file_source_reads_every_line_once(text_dir, budgets, p):
     src = TextLineFileSource([str(text_dir)])
@@ -166,7 +168,9 @@ def make_source(kind: str, text_dir: Path) -> tuple[Any, Any]:
     return TextLineFileSource([str(text_dir)]), check
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     kind=st.sampled_from(["collection", "sequence", "files"]),
     p1=parallelism_st,
@@ -174,7 +178,9 @@ def make_source(kind: str, text_dir: Path) -> tuple[Any, Any]:
     before=st.integers(min_value=0, max_value=4),
     budgets=budgets_st,
 )
-def test_restore_at_another_parallelism_reads_the_rest_once(text_dir, kind, p1, p2, before, budgets):
+def test_restore_at_another_parallelism_reads_the_rest_once(
+    text_dir, kind, p1, p2, before, budgets
+):
     src, check = make_source(kind, text_dir)
     reads1: list[list[Any]] = [[] for _ in range(p1)]
     state = run_epochs(src, src.create_enumerator_state(p1), p1, budgets, reads1, before)
@@ -236,6 +242,19 @@ def test_collect_committer_exactly_once():
     assert c.committed == ["a", "b", "c", "d"]
     c.commit(3)  # a second commit publishes nothing new
     assert c.committed == ["a", "b", "c", "d"]
+
+
+def test_collect_committer_publishes_a_replayed_epoch_once():
+    # recovery fell back to an older checkpoint (epoch 1) although epoch 2 was committed
+    c = CollectCommitter(exactly_once=True)
+    c.prepare(1, [["a"]])
+    c.prepare(2, [["b"]])
+    c.commit(2)
+    c.abort(1)
+    c.prepare(2, [["b"]])  # the deterministic replay of epoch 2
+    c.prepare(3, [["c"]])
+    c.commit(3)
+    assert c.committed == ["a", "b", "c"]
 
 
 def test_collect_committer_at_least_once():
@@ -300,7 +319,11 @@ class VisibleParts(MapFunction):
         self.out, self.log = out, log
 
     def map(self, value):
-        visible = sorted(f for f in os.listdir(self.out) if f.startswith("part-")) if os.path.isdir(self.out) else []
+        visible = (
+            sorted(f for f in os.listdir(self.out) if f.startswith("part-"))
+            if os.path.isdir(self.out)
+            else []
+        )
         with open(self.log, "a") as f:
             f.write(json.dumps(visible) + "\n")
         return value
