@@ -42,11 +42,29 @@ class ExecutionConfig:
         return dict(self._params)
 
 
+def _cli_defaults() -> Configuration:
+    """Keys injected by ``streamstate run`` (env var ``STREAMSTATE_CONF``, a JSON object)."""
+    raw = os.environ.get("STREAMSTATE_CONF")
+    if not raw:
+        return Configuration()
+    import json
+
+    try:
+        values = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ConfigurationError(f"STREAMSTATE_CONF is not a JSON object: {e}") from e
+    if not isinstance(values, dict):
+        raise ConfigurationError("STREAMSTATE_CONF must be a JSON object of configuration keys")
+    return Configuration({str(k): str(v) for k, v in values.items()})
+
+
 class StreamExecutionEnvironment:
     """Entry point of a job: sources, settings, ``execute``."""
 
     def __init__(self, configuration: Configuration | None = None, spark: Any = None) -> None:
-        self._configuration = Configuration(configuration) if configuration else Configuration()
+        self._configuration = _cli_defaults()
+        if configuration:
+            self._configuration.add_all(Configuration(configuration))
         self._spark = spark
         self._parallelism: int | None = None
         self._max_parallelism: int | None = None

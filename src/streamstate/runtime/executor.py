@@ -137,6 +137,8 @@ class JobExecutor:
         self.restored_from: str | None = None
         #: "stage/subtask" -> worker processes ("host:pid") that ran it
         self.workers: dict[str, set[str]] = {}
+        #: seconds spent in subtasks, summed over all subtasks: restore / process / commit
+        self.timings: dict[str, float] = {}
 
     # -- setup ------------------------------------------------------------------
     def _specs(self) -> dict[int, bytes]:
@@ -300,6 +302,7 @@ class JobExecutor:
         acc = dict(self.stats)
         acc.update({f"records-in.{k}": v for k, v in self.counts.items()})
         acc["job-id"] = self.job_id
+        acc.update({f"subtask-seconds.{k}": round(v, 3) for k, v in self.timings.items()})
         acc["subtask-workers"] = {k: sorted(v) for k, v in self.workers.items()}
         latest = self.coordinator.latest_completed
         acc["latest-checkpoint"] = (
@@ -402,6 +405,8 @@ class JobExecutor:
                 i = a["subtask"]
                 self.stats["cache_hits" if a["cache_hit"] else "cache_misses"] += 1
                 self.workers.setdefault(f"{st.id}/{i}", set()).add(a.get("worker", "?"))
+                for k, v in a.get("timings", {}).items():
+                    self.timings[k] = self.timings.get(k, 0.0) + v
                 for uid, n in a["counts"].items():
                     self.counts[uid] = self.counts.get(uid, 0) + n
                 for uid, (kind, h) in a["versions"].items():
