@@ -70,9 +70,7 @@ class FailOnce(MapFunction):
         if self._should_fail():
             if self.mode == "exit":
                 os._exit(17)
-            raise InjectedFailure(
-                f"injected failure in epoch {self.epoch}, subtask {self.subtask}"
-            )
+            raise InjectedFailure(f"injected failure in epoch {self.epoch}, subtask {self.subtask}")
         return value
 
     @property

@@ -135,6 +135,8 @@ class JobExecutor:
             "checkpoints_failed": 0,
         }
         self.restored_from: str | None = None
+        #: ids of aborted checkpoints whose files are still state-version bases
+        self._deferred_discard: list[int] = []
         #: "stage/subtask" -> worker processes ("host:pid") that ran it
         self.workers: dict[str, set[str]] = {}
         #: seconds spent in subtasks, summed over all subtasks: restore / process / commit
@@ -277,8 +279,9 @@ class JobExecutor:
                 try:
                     self._run_epochs()
                     break
-                except JobCancelled:
+                except (JobCancelled, KeyboardInterrupt):
                     cancelled = True
+                    log.warning("job %s cancelled at epoch %d", self.job_id, self.epoch)
                     break
                 except Exception as e:  # noqa: BLE001 - every failure goes to the restart strategy
                     self.stats["epochs_failed"] = self.stats.get("epochs_failed", 0) + 1
@@ -374,6 +377,12 @@ class JobExecutor:
                 self.coordinator.abort(pending, "the epoch carrying its barrier failed")
             raise
         self._absorb(epoch, acks, pending)
+        for cid in self._deferred_discard:
+            if not (full or pending is not None):
+                break
+            self.storage.discard_checkpoint(cid)
+        if full or pending is not None:
+            self._deferred_discard = []
         self.epoch = epoch
         self.stats["epochs"] += 1
         if full or pending is not None:
@@ -430,7 +439,11 @@ class JobExecutor:
         self, pending: Any, epoch: int, acks: list[dict[str, Any]], started_ms: int
     ) -> None:
         if self.coordinator.is_expired(pending, _now_ms()):
-            self.coordinator.abort(pending, "checkpoint timeout expired")
+            # The subtasks' lineages already point at this checkpoint's files: keep them until
+            # the next epoch has written full versions, then delete them.
+            self.coordinator.abort(pending, "checkpoint timeout expired", discard=False)
+            self._deferred_discard.append(pending.checkpoint_id)
+            self.last_full_epoch = -(10**9)
             self.stats["checkpoints_failed"] += 1
             if self.coordinator.should_fail_job():
                 raise CheckpointError(

@@ -26,7 +26,10 @@ def get_or_create_spark(configuration: Any = None, app_name: str = "streamstate"
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     conf = configuration.to_dict() if configuration is not None else {}
-    if "spark.master" not in conf and not os.environ.get("SPARK_SUBMIT_ORIGIN"):
+    # Under spark-submit (or pyspark shell) the JVM already exists with its --master:
+    # PYSPARK_GATEWAY_PORT is set, and the master must not be overridden.
+    launched = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+    if "spark.master" not in conf and not launched:
         builder = builder.master(os.environ.get("STREAMSTATE_SPARK_MASTER", "local[*]"))
     builder = builder.config("spark.python.worker.reuse", "true").config(
         "spark.ui.showConsoleProgress", "false"

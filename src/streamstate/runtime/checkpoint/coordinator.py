@@ -326,11 +326,14 @@ class CheckpointCoordinator:
         *,
         count_as_failure: bool = True,
         now_ms: int | None = None,
+        discard: bool = True,
     ) -> None:
         """Mark ABORTED, delete whatever the subtasks already wrote for it.
 
         ``count_as_failure`` (default) counts it against ``tolerable_failures``; pass False
         for aborts that are not the checkpoint's fault (e.g. the job is failing anyway).
+        ``discard=False`` leaves its files for the caller to delete later (they may still
+        be read as state versions); without ``_metadata`` they never form a checkpoint.
         """
         self._check_pending(pending)
         pending._transition(CheckpointStatus.ABORTED)
@@ -339,6 +342,8 @@ class CheckpointCoordinator:
         if count_as_failure:
             self.consecutive_failures += 1
         log.warning("checkpoint %d aborted: %s", pending.checkpoint_id, reason)
+        if not discard:
+            return
         try:
             self.storage.discard_checkpoint(pending.checkpoint_id)
         except Exception as e:  # leftover files are harmless: they never get a _metadata

@@ -1,0 +1,134 @@
+"""Keyed running count: streamstate vs Spark's own stateful APIs, in one run on one machine.
+
+Workload (issue 2): 1,000,000 records ``(key, 1)`` over 10,000 keys, parallelism 2,
+a running count per key in ``ValueState`` on the heap backend. Reported:
+
+* streamstate records/s with checkpointing off and with a checkpoint every epoch
+  (the overhead ratio), as one epoch and as 10 epochs;
+* Spark's ``transformWithStateInPandas``, ``transformWithState`` (Row) and
+  ``applyInPandasWithState`` on the same data, as one batch and as 10 micro-batches;
+* ratios streamstate / peer, measured in the same run (never absolute targets).
+
+Run: ``make bench`` (or ``python -m benchmarks.keyed_count [--records N] [--no-peers]``).
+Each streamstate figure is the best of ``--repeat`` runs; the first (warm-up) run is discarded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from streamstate.common import Configuration, Types
+from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from streamstate.datastream.connectors import DiscardingSink
+from streamstate.datastream.state import ValueStateDescriptor
+
+
+class CountPerKey(KeyedProcessFunction):
+    def open(self, ctx: Any) -> None:
+        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        c = (self.count.value() or 0) + 1
+        self.count.update(c)
+        yield value[0], c
+
+
+def workload(records: int, keys: int) -> list[tuple[str, int]]:
+    return [(f"k{i % keys}", 1) for i in range(records)]
+
+
+def run_streamstate(
+    spark: Any, data: list[Any], epochs: int, checkpoint: bool
+) -> tuple[float, dict[str, Any]]:
+    conf = Configuration()
+    conf.set_string("execution.epoch.max-records", str(-(-len(data) // epochs)))
+    env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
+    env.set_parallelism(2)
+    if checkpoint:
+        env.enable_checkpointing(1)  # due at every epoch boundary: a checkpoint per epoch
+    env.from_collection(data).key_by(lambda v: v[0]).process(CountPerKey()).uid("count").add_sink(
+        DiscardingSink()
+    )
+    t0 = time.perf_counter()
+    result = env.execute("keyed-count-bench")
+    dt = time.perf_counter() - t0
+    acc = result.get_all_accumulator_results()
+    # every record reached the keyed operator exactly once (no lost or replayed epochs)
+    assert acc["records-in.count"] == len(data), acc
+    return len(data) / dt, acc
+
+
+def best_of(repeat: int, fn: Any) -> tuple[float, dict[str, Any]]:
+    best: tuple[float, dict[str, Any]] = (0.0, {})
+    for _ in range(repeat):
+        r = fn()
+        if r[0] > best[0]:
+            best = r
+    return best
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--records", type=int, default=1_000_000)
+    p.add_argument("--keys", type=int, default=10_000)
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--no-peers", action="store_true", help="skip Spark's stateful APIs")
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args(argv)
+
+    from benchmarks.peers import spark_stateful as peers
+
+    spark = peers.build_spark("streamstate-bench")
+    spark.sparkContext.setLogLevel("ERROR")
+    data = workload(args.records, args.keys)
+    run_streamstate(spark, data[: min(len(data), 50_000)], 2, True)  # warm-up: JVM, workers
+
+    rows: dict[str, dict[str, float]] = {}
+    extra: dict[str, Any] = {}
+    for epochs in (1, 10):
+        off, acc_off = best_of(args.repeat, lambda e=epochs: run_streamstate(spark, data, e, False))
+        on, acc_on = best_of(args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True))
+        rows.setdefault("streamstate (no checkpoints)", {})[str(epochs)] = off
+        rows.setdefault("streamstate (checkpoint every epoch)", {})[str(epochs)] = on
+        extra[f"checkpoint overhead, {epochs} epoch(s)"] = 1 - on / off
+        extra[f"cache hits/misses, {epochs} epoch(s), checkpointing"] = (
+            acc_on.get("cache_hits"),
+            acc_on.get("cache_misses"),
+        )
+        extra[f"subtask seconds, {epochs} epoch(s), checkpointing"] = {
+            k.split(".", 1)[1]: v for k, v in acc_on.items() if k.startswith("subtask-seconds.")
+        }
+    if not args.no_peers:
+        for name, fn in peers.PEERS.items():
+            for batches in (1, 10):
+                rows.setdefault(f"Spark {name}", {})[str(batches)] = fn(
+                    spark, args.records, batches, args.keys
+                )
+
+    print(f"\nkeyed running count, {args.records:,} records, {args.keys:,} keys, parallelism 2")
+    print(f"{'engine':44s} {'1 batch/epoch':>15s} {'10 batches/epochs':>18s}")
+    for name, r in rows.items():
+        print(f"{name:44s} {r.get('1', 0):>13,.0f}/s {r.get('10', 0):>16,.0f}/s")
+    base = rows["streamstate (checkpoint every epoch)"]
+    if not args.no_peers:
+        print("\nratios: streamstate (checkpoint every epoch) / peer")
+        for name, r in rows.items():
+            if name.startswith("Spark"):
+                print(
+                    f"  {name:42s} 1: {base['1'] / r['1']:5.1f}x   10: {base['10'] / r['10']:5.1f}x"
+                )
+    for k, v in extra.items():
+        print(f"{k}: {v:.1%}" if isinstance(v, float) else f"{k}: {v}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {"rows": rows, "extra": extra, "records": args.records}, f, indent=2, default=str
+            )
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
