@@ -14,6 +14,7 @@ def main() -> None:
     master, chk_dir = sys.argv[1], sys.argv[2]
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # tests stay on loopback
     from pyspark.sql import SparkSession
 
     from streamstate.datastream import ExternalizedCheckpointCleanup
@@ -47,7 +48,7 @@ def main() -> None:
         "cache_hits": acc["cache_hits"],
         "cache_misses": acc["cache_misses"],
         "subtask_workers": acc["subtask-workers"],
-        "executors": len(spark.sparkContext._jsc.sc().getExecutorMemoryStatus()) - 1,
+        "executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1,
     }
     print("REPORT " + json.dumps(report))
     spark.stop()

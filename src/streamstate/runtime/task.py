@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 DATA, ACK = "D", "A"
+_KEY_CACHE_LIMIT = 200_000
 DRIVER = -1
 _PICKLE = 5
 
@@ -97,6 +98,8 @@ class _SubtaskInstance:
         self.ops: dict[int, StreamOperator] = {}
         self.backends: dict[str, Any] = {}
         self.contexts: list[OperatorContext] = []
+        #: per shuffle edge: memoised key -> (key group, bucket index) for str/int keys
+        self.key_caches: dict[tuple[int, int], dict[Any, Any]] = {}
 
     def close(self) -> None:
         for op in self.ops.values():
@@ -182,13 +185,16 @@ def _build_instance(
 class _EdgeWriter:
     """Partitions one node's output for one shuffle edge into per-target chunks."""
 
-    def __init__(self, edge: Edge, dest: Stage, index: int, node_name: str) -> None:
+    def __init__(
+        self, edge: Edge, dest: Stage, index: int, node_name: str, cache: dict[Any, Any]
+    ) -> None:
         self.edge = edge
         self.p = dest.parallelism
         self.mp = dest.max_parallelism
         self.index = index
         self.node_name = node_name
         self.buckets: list[list[Any]] = [[] for _ in range(self.p)]
+        self.cache = cache
         self.rr = index  # rebalance starts at a subtask-dependent, deterministic position
         if edge.partitioning is Partitioning.HASH:
             assert edge.keying is not None
@@ -212,26 +218,53 @@ class _EdgeWriter:
         key_of, ser, mp, p = self.key_of, self.ser, self.mp, self.p
         h = mmh3.hash
         appends = [b.append for b in self.buckets]
+        # Key group per str/int key is memoised: serializing + hashing is most of the cost
+        # of a shuffle. Only exact str/int types are cached: 1, 1.0 and True compare equal
+        # but serialize (and hash) differently.
+        cache = self.cache
         try:
             for v in batch:
                 k = key_of(v)
-                kg = h(ser(k), 0, False) % mp
-                appends[kg * p // mp]((kg, k, v))
+                tk = type(k)
+                if tk is str or tk is int:
+                    t = cache.get((tk, k)) if tk is int else cache.get(k)
+                    if t is None:
+                        kg = h(ser(k), 0, False) % mp
+                        t = (kg, kg * p // mp)
+                        if len(cache) < _KEY_CACHE_LIMIT:
+                            cache[(tk, k) if tk is int else k] = t
+                    appends[t[1]]((t[0], k, v))
+                else:
+                    {k: None}  # noqa: B018 - fails fast for unhashable keys (caught below)
+                    kg = h(ser(k), 0, False) % mp
+                    appends[kg * p // mp]((kg, k, v))
         except Exception as e:  # name the key and the operator, keep the cause
-            bad = None
-            for v in batch:
-                try:
-                    ser(key_of(v))
-                except Exception:  # noqa: BLE001
-                    bad = v
-                    break
-            if bad is None:
-                raise
-            raise KeySerializationError(
-                f"the key of record {bad!r} for the key_by after {self.node_name!r} cannot be "
-                f"serialized ({type(e).__name__}: {e}); keys must be serializable by the key "
-                f"type given to key_by (or be str/int/float/bool/bytes/tuples of these)"
-            ) from e
+            self._raise_key_error(batch, e)
+
+    def _raise_key_error(self, batch: list[Any], e: Exception) -> None:
+        key_of, ser = self.key_of, self.ser
+        for v in batch:
+            try:
+                k = key_of(v)
+            except Exception:  # noqa: BLE001 - the key selector itself failed: user error
+                raise e from None
+            try:
+                {k: None}  # noqa: B018
+            except TypeError:
+                raise KeySerializationError(
+                    f"the key {k!r} (type {type(k).__name__}) for the key_by after "
+                    f"{self.node_name!r} is not hashable, so it cannot scope keyed state; "
+                    f"return a hashable key from the key selector, e.g. a tuple instead of a list"
+                ) from e
+            try:
+                ser(k)
+            except Exception as se:  # noqa: BLE001
+                raise KeySerializationError(
+                    f"the key of record {v!r} for the key_by after {self.node_name!r} cannot be "
+                    f"serialized ({type(se).__name__}: {se}); keys must be serializable by the key "
+                    f"type given to key_by (or be str/int/float/bool/bytes/tuples of these)"
+                ) from se
+        raise e
 
     def chunks(self) -> Iterator[tuple[int, bytes]]:
         for target, recs in enumerate(self.buckets):
@@ -292,8 +325,14 @@ def run_stage_partition(
         writers: dict[int, list[_EdgeWriter]] = {}
         for tid, node in st.nodes.items():
             writers[tid] = [
-                _EdgeWriter(e, _meta_stage(stages_meta, e.dest_stage), index, node.name)
-                for e in node.edges
+                _EdgeWriter(
+                    e,
+                    _meta_stage(stages_meta, e.dest_stage),
+                    index,
+                    node.name,
+                    inst.key_caches.setdefault((tid, j), {}),
+                )
+                for j, e in enumerate(node.edges)
             ]
         counts: dict[str, int] = {}
 

@@ -29,8 +29,14 @@ def get_or_create_spark(configuration: Any = None, app_name: str = "streamstate"
     # Under spark-submit (or pyspark shell) the JVM already exists with its --master:
     # PYSPARK_GATEWAY_PORT is set, and the master must not be overridden.
     launched = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
-    if "spark.master" not in conf and not launched:
-        builder = builder.master(os.environ.get("STREAMSTATE_SPARK_MASTER", "local[*]"))
+    master = conf.get("spark.master") or (
+        None if launched else os.environ.get("STREAMSTATE_SPARK_MASTER", "local[*]")
+    )
+    if master is not None and "spark.master" not in conf:
+        builder = builder.master(master)
+    if master is not None and master.startswith("local"):
+        # a single machine: keep driver and executors on loopback
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = builder.config("spark.python.worker.reuse", "true").config(
         "spark.ui.showConsoleProgress", "false"
     )

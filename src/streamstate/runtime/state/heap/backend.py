@@ -45,6 +45,9 @@ from streamstate.runtime.state.registry import register_keyed_backend
 __all__ = ["HeapKeyedStateBackend"]
 
 
+_ATOMIC_KEY_TYPES = frozenset({str, int, bytes, float, bool, type(None)})
+
+
 class HeapKeyedStateBackend(KeyedStateBackend):
     """Keyed state as Python objects in per-key-group dicts (Flink's ``HashMapStateBackend``)."""
 
@@ -74,14 +77,15 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 f"outside this subtask's key group range "
                 f"[{self.key_group_range.start}, {self.key_group_range.end}]"
             )
-        try:
-            hash(key)  # validation only; key groups come from the serialized key
-        except TypeError:
-            raise KeySerializationError(
-                f"operator {self.operator_name!r}: a key of type {type(key).__name__!r} is not "
-                f"hashable, so it cannot scope keyed state. Return a hashable key from the "
-                f"key selector, e.g. a tuple instead of a list."
-            ) from None
+        if type(key) not in _ATOMIC_KEY_TYPES:
+            try:
+                {key: None}  # noqa: B018 - probe: keys scope dict entries, so must be hashable
+            except TypeError:
+                raise KeySerializationError(
+                    f"operator {self.operator_name!r}: a key of type {type(key).__name__!r} is "
+                    f"not hashable, so it cannot scope keyed state. Return a hashable key from "
+                    f"the key selector, e.g. a tuple instead of a list."
+                ) from None
         self._key = key
         self._kgi = kgi
 
