@@ -23,7 +23,7 @@ from streamstate.datastream.state_backend import HashMapStateBackend, StateBacke
 from streamstate.runtime.errors import ConfigurationError
 from streamstate.runtime.graph import Transformation, TransformationKind, build_plan
 
-__all__ = ["ExecutionConfig", "StreamExecutionEnvironment"]
+__all__ = ["ExecutionConfig", "JobClient", "StreamExecutionEnvironment"]
 
 
 class ExecutionConfig:
@@ -257,6 +257,14 @@ class StreamExecutionEnvironment:
         failed and the restart strategy allowed no further attempt; its cause
         is the last failure.
         """
+        return self._executor(job_name).run()
+
+    def execute_async(self, job_name: str | None = None) -> JobClient:
+        """Start the job in a background thread; the returned :class:`JobClient` can
+        wait for it or cancel it (the job stops at the next epoch boundary)."""
+        return JobClient(self._executor(job_name))
+
+    def _executor(self, job_name: str | None) -> Any:
         from streamstate.runtime.executor import JobExecutor
 
         sinks, self._sinks = self._sinks, []
@@ -272,7 +280,7 @@ class StreamExecutionEnvironment:
             recovery_path=self._recovery_path,
             runner=self._make_runner(),
         )
-        return executor.run()
+        return executor
 
     def _make_runner(self) -> Any:
         kind = (self._configuration.get_string("execution.runner", "spark") or "spark").lower()
@@ -285,3 +293,52 @@ class StreamExecutionEnvironment:
         from streamstate.spark.runner import SparkEpochRunner
 
         return SparkEpochRunner(self._spark, self._configuration)
+
+
+class JobClient:
+    """A job started with ``execute_async()`` (PyFlink's ``JobClient``)."""
+
+    def __init__(self, executor: Any) -> None:
+        import threading
+
+        self._executor = executor
+        self._result: JobExecutionResult | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"streamstate-{executor.job_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._result = self._executor.run()
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+            self._error = e
+
+    def get_job_id(self) -> str:
+        return str(self._executor.job_id)
+
+    def get_job_status(self) -> str:
+        if self._thread.is_alive():
+            return "CANCELLING" if self._executor.cancel_requested.is_set() else "RUNNING"
+        if self._error is not None:
+            return "FAILED"
+        return "CANCELED" if self._executor.cancel_requested.is_set() else "FINISHED"
+
+    def cancel(self) -> None:
+        """Stop at the next epoch boundary (the retention policy of checkpoints applies)."""
+        self._executor.cancel()
+
+    def get_job_execution_result(self, timeout: float | None = None) -> JobExecutionResult:
+        """Wait for the job to end; re-raises its failure."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"job {self.get_job_id()} still running after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    @property
+    def epochs_completed(self) -> int:
+        return int(self._executor.epoch)

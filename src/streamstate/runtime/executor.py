@@ -106,6 +106,7 @@ class JobExecutor:
             configuration, "execution.epoch.full-snapshot-interval", DEFAULT_FULL_VERSION_EVERY
         )
         self.max_epochs = conf_int(configuration, "execution.epoch.max-epochs", 0)
+        self.idle_wait_s = conf_int(configuration, "execution.epoch.idle-wait-ms", 200) / 1000.0
         storage = checkpoint_config.get_checkpoint_storage()
         if storage is None:
             from streamstate.datastream.checkpoint_storage import JobManagerCheckpointStorage
@@ -346,11 +347,15 @@ class JobExecutor:
             pending = None
             if self.checkpointing and (final or self.coordinator.should_trigger(now)):
                 pending = self.coordinator.trigger(now)
-            self._run_one_epoch(pending, now)
+            read = self._run_one_epoch(pending, now)
             if final:
                 return
+            if read == 0 and self.idle_wait_s > 0:
+                # unbounded sources with nothing new: don't spin Spark jobs back to back
+                self.cancel_requested.wait(self.idle_wait_s)
 
-    def _run_one_epoch(self, pending: Any, started_ms: int) -> None:
+    def _run_one_epoch(self, pending: Any, started_ms: int) -> int:
+        """Run epoch ``self.epoch + 1``; returns how many records the sources read."""
         epoch = self.epoch + 1
         full = pending is None and (epoch - self.last_full_epoch) >= self.full_every
         especs: dict[int, EpochSpec] = {}
@@ -391,6 +396,12 @@ class JobExecutor:
             self._complete_checkpoint(pending, epoch, acks, started_ms)
         elif not self.checkpointing:
             self._commit_all(epoch)
+        return sum(
+            a["counts"].get(st.source_uid, 0)
+            for st in self.plan.sources
+            for a in acks
+            if a["stage"] == st.id
+        )
 
     def _absorb(self, epoch: int, acks: list[dict[str, Any]], pending: Any) -> None:
         by = {(a["stage"], a["subtask"]): a for a in acks}
