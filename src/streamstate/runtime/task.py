@@ -19,6 +19,7 @@ second run restores version ``n-1`` again and writes the same version ``n``.
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import socket
@@ -194,6 +195,10 @@ class _EdgeWriter:
         self.index = index
         self.node_name = node_name
         self.buckets: list[list[Any]] = [[] for _ in range(self.p)]
+        #: hash edges keep columns per target: key groups, keys, values (cheaper to pickle)
+        self.cols: list[tuple[list[int], list[Any], list[Any]]] = [
+            ([], [], []) for _ in range(self.p)
+        ]
         self.cache = cache
         self.rr = index  # rebalance starts at a subtask-dependent, deterministic position
         if edge.partitioning is Partitioning.HASH:
@@ -217,11 +222,14 @@ class _EdgeWriter:
     def _add_hash(self, batch: list[Any]) -> None:
         key_of, ser, mp, p = self.key_of, self.ser, self.mp, self.p
         h = mmh3.hash
-        appends = [b.append for b in self.buckets]
         # Key group per str/int key is memoised: serializing + hashing is most of the cost
         # of a shuffle. Only exact str/int types are cached: 1, 1.0 and True compare equal
         # but serialize (and hash) differently.
         cache = self.cache
+        cols = self.cols
+        kg_app = [c[0].append for c in cols]
+        k_app = [c[1].append for c in cols]
+        v_app = [c[2].append for c in cols]
         try:
             for v in batch:
                 k = key_of(v)
@@ -233,11 +241,14 @@ class _EdgeWriter:
                         t = (kg, kg * p // mp)
                         if len(cache) < _KEY_CACHE_LIMIT:
                             cache[(tk, k) if tk is int else k] = t
-                    appends[t[1]]((t[0], k, v))
+                    kg, target = t
                 else:
                     {k: None}  # noqa: B018 - fails fast for unhashable keys (caught below)
                     kg = h(ser(k), 0, False) % mp
-                    appends[kg * p // mp]((kg, k, v))
+                    target = kg * p // mp
+                kg_app[target](kg)
+                k_app[target](k)
+                v_app[target](v)
         except Exception as e:  # name the key and the operator, keep the cause
             self._raise_key_error(batch, e)
 
@@ -269,8 +280,25 @@ class _EdgeWriter:
     def chunks(self) -> Iterator[tuple[int, bytes]]:
         for target, recs in enumerate(self.buckets):
             if recs:
-                yield target, pickle.dumps(recs, protocol=_PICKLE)
+                yield target, _dumps(("R", recs))
+        for target, (kgs, keys, vals) in enumerate(self.cols):
+            if kgs:
+                yield target, _dumps(("C", kgs, keys, vals))
         self.buckets = [[] for _ in range(self.p)]
+        self.cols = [([], [], []) for _ in range(self.p)]
+
+
+def _dumps(obj: Any) -> bytes:
+    """Pickle without the memo: records are trees, and memoising every object is most of
+    the cost of pickling a large chunk. Falls back to a normal pickle for cyclic data."""
+    buf = io.BytesIO()
+    p = pickle.Pickler(buf, protocol=_PICKLE)
+    p.fast = True  # no memo (deprecated flag, still supported by CPython's pickler)
+    try:
+        p.dump(obj)
+    except (ValueError, RecursionError):
+        return pickle.dumps(obj, protocol=_PICKLE)
+    return buf.getvalue()
 
 
 def _decode_input(items: Iterable[Any]) -> tuple[list[Any], list[dict[str, Any]]]:
@@ -283,7 +311,11 @@ def _decode_input(items: Iterable[Any]) -> tuple[list[Any], list[dict[str, Any]]
     data.sort(key=lambda d: (d[1], d[2], d[3]))  # (src stage, src subtask, seq): deterministic
     records: list[Any] = []
     for d in data:
-        records.extend(pickle.loads(d[4]))
+        chunk = pickle.loads(d[4])
+        if chunk[0] == "C":
+            records.extend(zip(chunk[1], chunk[2], chunk[3], strict=True))
+        else:
+            records.extend(chunk[1])
     return records, acks
 
 
