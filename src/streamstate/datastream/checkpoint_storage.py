@@ -60,7 +60,7 @@ class CheckpointStorage(ABC):
         return type(other) is type(self) and vars(other) == vars(self)
 
     def __hash__(self) -> int:
-        return hash((type(self), tuple(sorted(vars(self).items()))))
+        return (type(self), tuple(sorted(vars(self).items()))).__hash__()
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k.lstrip('_')}={v!r}" for k, v in vars(self).items())

@@ -255,7 +255,7 @@ class StateDescriptor(ABC):
         return self.name == other.name and self.is_compatible_with(other)
 
     def __hash__(self) -> int:
-        return hash((type(self).__name__, self.name))
+        return (type(self).__name__, self.name).__hash__()
 
     def __repr__(self) -> str:
         infos = ", ".join(repr(t) for t in self._type_infos())

@@ -62,7 +62,7 @@ class StateBackend:
         return type(other) is type(self) and vars(other) == vars(self)
 
     def __hash__(self) -> int:
-        return hash((type(self), self.backend_name))
+        return (type(self), self.backend_name).__hash__()
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k.lstrip('_')}={v!r}" for k, v in vars(self).items())
