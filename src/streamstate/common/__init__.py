@@ -1,14 +1,21 @@
 """The types shared by every API module, as ``pyflink.common``."""
 
 from streamstate.common.configuration import Configuration, parse_duration_ms
+from streamstate.common.job_execution_result import JobExecutionResult
+from streamstate.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
 from streamstate.common.row import Row, RowKind
+from streamstate.common.serialization import Encoder
 from streamstate.common.time import Duration, Instant, Time, to_millis
 from streamstate.common.typeinfo import TypeInformation, Types
 
 __all__ = [
     "Configuration",
     "Duration",
+    "Encoder",
     "Instant",
+    "JobExecutionResult",
+    "RestartStrategies",
+    "RestartStrategyConfiguration",
     "Row",
     "RowKind",
     "Time",
