@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 from streamstate.connectors.base import Source
@@ -21,6 +22,19 @@ class CollectionSource(Source):
 
     def __init__(self, elements: list[Any]) -> None:
         self.elements = list(elements)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The job spec is cloudpickled (pure Python, slow for big lists): plain data goes
+        # through the C pickler once instead; anything it refuses (lambdas, local classes)
+        # falls back to cloudpickle.
+        try:
+            return {"packed": pickle.dumps(self.elements, protocol=5)}
+        except Exception:  # noqa: BLE001
+            return {"elements": self.elements}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        packed = state.get("packed")
+        self.elements = pickle.loads(packed) if packed is not None else state["elements"]
 
     def create_enumerator_state(self, parallelism: int) -> Any:
         return {"offset": 0}
