@@ -10,6 +10,7 @@ integer milliseconds.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from functools import total_ordering
 from typing import Any
 
@@ -248,7 +249,7 @@ def _ms_of_duration(value: Duration) -> int:
     return value.to_milliseconds()
 
 
-_TO_MS = {
+_TO_MS: dict[type, Callable[[Any], int]] = {
     int: _ms_of_int,
     _dt.timedelta: _ms_of_timedelta,
     Time: _ms_of_time,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from streamstate.runtime.errors import ConfigurationError
@@ -188,7 +189,8 @@ class FileSystemCheckpointStorage(CheckpointStorage):
         )
 
 
-_BY_NAME: dict[str, type[CheckpointStorage]] = {
+# the concrete classes, whose constructors take checkpoint_path first (the ABC's takes nothing)
+_BY_NAME: dict[str, Callable[..., CheckpointStorage]] = {
     JobManagerCheckpointStorage.storage_name: JobManagerCheckpointStorage,
     FileSystemCheckpointStorage.storage_name: FileSystemCheckpointStorage,
 }

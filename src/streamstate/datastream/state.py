@@ -204,6 +204,10 @@ class StateDescriptor(ABC):
     #: the kind of state this descriptor creates: value, list, map, reducing, aggregating
     kind: ClassVar[str] = ""
 
+    # instance attributes, set once in __init__ through object.__setattr__
+    name: str
+    _type_info: Any
+
     def __init__(self, name: str, type_info: Any = None) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"a state name must be a non-empty str, got {name!r}")
@@ -283,6 +287,8 @@ class ListStateDescriptor(StateDescriptor):
 
     kind = "list"
 
+    elem_type_info: Any
+
     def __init__(self, name: str, elem_type_info: Any = None) -> None:
         super().__init__(name, None)
         object.__setattr__(self, "elem_type_info", elem_type_info)
@@ -303,6 +309,9 @@ class MapStateDescriptor(StateDescriptor):
     """Descriptor of a :class:`MapState` from ``key_type_info`` to ``value_type_info``."""
 
     kind = "map"
+
+    key_type_info: Any
+    value_type_info: Any
 
     def __init__(self, name: str, key_type_info: Any = None, value_type_info: Any = None) -> None:
         super().__init__(name, None)
@@ -349,6 +358,8 @@ class ReducingStateDescriptor(StateDescriptor):
 
     kind = "reducing"
 
+    _reduce_function: Any
+
     def __init__(self, name: str, reduce_function: Any, type_info: Any = None) -> None:
         super().__init__(name, type_info)
         if callable(getattr(reduce_function, "reduce", None)):
@@ -381,6 +392,8 @@ class AggregatingStateDescriptor(StateDescriptor):
     """
 
     kind = "aggregating"
+
+    _agg_function: Any
 
     def __init__(self, name: str, agg_function: Any, state_type_info: Any = None) -> None:
         super().__init__(name, state_type_info)

@@ -226,16 +226,16 @@ def checkpoint_config_to_configuration(
     conf.set_string(MIN_PAUSE, f"{cc.get_min_pause_between_checkpoints()} ms")
     conf.set_string(MAX_CONCURRENT_CHECKPOINTS, str(cc.get_max_concurrent_checkpoints()))
     conf.set_string(TOLERABLE_FAILED_CHECKPOINTS, str(cc.get_tolerable_checkpoint_failure_number()))
-    if cc.get_externalized_checkpoint_cleanup() is not None:
-        conf.set_string(
-            EXTERNALIZED_CHECKPOINT_RETENTION, cc.get_externalized_checkpoint_cleanup().name
-        )
+    cleanup = cc.get_externalized_checkpoint_cleanup()
+    if cleanup is not None:
+        conf.set_string(EXTERNALIZED_CHECKPOINT_RETENTION, cleanup.name)
     conf.set_string(NUM_RETAINED, str(cc.get_num_retained_checkpoints()))
     storage = cc.get_checkpoint_storage()
     if storage is not None:
         conf.set_string(CHECKPOINTING_STORAGE, storage.storage_name)
-        if storage.get_checkpoint_path() is not None:
-            conf.set_string(CHECKPOINTING_DIR, storage.get_checkpoint_path())
+        checkpoint_dir = storage.get_checkpoint_path()
+        if checkpoint_dir is not None:
+            conf.set_string(CHECKPOINTING_DIR, checkpoint_dir)
     return conf
 
 

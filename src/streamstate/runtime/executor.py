@@ -35,7 +35,7 @@ from streamstate.runtime.errors import (
     JobExecutionError,
     StateMigrationError,
 )
-from streamstate.runtime.graph import ExecutionPlan
+from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.keygroups import compute_key_group_range_for_operator_index
 from streamstate.runtime.task import EpochSpec, Lineage, StageTaskSpec, SubtaskEpoch
 
@@ -168,6 +168,7 @@ class JobExecutor:
         self.epoch = 0
         self.last_full_epoch = 0
         for st in self.plan.sources:
+            assert st.source_uid is not None  # set on every source stage by build_plan
             self.source_states[st.source_uid] = st.source.create_enumerator_state(st.parallelism)
         self.lineages = {}
         for st in self.plan.stages:
@@ -189,6 +190,7 @@ class JobExecutor:
         self.epoch = epoch
         self.last_full_epoch = epoch
         for st in self.plan.sources:
+            assert st.source_uid is not None  # set on every source stage by build_plan
             saved = md.source_offsets.get(st.source_uid)
             if saved is None:
                 log.warning(
@@ -303,7 +305,7 @@ class JobExecutor:
         for c in self.committers.values():
             c.finish()
         self._cleanup_epoch_versions()
-        acc = dict(self.stats)
+        acc: dict[str, Any] = dict(self.stats)
         acc.update({f"records-in.{k}": v for k, v in self.counts.items()})
         acc["job-id"] = self.job_id
         acc.update({f"subtask-seconds.{k}": round(v, 3) for k, v in self.timings.items()})
@@ -327,7 +329,7 @@ class JobExecutor:
 
     def _all_finished(self) -> bool:
         return all(
-            st.source.is_finished(self.source_states[st.source_uid]) for st in self.plan.sources
+            st.source.is_finished(self.source_states[_source_uid(st)]) for st in self.plan.sources
         )
 
     def _run_epochs(self) -> None:
@@ -336,7 +338,7 @@ class JobExecutor:
                 raise JobCancelled()
             now = _now_ms()
             for st in self.plan.sources:
-                uid = st.source_uid
+                uid = _source_uid(st)
                 self.source_states[uid] = st.source.discover(self.source_states[uid], now)
             final = self._all_finished()
             if final and not self.checkpointing:
@@ -361,7 +363,7 @@ class JobExecutor:
         especs: dict[int, EpochSpec] = {}
         for st in self.plan.stages:
             assignments = (
-                st.source.plan_epoch(self.source_states[st.source_uid], st.parallelism)
+                st.source.plan_epoch(self.source_states[_source_uid(st)], st.parallelism)
                 if st.is_source
                 else [None] * st.parallelism
             )
@@ -417,7 +419,7 @@ class JobExecutor:
         for st in self.plan.stages:
             sacks = [by[(st.id, i)] for i in range(st.parallelism)]
             if st.is_source:
-                uid = st.source_uid
+                uid = _source_uid(st)
                 self.source_states[uid] = st.source.apply_progress(
                     self.source_states[uid], [a["source"] for a in sacks]
                 )
@@ -496,6 +498,12 @@ class JobExecutor:
             self.storage.discard_epoch_state(handles)
         except Exception as e:  # noqa: BLE001 - cleanup is best effort
             log.debug("epoch version cleanup failed: %s", e)
+
+
+def _source_uid(st: Stage) -> str:
+    """The uid of source stage ``st`` (build_plan sets it on every source stage)."""
+    assert st.source_uid is not None
+    return st.source_uid
 
 
 def _strip_factories(st: Any) -> Any:

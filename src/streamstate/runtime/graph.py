@@ -155,7 +155,11 @@ class ExecutionPlan:
         lines = []
         for s in self.stages:
             names = " -> ".join(n.name for n in s.nodes.values())
-            up = f" <- {s.input_partitioning.value} from {s.upstream}" if s.upstream else ""
+            up = ""
+            if s.upstream:
+                # build_plan sets input_partitioning on every stage it gives an upstream
+                assert s.input_partitioning is not None
+                up = f" <- {s.input_partitioning.value} from {s.upstream}"
             lines.append(f"stage {s.id} (p={s.parallelism}){up}: {names}")
         return "\n".join(lines)
 

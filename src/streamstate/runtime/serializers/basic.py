@@ -112,10 +112,10 @@ class FieldSerializer(TypeSerializer):
 
     #: whether a top-level ``None`` is allowed (encoded as ``b""``)
     nullable: ClassVar[bool] = True
-    #: Flink's name of the type, used in error messages
-    type_name: ClassVar[str] = ""
-    #: the accepted Python types, used in error messages
-    expected: ClassVar[str] = ""
+    #: Flink's name of the type, used in error messages (some serializers set it per instance)
+    type_name: str = ""
+    #: the accepted Python types, used in error messages (some serializers set it per instance)
+    expected: str = ""
 
     def write(self, value: Any, out: bytearray) -> None:
         """Append the encoding of non-null ``value``; ``TypeError``/``ValueError`` if invalid."""
@@ -505,7 +505,8 @@ class BigDecSerializer(FieldSerializer):
         if kind != _DEC_FINITE:
             payload, pos = read_varint(data, pos + 1)
             digits = tuple(int(c) for c in str(payload)) if payload else ()
-            return Decimal((sign, digits, _DEC_EXP[kind])), pos
+            # typeshed omits the special exponents "F"/"n"/"N" that Decimal accepts in tuples
+            return Decimal((sign, digits, _DEC_EXP[kind])), pos  # type: ignore[arg-type]
         z, pos = read_varint(data, pos + 1)
         exponent = (z >> 1) ^ -(z & 1)
         n, pos = read_varint(data, pos)

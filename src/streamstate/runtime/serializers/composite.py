@@ -149,6 +149,7 @@ class RowSerializer(FieldSerializer):
 
     def _values(self, value: Any) -> tuple[list[Any], RowKind]:
         names = self.names
+        values: Sequence[Any]
         if isinstance(value, Row):
             kind = value.get_row_kind()
             row_names = value._fields

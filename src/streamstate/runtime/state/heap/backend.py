@@ -132,9 +132,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         else:  # restored (or created by a delta) and not yet registered
             self._check_migration(table, descriptor, sers)
             table.serializers = sers
-        handle = STATE_CLASSES[kind](self, table, descriptor)
-        self._handles[name] = (descriptor, handle)  # type: ignore[assignment]
-        return handle  # type: ignore[return-value]
+        created = STATE_CLASSES[kind](self, table, descriptor)
+        assert isinstance(created, State)  # every heap state class also derives from a State
+        self._handles[name] = (descriptor, created)
+        return created
 
     def _check_migration(
         self, table: StateTable, descriptor: StateDescriptor, sers: StateSerializers

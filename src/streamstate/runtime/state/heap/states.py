@@ -201,7 +201,7 @@ class HeapMapState(_HeapState, MapState):
         m = self._map()
         d = m.get(b._key)
         new = d is None
-        if new:
+        if d is None:
             d = {}
         for k, v in dict_value.items():
             try:
