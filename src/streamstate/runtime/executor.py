@@ -242,8 +242,6 @@ class JobExecutor:
             return
         try:
             md = self.storage.load_metadata(self.recovery_path, verify=True)
-        except CorruptCheckpointError:
-            raise
         except FileNotFoundError as e:
             raise CorruptCheckpointError(f"no checkpoint at {self.recovery_path}: {e}") from e
         self._fresh_state()
