@@ -3,7 +3,7 @@
 The rules are Flink's ``KeyGroupRangeAssignment`` with one deliberate change:
 the hash is murmur3 (x86, 32-bit, seed 0) of the *serialized* key instead of
 Java's ``hashCode``, so the assignment is stable across processes and machines
-(Python's ``hash()`` is randomised per process and is never used here).
+(Python's built-in hash is randomised per process and is never used here).
 """
 
 from __future__ import annotations
