@@ -27,7 +27,7 @@ from typing import Any
 from streamstate.datastream.state import State, StateDescriptor
 from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
 from streamstate.runtime.errors import StateMigrationError
-from streamstate.runtime.keygroups import KeyGroupRange
+from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_for_serialized_key
 from streamstate.runtime.serializers.base import TypeSerializer, TypeSerializerSnapshot
 from streamstate.runtime.serializers.compat import resolve_compatibility
 from streamstate.runtime.serializers.registry import restore_serializer as _registry_restore
@@ -126,6 +126,16 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def get_current_key(self) -> Any:
         """The key set by the last :meth:`set_current_key` (``None`` before any)."""
+
+    def get_current_key_group(self) -> int:
+        """The key group of the current key (backends override this with a cached value)."""
+        return self.key_group_of(self.get_current_key())
+
+    def key_group_of(self, key: Any) -> int:
+        """The key group of ``key``: murmur3 of its serialized form, as the hash shuffle."""
+        return compute_key_group_for_serialized_key(
+            self.key_serializer.serialize(key), self.max_parallelism
+        )
 
     @abstractmethod
     def get_partitioned_state(self, descriptor: StateDescriptor) -> State:

@@ -92,6 +92,14 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def get_current_key(self) -> Any:
         return self._key
 
+    def get_current_key_group(self) -> int:
+        if self._kgi >= self._n:
+            raise StateAccessError(
+                f"operator {self.operator_name!r}: no current key (keyed state and timers are "
+                f"only available while processing an element of a keyed stream or a timer)"
+            )
+        return self._start + self._kgi
+
     # ------------------------------------------------------------------- registration
     def _serializers_for(self, descriptor: StateDescriptor) -> StateSerializers:
         kind = descriptor.kind

@@ -1,0 +1,296 @@
+"""The internal timer service: event- and processing-time timers as keyed state.
+
+One :class:`InternalTimerService` exists per (operator, name), over the
+operator's keyed state backend. A timer is ``(key, namespace, timestamp)``;
+the key is the backend's current key when the timer is registered, the
+namespace scopes it (``VOID_NAMESPACE`` for process-function timers, a window
+for window triggers).
+
+Storage (why timers survive failures and rescaling): every timer is one entry
+of a ``MapState`` of the owning key, named ``_timer_state/event_<name>`` or
+``_timer_state/processing_<name>`` (Flink's names), mapping ``(namespace,
+timestamp)`` to ``True``. The map is ordinary keyed state, so it is written by
+the backend's full and delta snapshots, restored by key group and split on
+rescale by ANY registered backend, with no timer-specific code in the backend.
+
+In memory (why firing is cheap): per time domain a binary heap of ``(timestamp,
+key group, sequence, key, namespace)`` plus a set of live ``(key, namespace,
+timestamp)`` for deduplication and lazy deletion. It is rebuilt from the map
+state when the service is created (an operator instance is always opened after
+its backend was restored), via ``backend.get_keys``. Registering a timer that
+exists is one set lookup; advancing time when nothing is due is one comparison
+with the heap's head.
+
+Ordering: timers fire in timestamp order; ties break by key group, then by
+registration order (after a restore: by the order the backend lists keys and
+map entries in). Timers registered while firing (e.g. by ``on_timer``) whose
+timestamp is already due fire within the same advance, as in Flink, because the
+returned iterator is lazy: consume it one timer at a time, setting up the user
+call for each timer before taking the next.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Iterator
+from itertools import count
+from typing import Any, NamedTuple
+
+from streamstate.datastream.state import MapStateDescriptor
+from streamstate.runtime.errors import StateAccessError
+from streamstate.runtime.state.base import KeyedStateBackend
+
+__all__ = [
+    "MAX_WATERMARK",
+    "MIN_WATERMARK",
+    "InternalTimer",
+    "InternalTimerService",
+    "TimeDomain",
+]
+
+#: ``Long.MIN_VALUE``: the watermark before any watermark arrived
+MIN_WATERMARK = -(1 << 63)
+#: ``Long.MAX_VALUE``: the final watermark of a bounded input (fires every event-time timer)
+MAX_WATERMARK = (1 << 63) - 1
+
+
+class TimeDomain:
+    """The time domains of timers (names as PyFlink's ``TimeDomain`` members)."""
+
+    EVENT_TIME = "EVENT_TIME"
+    PROCESSING_TIME = "PROCESSING_TIME"
+
+
+class InternalTimer(NamedTuple):
+    """A fired (or registered) timer."""
+
+    key: Any
+    key_group: int
+    namespace: Any
+    timestamp: int
+
+
+#: stale heap entries tolerated before a compaction (lazy deletion keeps deletes O(1))
+_COMPACT_SLACK = 1024
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _TimerQueue:
+    """One time domain: the map state (durable) plus heap and set (in memory)."""
+
+    __slots__ = ("state", "state_name", "heap", "live", "seq")
+
+    def __init__(self, backend: KeyedStateBackend, state_name: str) -> None:
+        self.state_name = state_name
+        self.state: Any = backend.get_partitioned_state(MapStateDescriptor(state_name))
+        self.heap: list[tuple[int, int, int, Any, Any]] = []
+        #: live timers: (key, namespace, timestamp)
+        self.live: set[tuple[Any, Any, int]] = set()
+        self.seq = count()
+        self._rebuild(backend)
+
+    def _rebuild(self, backend: KeyedStateBackend) -> None:
+        keys = list(backend.get_keys(self.state_name))
+        if not keys:
+            return
+        key_group_of = backend.key_group_of
+        heap, live, seq, state = self.heap, self.live, self.seq, self.state
+        for key in keys:
+            kg = key_group_of(key)
+            backend.set_current_key(key, kg)
+            for ns, ts in state.keys():
+                live.add((key, ns, ts))
+                heap.append((ts, kg, next(seq), key, ns))
+        heapq.heapify(heap)
+
+    def add(self, backend: KeyedStateBackend, namespace: Any, timestamp: int) -> None:
+        key = backend.get_current_key()
+        tid = (key, namespace, timestamp)
+        try:
+            if tid in self.live:
+                return
+        except TypeError:
+            raise StateAccessError(
+                f"a timer's namespace must be hashable, got {type(namespace).__name__!r}"
+            ) from None
+        # the state first: it raises (no current key) before the queue is touched
+        self.state.put((namespace, timestamp), True)
+        self.live.add(tid)
+        heapq.heappush(
+            self.heap, (timestamp, backend.get_current_key_group(), next(self.seq), key, namespace)
+        )
+
+    def remove(self, backend: KeyedStateBackend, namespace: Any, timestamp: int) -> None:
+        tid = (backend.get_current_key(), namespace, timestamp)
+        if tid not in self.live:
+            return
+        # lazy deletion: the heap entry is skipped when it reaches the head
+        self.live.discard(tid)
+        self.state.remove((namespace, timestamp))
+        if len(self.heap) > 2 * len(self.live) + _COMPACT_SLACK:
+            self.compact()
+
+    def compact(self) -> None:
+        """Drop deleted entries from the heap (amortised: runs when most entries are stale)."""
+        live = self.live
+        seen: set[tuple[Any, Any, int]] = set()
+        kept = []
+        for e in self.heap:
+            tid = (e[3], e[4], e[0])
+            if tid in live and tid not in seen:
+                seen.add(tid)
+                kept.append(e)
+        heapq.heapify(kept)
+        self.heap = kept
+
+    def fire(self, backend: KeyedStateBackend, until: Callable[[], int]) -> Iterator[InternalTimer]:
+        """Pop and yield due timers while ``head.timestamp <= until()``."""
+        live = self.live
+        pop = heapq.heappop
+        # self.heap is re-read every round: a handler's delete may compact (replace) it
+        while self.heap and self.heap[0][0] <= until():
+            ts, kg, _, key, ns = pop(self.heap)
+            tid = (key, ns, ts)
+            if tid not in live:
+                continue  # deleted (or a duplicate push after delete + re-register)
+            live.discard(tid)
+            backend.set_current_key(key, kg)
+            self.state.remove((ns, ts))
+            yield InternalTimer(key, kg, ns, ts)
+
+    def drop_stale_head(self) -> None:
+        """Pop deleted entries off the head so ``peek`` sees a live timer."""
+        heap, live = self.heap, self.live
+        while heap and (heap[0][3], heap[0][4], heap[0][0]) not in live:
+            heapq.heappop(heap)
+
+
+class InternalTimerService:
+    """Event- and processing-time timers of one operator (instance) under one name.
+
+    Create it in the operator's ``open()`` (after the keyed backend was
+    restored): the constructor registers the two timer map states and rebuilds
+    the in-memory queues from them. ``clock`` (ms) supplies the processing time
+    until the first :meth:`advance_processing_time`; the wall clock by default.
+
+    ``register_*``/``delete_*`` act on the backend's current key. When a fired
+    timer is yielded, the backend's current key is already set to the timer's
+    key (the caller may set it again); the timer is no longer registered, so
+    the handler may register it again.
+    """
+
+    def __init__(
+        self,
+        backend: KeyedStateBackend,
+        name: str = "user-timers",
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        if backend is None:
+            raise StateAccessError(
+                f"timer service {name!r}: timers can only be used on a keyed stream, i.e. "
+                f"after key_by() (timers are scoped to a key)"
+            )
+        self.backend = backend
+        self.name = name
+        self._event = _TimerQueue(backend, f"_timer_state/event_{name}")
+        self._processing = _TimerQueue(backend, f"_timer_state/processing_{name}")
+        self._watermark = MIN_WATERMARK
+        self._clock = clock or _wall_clock_ms
+        self._processing_time: int | None = None
+
+    # ----------------------------------------------------------------- registration
+    def register_event_time_timer(self, namespace: Any, ts: int) -> None:
+        """Fire ``(current key, namespace, ts)`` once the watermark reaches ``ts`` (deduplicated)."""
+        self._event.add(self.backend, namespace, int(ts))
+
+    def delete_event_time_timer(self, namespace: Any, ts: int) -> None:
+        """Remove the current key's event-time timer ``(namespace, ts)``; no-op if absent."""
+        self._event.remove(self.backend, namespace, int(ts))
+
+    def register_processing_time_timer(self, namespace: Any, ts: int) -> None:
+        """Fire ``(current key, namespace, ts)`` once processing time reaches ``ts``."""
+        self._processing.add(self.backend, namespace, int(ts))
+
+    def delete_processing_time_timer(self, namespace: Any, ts: int) -> None:
+        """Remove the current key's processing-time timer ``(namespace, ts)``; no-op if absent."""
+        self._processing.remove(self.backend, namespace, int(ts))
+
+    # ----------------------------------------------------------------- time
+    def current_watermark(self) -> int:
+        """The last watermark passed to :meth:`advance_watermark` (``MIN_WATERMARK`` before)."""
+        return self._watermark
+
+    def current_processing_time(self) -> int:
+        """The last time passed to :meth:`advance_processing_time`, else the clock's time."""
+        if self._processing_time is None:
+            return int(self._clock())
+        return self._processing_time
+
+    def advance_watermark(self, watermark: int) -> Iterator[InternalTimer]:
+        """Set the watermark (it never goes back) and iterate the event-time timers now due.
+
+        Lazy: each ``next()`` pops one timer; timers registered meanwhile with a
+        timestamp ``<=`` the watermark are yielded too.
+        """
+        if watermark > self._watermark:
+            self._watermark = int(watermark)
+        q = self._event
+        if not q.heap or q.heap[0][0] > self._watermark:
+            return iter(())
+        return q.fire(self.backend, self.current_watermark)
+
+    def advance_processing_time(self, now: int) -> Iterator[InternalTimer]:
+        """Set the processing time (it never goes back) and iterate the timers now due."""
+        if self._processing_time is None or now > self._processing_time:
+            self._processing_time = int(now)
+        q = self._processing
+        if not q.heap or q.heap[0][0] > self._processing_time:
+            return iter(())
+        return q.fire(self.backend, self.current_processing_time)
+
+    # ----------------------------------------------------------------- inspection
+    def num_event_time_timers(self) -> int:
+        return len(self._event.live)
+
+    def num_processing_time_timers(self) -> int:
+        return len(self._processing.live)
+
+    def next_event_time_timer(self) -> int | None:
+        """The smallest registered event-time timestamp (``None`` when there is none)."""
+        self._event.drop_stale_head()
+        return self._event.heap[0][0] if self._event.heap else None
+
+    def next_processing_time_timer(self) -> int | None:
+        """The smallest registered processing-time timestamp (``None`` when there is none)."""
+        self._processing.drop_stale_head()
+        return self._processing.heap[0][0] if self._processing.heap else None
+
+    def event_time_timers(self) -> list[InternalTimer]:
+        """All registered event-time timers, in firing order (a copy; for tests and tools)."""
+        return _sorted_timers(self._event)
+
+    def processing_time_timers(self) -> list[InternalTimer]:
+        """All registered processing-time timers, in firing order (a copy)."""
+        return _sorted_timers(self._processing)
+
+    def __repr__(self) -> str:
+        return (
+            f"InternalTimerService({self.name!r}, event timers {self.num_event_time_timers()}, "
+            f"processing timers {self.num_processing_time_timers()}, "
+            f"watermark {self._watermark})"
+        )
+
+
+def _sorted_timers(q: _TimerQueue) -> list[InternalTimer]:
+    seen: set[tuple[Any, Any, int]] = set()
+    out: list[InternalTimer] = []
+    for ts, kg, _, key, ns in sorted(q.heap, key=lambda e: (e[0], e[1], e[2])):
+        tid = (key, ns, ts)
+        if tid in q.live and tid not in seen:
+            seen.add(tid)
+            out.append(InternalTimer(key, kg, ns, ts))
+    return out
