@@ -7,19 +7,37 @@ from streamstate.datastream.checkpoint_storage import (
     JobManagerCheckpointStorage,
 )
 from streamstate.datastream.checkpointing_mode import CheckpointingMode
-from streamstate.datastream.data_stream import DataStream, DataStreamSink, KeyedStream
+from streamstate.datastream.data_stream import (
+    BroadcastConnectedStream,
+    BroadcastStream,
+    ConnectedStreams,
+    DataStream,
+    DataStreamSink,
+    KeyedStream,
+)
 from streamstate.datastream.execution_mode import RuntimeExecutionMode
 from streamstate.datastream.functions import (
     AggregateFunction,
+    BroadcastProcessFunction,
+    CheckpointedFunction,
+    CheckpointListener,
+    CoFlatMapFunction,
+    CoMapFunction,
+    CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
+    KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     KeySelector,
+    ListCheckpointed,
     MapFunction,
+    ParallelSourceFunction,
     ProcessFunction,
     ReduceFunction,
     RuntimeContext,
     SinkFunction,
+    SourceFunction,
 )
 from streamstate.datastream.state_backend import (
     FsStateBackend,
@@ -34,9 +52,18 @@ from streamstate.datastream.stream_execution_environment import (
 
 __all__ = [
     "AggregateFunction",
+    "BroadcastConnectedStream",
+    "BroadcastProcessFunction",
+    "BroadcastStream",
     "CheckpointConfig",
+    "CheckpointListener",
     "CheckpointStorage",
+    "CheckpointedFunction",
     "CheckpointingMode",
+    "CoFlatMapFunction",
+    "CoMapFunction",
+    "CoProcessFunction",
+    "ConnectedStreams",
     "DataStream",
     "DataStreamSink",
     "ExecutionConfig",
@@ -48,15 +75,20 @@ __all__ = [
     "HashMapStateBackend",
     "JobManagerCheckpointStorage",
     "KeySelector",
+    "KeyedBroadcastProcessFunction",
+    "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStream",
+    "ListCheckpointed",
     "MapFunction",
     "MemoryStateBackend",
+    "ParallelSourceFunction",
     "ProcessFunction",
     "ReduceFunction",
     "RuntimeContext",
     "RuntimeExecutionMode",
     "SinkFunction",
+    "SourceFunction",
     "StateBackend",
     "StreamExecutionEnvironment",
 ]

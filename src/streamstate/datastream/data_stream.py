@@ -22,7 +22,14 @@ from streamstate.runtime.graph import (
 if TYPE_CHECKING:
     from streamstate.datastream.stream_execution_environment import StreamExecutionEnvironment
 
-__all__ = ["DataStream", "DataStreamSink", "KeyedStream"]
+__all__ = [
+    "BroadcastConnectedStream",
+    "BroadcastStream",
+    "ConnectedStreams",
+    "DataStream",
+    "DataStreamSink",
+    "KeyedStream",
+]
 
 
 def _make(cls: type, fn: Any) -> Any:
@@ -128,6 +135,38 @@ class DataStream:
             TransformationKind.PARTITION, "Forward", [self._t], partitioning=Partitioning.FORWARD
         )
         return DataStream(self._env, t)
+
+    def broadcast(
+        self, broadcast_state_descriptor: Any = None, *other_state_descriptors: Any
+    ) -> Any:
+        """Send every record to every subtask of the next operator.
+
+        Without descriptors: a DataStream with broadcast partitioning. With
+        ``MapStateDescriptor``s: a :class:`BroadcastStream` to ``connect()`` to,
+        whose operator keeps broadcast state under those descriptors.
+        """
+        if broadcast_state_descriptor is None:
+            if other_state_descriptors:
+                raise ConfigurationError("broadcast(): the first state descriptor is None")
+            t = Transformation(
+                TransformationKind.PARTITION,
+                "Broadcast",
+                [self._t],
+                partitioning=Partitioning.BROADCAST,
+            )
+            return DataStream(self._env, t)
+        return BroadcastStream(self, (broadcast_state_descriptor, *other_state_descriptors))
+
+    def connect(self, ds: Any) -> Any:
+        """Connect with another stream (-> ConnectedStreams) or a BroadcastStream
+        (-> BroadcastConnectedStream) into one two-input operator."""
+        if isinstance(ds, BroadcastStream):
+            return BroadcastConnectedStream(self, ds)
+        if not isinstance(ds, DataStream):
+            raise ConfigurationError(
+                f"connect() takes a DataStream or a BroadcastStream, got {type(ds).__name__}"
+            )
+        return ConnectedStreams(self, ds)
 
     def union(self, *streams: DataStream) -> DataStream:
         for s in streams:
@@ -276,3 +315,10 @@ class DataStreamSink:
     def set_parallelism(self, parallelism: int) -> DataStreamSink:
         self._t.parallelism = parallelism
         return self
+
+
+from streamstate.datastream._connected import (  # noqa: E402 - they import DataStream lazily
+    BroadcastConnectedStream,
+    BroadcastStream,
+    ConnectedStreams,
+)

@@ -29,16 +29,30 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AggregateFunction",
+    "BaseBroadcastProcessFunction",
+    "BroadcastProcessFunction",
+    "CheckpointListener",
+    "CheckpointedFunction",
+    "CoFlatMapFunction",
+    "CoMapFunction",
+    "CoProcessFunction",
     "FilterFunction",
     "FlatMapFunction",
     "Function",
+    "FunctionInitializationContext",
+    "FunctionSnapshotContext",
     "KeySelector",
+    "KeyedBroadcastProcessFunction",
+    "KeyedCoProcessFunction",
     "KeyedProcessFunction",
+    "ListCheckpointed",
     "MapFunction",
+    "ParallelSourceFunction",
     "ProcessFunction",
     "ReduceFunction",
     "RuntimeContext",
     "SinkFunction",
+    "SourceFunction",
 ]
 
 
@@ -180,3 +194,25 @@ class KeyedProcessFunction(Function):
     def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:  # noqa: B027
         """Timers arrive with event time (a later issue); never called yet."""
         return None
+
+
+# Two-input, broadcast and checkpoint-hook interfaces live in their own modules (they
+# import Function from here, hence the import at the end).
+from streamstate.datastream._checkpointing import (  # noqa: E402
+    CheckpointedFunction,
+    CheckpointListener,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    ListCheckpointed,
+    ParallelSourceFunction,
+    SourceFunction,
+)
+from streamstate.datastream._co_functions import (  # noqa: E402
+    BaseBroadcastProcessFunction,
+    BroadcastProcessFunction,
+    CoFlatMapFunction,
+    CoMapFunction,
+    CoProcessFunction,
+    KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
+)

@@ -29,11 +29,14 @@ __all__ = [
     "AggregatingState",
     "AggregatingStateDescriptor",
     "AppendingState",
+    "BroadcastState",
     "ListState",
     "ListStateDescriptor",
     "MapState",
     "MapStateDescriptor",
     "MergingState",
+    "OperatorStateStore",
+    "ReadOnlyBroadcastState",
     "ReducingState",
     "ReducingStateDescriptor",
     "State",
@@ -177,6 +180,95 @@ class MapState(State, Generic[K, V]):
 
     def __iter__(self) -> Iterator[K]:
         return iter(self.keys())
+
+
+class ReadOnlyBroadcastState(State, Generic[K, V]):
+    """Broadcast state as the non-broadcast side sees it: reads only.
+
+    Every write method raises :class:`~streamstate.runtime.errors.StateAccessError`:
+    only the broadcast side may change broadcast state, so that it stays
+    identical on every subtask.
+    """
+
+    @abstractmethod
+    def get(self, key: K) -> V | None: ...
+
+    @abstractmethod
+    def contains(self, key: K) -> bool: ...
+
+    @abstractmethod
+    def items(self) -> Iterable[tuple[K, V]]: ...
+
+    @abstractmethod
+    def keys(self) -> Iterable[K]: ...
+
+    @abstractmethod
+    def values(self) -> Iterable[V]: ...
+
+    @abstractmethod
+    def is_empty(self) -> bool: ...
+
+    def immutable_entries(self) -> Iterable[tuple[K, V]]:
+        """Flink's name for :meth:`items` on read-only broadcast state."""
+        return self.items()
+
+    def __getitem__(self, key: K) -> V | None:
+        return self.get(key)
+
+    def __contains__(self, key: K) -> bool:
+        return self.contains(key)
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self.keys())
+
+
+class BroadcastState(ReadOnlyBroadcastState[K, V]):
+    """Read-write broadcast state (a map), given to the broadcast side."""
+
+    @abstractmethod
+    def put(self, key: K, value: V) -> None: ...
+
+    @abstractmethod
+    def put_all(self, dict_value: dict[K, V]) -> None: ...
+
+    @abstractmethod
+    def remove(self, key: K) -> None: ...
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self.put(key, value)
+
+    def __delitem__(self, key: K) -> None:
+        self.remove(key)
+
+
+class OperatorStateStore(ABC):
+    """Operator (non-keyed) state of one subtask (Flink's ``OperatorStateStore``).
+
+    * ``get_list_state``: a list; on restore at another parallelism the
+      elements of all subtasks are split evenly (contiguous ranges).
+    * ``get_union_list_state``: a list; on restore every subtask gets the
+      union of all subtasks' elements.
+    * ``get_broadcast_state``: a map, identical on every subtask; only inside
+      a (Keyed)BroadcastProcessFunction.
+
+    One name has one mode: registering it again with another mode raises
+    :class:`~streamstate.runtime.errors.StateDescriptorConflictError`.
+    """
+
+    @abstractmethod
+    def get_list_state(self, state_descriptor: ListStateDescriptor) -> ListState: ...
+
+    @abstractmethod
+    def get_union_list_state(self, state_descriptor: ListStateDescriptor) -> ListState: ...
+
+    @abstractmethod
+    def get_broadcast_state(self, state_descriptor: MapStateDescriptor) -> BroadcastState: ...
+
+    @abstractmethod
+    def get_registered_state_names(self) -> set[str]: ...
+
+    @abstractmethod
+    def get_registered_broadcast_state_names(self) -> set[str]: ...
 
 
 # ----------------------------------------------------------------------- descriptors

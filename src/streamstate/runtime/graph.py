@@ -3,8 +3,10 @@
 A :class:`Transformation` is what one DataStream API call adds. :func:`build_plan`
 chains transformations into :class:`Stage` s: operators connected by a forward
 edge with equal parallelism share a stage (Flink's operator chaining); a
-``key_by``, ``rebalance``, a union or a change of parallelism starts a new stage
-whose input is a shuffle. Stage ``i``'s subtask ``j`` is partition ``j`` of one
+``key_by``, ``rebalance``, ``broadcast``, a union, a two-input operator
+(``connect``) or a change of parallelism starts a new stage whose input is a
+shuffle. Every edge names the input of its destination operator it feeds
+(``Edge.input``: 0 first, 1 second), so a two-input operator can tell its inputs apart. Stage ``i``'s subtask ``j`` is partition ``j`` of one
 Spark RDD per epoch. Nothing here imports pyspark.
 """
 
@@ -33,6 +35,8 @@ __all__ = [
 class TransformationKind(Enum):
     SOURCE = "source"
     ONE_INPUT = "one-input"
+    #: ``connect``: inputs = [first, second]; payload a zero-arg factory of a two-input operator
+    TWO_INPUT = "two-input"
     PARTITION = "partition"
     UNION = "union"
     SINK = "sink"
@@ -42,6 +46,7 @@ class Partitioning(Enum):
     FORWARD = "forward"
     HASH = "hash"  # key_by: record goes to the subtask owning its key group
     REBALANCE = "rebalance"  # round robin
+    BROADCAST = "broadcast"  # every record to every subtask
 
 
 _ids = itertools.count(1)
@@ -87,6 +92,8 @@ class Edge:
     dest_stage: int
     partitioning: Partitioning
     keying: KeyingSpec | None = None
+    #: which input of the destination stage's head operator this edge feeds (0 or 1)
+    input: int = 0
 
 
 @dataclass
@@ -113,6 +120,9 @@ class Stage:
     source: Any = None  # runtime Source for source stages
     source_uid: str | None = None
     input_partitioning: Partitioning | None = None
+    #: a two-input stage: the partitioning of its second input (``input_partitioning``
+    #: is the first input's)
+    input_partitioning2: Partitioning | None = None
     upstream: list[int] = field(default_factory=list)
     #: serializer of the keys on a HASH input (the keyed backends' key serializer)
     key_serializer: Any = None
@@ -160,16 +170,25 @@ class ExecutionPlan:
                 # build_plan sets input_partitioning on every stage it gives an upstream
                 assert s.input_partitioning is not None
                 up = f" <- {s.input_partitioning.value} from {s.upstream}"
+                if s.input_partitioning2 is not None:
+                    up = (
+                        f" <- {s.input_partitioning.value} + {s.input_partitioning2.value} "
+                        f"(two inputs) from {s.upstream}"
+                    )
             lines.append(f"stage {s.id} (p={s.parallelism}){up}: {names}")
         return "\n".join(lines)
 
 
 def _flatten_inputs(t: Transformation) -> list[tuple[Transformation, Partitioning, Any]]:
     """Resolve unions and partitionings between ``t`` and the operators it reads."""
+    return _flatten(t.inputs)
+
+
+def _flatten(inputs: list[Transformation]) -> list[tuple[Transformation, Partitioning, Any]]:
     out: list[tuple[Transformation, Partitioning, Any]] = []
 
     def walk(x: Transformation, part: Partitioning, keying: Any, resolved: bool) -> None:
-        # The partitioning nearest to ``t`` wins (as in Flink: key_by().rebalance()
+        # The partitioning nearest to the operator wins (as in Flink: key_by().rebalance()
         # rebalances); partitionings further upstream are overridden by it.
         if x.kind is TransformationKind.UNION:
             for i in x.inputs:
@@ -183,9 +202,17 @@ def _flatten_inputs(t: Transformation) -> list[tuple[Transformation, Partitionin
         else:
             out.append((x, part, keying))
 
-    for i in t.inputs:
+    for i in inputs:
         walk(i, Partitioning.FORWARD, None, False)
     return out
+
+
+def _check_same(t: Transformation, ins: list[tuple[Transformation, Partitioning, Any]]) -> None:
+    if any(pt is not ins[0][1] for _, pt, _ in ins):
+        raise ConfigurationError(
+            f"operator {t.name!r} reads inputs with different partitionings; "
+            f"apply the same key_by/rebalance to every input"
+        )
 
 
 def _reachable(sinks: list[Transformation]) -> list[Transformation]:
@@ -251,6 +278,14 @@ def build_plan(
             stages.append(st)
             stage_of[t.id] = st.id
             continue
+        if t.kind is TransformationKind.TWO_INPUT:
+            st = Stage(len(stages), p, mp)
+            st.nodes[t.id] = node
+            st.heads.append(t.id)
+            stages.append(st)
+            stage_of[t.id] = st.id
+            _connect_two_inputs(t, st, stages, stage_of, nodes)
+            continue
         ins = _flatten_inputs(t)
         if not ins:
             raise ConfigurationError(f"operator {t.name!r} has no input")
@@ -273,26 +308,74 @@ def build_plan(
             stage_of[t.id] = st.id
             continue
         part = ins[0][1]
-        if any(pt is not part for _, pt, _ in ins):
-            raise ConfigurationError(
-                f"operator {t.name!r} reads inputs with different partitionings; "
-                f"apply the same key_by/rebalance to every input"
-            )
+        _check_same(t, ins)
         st = Stage(len(stages), p, mp)
         st.input_partitioning = Partitioning.REBALANCE if part is Partitioning.FORWARD else part
         st.nodes[t.id] = node
         st.heads.append(t.id)
         stages.append(st)
         stage_of[t.id] = st.id
-        for up, pt, keying in ins:
-            if keying is not None:
-                st.key_serializer = keying.key_serializer
-            up_stage = stages[stage_of[up.id]]
-            eff = pt
-            if pt is Partitioning.FORWARD:
-                # forward needs equal parallelism; otherwise Flink rebalances
-                eff = Partitioning.FORWARD if up_stage.parallelism == p else Partitioning.REBALANCE
-            nodes[up.id].edges.append(Edge(st.id, eff, keying))
-            if up_stage.id not in st.upstream:
-                st.upstream.append(up_stage.id)
+        _add_edges(ins, st, 0, stages, stage_of, nodes)
     return ExecutionPlan(stages)
+
+
+def _add_edges(
+    ins: list[tuple[Transformation, Partitioning, Any]],
+    st: Stage,
+    input_index: int,
+    stages: list[Stage],
+    stage_of: dict[int, int],
+    nodes: dict[int, OpNode],
+) -> None:
+    for up, pt, keying in ins:
+        if keying is not None and st.key_serializer is None:
+            st.key_serializer = keying.key_serializer
+        up_stage = stages[stage_of[up.id]]
+        eff = pt
+        if pt is Partitioning.FORWARD:
+            # forward needs equal parallelism; otherwise Flink rebalances
+            eff = (
+                Partitioning.FORWARD
+                if up_stage.parallelism == st.parallelism
+                else Partitioning.REBALANCE
+            )
+        nodes[up.id].edges.append(Edge(st.id, eff, keying, input_index))
+        if up_stage.id not in st.upstream:
+            st.upstream.append(up_stage.id)
+
+
+def _connect_two_inputs(
+    t: Transformation,
+    st: Stage,
+    stages: list[Stage],
+    stage_of: dict[int, int],
+    nodes: dict[int, OpNode],
+) -> None:
+    """Wire both inputs of a two-input operator (``connect``) into its own stage ``st``.
+
+    A keyed two-input operator needs a keyed first input and a keyed (co-process)
+    or broadcast (broadcast pattern) second input; both keyed inputs share the
+    operator's keyed state, so their key types must match.
+    """
+    if len(t.inputs) != 2:
+        raise ConfigurationError(f"two-input operator {t.name!r} needs exactly two inputs")
+    sides = [_flatten([i]) for i in t.inputs]
+    for side in sides:
+        if not side:
+            raise ConfigurationError(f"operator {t.name!r} has an input without operators")
+        _check_same(t, side)
+    p1, p2 = sides[0][0][1], sides[1][0][1]
+    if t.keyed and p1 is not Partitioning.HASH:
+        raise ConfigurationError(
+            f"operator {t.name!r} uses keyed state but its first input is not keyed: "
+            f"connect two keyed streams (or key_by the connected streams)"
+        )
+    if t.keyed and p2 not in (Partitioning.HASH, Partitioning.BROADCAST):
+        raise ConfigurationError(
+            f"operator {t.name!r} uses keyed state but its second input is neither keyed "
+            f"nor broadcast: key_by both inputs of connect()"
+        )
+    st.input_partitioning = Partitioning.REBALANCE if p1 is Partitioning.FORWARD else p1
+    st.input_partitioning2 = Partitioning.REBALANCE if p2 is Partitioning.FORWARD else p2
+    _add_edges(sides[0], st, 0, stages, stage_of, nodes)
+    _add_edges(sides[1], st, 1, stages, stage_of, nodes)

@@ -199,6 +199,8 @@ class _EdgeWriter:
         self.cols: list[tuple[list[int], list[Any], list[Any]]] = [
             ([], [], []) for _ in range(self.p)
         ]
+        #: broadcast edges: one list, pickled once and sent to every target
+        self.everyone: list[Any] = []
         self.cache = cache
         self.rr = index  # rebalance starts at a subtask-dependent, deterministic position
         if edge.partitioning is Partitioning.HASH:
@@ -212,6 +214,8 @@ class _EdgeWriter:
             self._add_hash(batch)
         elif part is Partitioning.FORWARD:
             self.buckets[self.index % self.p].extend(batch)
+        elif part is Partitioning.BROADCAST:
+            self.everyone.extend(batch)
         else:
             p, b = self.p, self.buckets
             start = self.rr
@@ -278,6 +282,11 @@ class _EdgeWriter:
         raise e
 
     def chunks(self) -> Iterator[tuple[int, bytes]]:
+        if self.everyone:
+            blob = _dumps(("R", self.everyone))
+            for target in range(self.p):
+                yield target, blob
+            self.everyone = []
         for target, recs in enumerate(self.buckets):
             if recs:
                 yield target, _dumps(("R", recs))
@@ -301,7 +310,12 @@ def _dumps(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-def _decode_input(items: Iterable[Any]) -> tuple[list[Any], list[dict[str, Any]]]:
+def _decode_input(items: Iterable[Any]) -> tuple[list[list[Any]], list[dict[str, Any]]]:
+    """Decode shuffled chunks into the records of input 0 and input 1, plus forwarded acks.
+
+    A data payload is ``(DATA, src stage, src subtask, seq, blob, input)``; chunks are
+    sorted by (src stage, src subtask, seq) so that the input order is deterministic.
+    """
     data, acks = [], []
     for _part, payload in items:
         if payload[0] == DATA:
@@ -309,14 +323,15 @@ def _decode_input(items: Iterable[Any]) -> tuple[list[Any], list[dict[str, Any]]
         else:
             acks.append(payload[1])
     data.sort(key=lambda d: (d[1], d[2], d[3]))  # (src stage, src subtask, seq): deterministic
-    records: list[Any] = []
+    inputs: list[list[Any]] = [[], []]
     for d in data:
+        records = inputs[d[5]]
         chunk = pickle.loads(d[4])
         if chunk[0] == "C":
             records.extend(zip(chunk[1], chunk[2], chunk[3], strict=True))
         else:
             records.extend(chunk[1])
-    return records, acks
+    return inputs, acks
 
 
 def run_stage_partition(
@@ -368,9 +383,14 @@ def run_stage_partition(
             ]
         counts: dict[str, int] = {}
 
-        def push(node: OpNode, batch: list[Any]) -> None:
+        def push(node: OpNode, batch: list[Any], side: int = 0) -> None:
             op = inst.ops.get(node.tid) if node.factory is not None else None
-            out = batch if op is None else op.process_batch(batch)
+            if op is None:
+                out = batch
+            elif side == 0:
+                out = op.process_batch(batch)
+            else:
+                out = op.process_batch2(batch)
             counts[node.uid] = counts.get(node.uid, 0) + len(batch)
             if not out:
                 return
@@ -387,9 +407,17 @@ def run_stage_partition(
             for h in st.heads:
                 push(st.nodes[h], records)
         else:
-            records, forwarded = _decode_input(items)
+            inputs, forwarded = _decode_input(items)
             for h in st.heads:
-                push(st.nodes[h], records)
+                node = st.nodes[h]
+                op = inst.ops.get(h)
+                if op is not None and op.two_input:
+                    order = (1, 0) if op.second_input_first else (0, 1)
+                    for side in order:
+                        if inputs[side]:
+                            push(node, inputs[side], side)
+                else:
+                    push(node, inputs[0])
         t_process = time.perf_counter() - t0 - t_restore
 
         versions, checkpoint = _commit_state(spec, inst, index, epoch_spec)
@@ -474,7 +502,7 @@ def _emit(
         for w in ws:
             dests.add(w.edge.dest_stage)
             for target, blob in w.chunks():
-                yield w.edge.dest_stage, target, (DATA, st.id, index, seq, blob)
+                yield w.edge.dest_stage, target, (DATA, st.id, index, seq, blob, w.edge.input)
                 seq += 1
     if not dests:
         for a in acks:

@@ -7,6 +7,15 @@ function call itself. Keyed operators receive ``(key_group, key, value)``
 triples (the key group was computed once, by the shuffle) and set the current
 key before each call. Operators never mutate their input list (it may be fed
 to several chained operators).
+
+Two-input operators (``connect``) set ``two_input`` and get their second
+input through ``process_batch2``. Operator state: the task calls
+``initialize_state`` once per instance (after ``setup``, before ``open``),
+``snapshot_state`` at the end of every epoch, and
+``notify_checkpoint_complete`` / ``notify_checkpoint_aborted`` at the start of
+the epoch after the driver completed / aborted a checkpoint. The defaults
+forward these to the user function (``self.fn``) when it implements
+``CheckpointedFunction`` / ``ListCheckpointed`` / ``CheckpointListener``.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ class OperatorContext(RuntimeContext):
         attempt: int,
         job_parameters: dict[str, str],
         keyed_backend: Any = None,
+        operator_state_store: Any = None,
     ) -> None:
         self.task_name = task_name
         self.subtask_index = subtask_index
@@ -49,6 +59,8 @@ class OperatorContext(RuntimeContext):
         self.attempt = attempt
         self.job_parameters = job_parameters
         self.keyed_backend = keyed_backend
+        #: the subtask's OperatorStateStore (runtime/state/operator.py)
+        self.operator_state_store = operator_state_store
         self.epoch = 0
 
     def get_task_name(self) -> str:
@@ -110,6 +122,10 @@ class StreamOperator:
     """
 
     keyed = False
+    #: a two-input operator: the second input arrives through ``process_batch2``
+    two_input = False
+    #: process the second input's records of an epoch before the first's (broadcast side)
+    second_input_first = False
 
     def __init__(self) -> None:
         self.ctx: OperatorContext | None = None
@@ -125,8 +141,48 @@ class StreamOperator:
     def process_batch(self, batch: list[Any]) -> list[Any]:
         raise NotImplementedError
 
+    def process_batch2(self, batch: list[Any]) -> list[Any]:
+        """The second input of a two-input operator (same contract as ``process_batch``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no second input")
+
     def sink_result(self) -> Any:
         return None
+
+    def user_function(self) -> Any:
+        """The user function this operator runs (None if none): target of the state hooks."""
+        return getattr(self, "fn", None)
+
+    # -- operator state and checkpoint notifications -----------------------------------
+    def initialize_state(self, context: Any) -> None:
+        """Register/restore operator state: ``context`` is a FunctionInitializationContext."""
+        from streamstate.runtime.operators.checkpointing import initialize_function_state
+
+        initialize_function_state(self.user_function(), context)
+
+    def snapshot_state(self, checkpoint_id: int | None, timestamp_ms: int) -> None:
+        """Move the function's working data into operator state (every epoch end)."""
+        from streamstate.runtime.operators.checkpointing import snapshot_function_state
+
+        snapshot_function_state(self.user_function(), checkpoint_id, timestamp_ms)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        fn = self.user_function()
+        hook = getattr(fn, "notify_checkpoint_complete", None)
+        if hook is not None and not isinstance(fn, type):
+            hook(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        fn = self.user_function()
+        hook = getattr(fn, "notify_checkpoint_aborted", None)
+        if hook is not None and not isinstance(fn, type):
+            hook(checkpoint_id)
+
+    def timer_service(self) -> Any:
+        """The timer service of the current key (filled in by the event-time work)."""
+        raise StateAccessError(
+            f"timers are not available in {type(self).__name__}: event time, watermarks "
+            f"and timers arrive with the event-time issue"
+        )
 
     def close(self) -> None:
         pass
