@@ -339,3 +339,20 @@ def test_property_matches_a_model_across_restores(ops: list[tuple[str, int, str,
             model -= due
         assert svc.num_event_time_timers() == len(model)
     assert sorted(fire_all_event(svc, MAX_WATERMARK), key=repr) == sorted(model, key=repr)
+
+
+def test_for_operator_caches_per_context_and_name() -> None:
+    from streamstate.runtime.operators.base import OperatorContext
+
+    b = backend()
+    ctx = OperatorContext("op", 0, 1, MAX_P, 0, {}, b)
+    s1 = InternalTimerService.for_operator(ctx, "a")
+    assert InternalTimerService.for_operator(ctx, "a") is s1
+    assert InternalTimerService.for_operator(ctx, "b") is not s1
+    ctx.processing_time = 1234  # type: ignore[attr-defined]
+    assert s1.current_processing_time() == 1234
+    ctx2 = OperatorContext("op", 0, 1, MAX_P, 0, {}, backend())
+    ctx2.current_watermark = 99  # type: ignore[attr-defined]
+    assert InternalTimerService.for_operator(ctx2, "a").current_watermark() == 99
+    with pytest.raises(StateAccessError, match="keyed stream"):
+        InternalTimerService.for_operator(OperatorContext("op", 0, 1, MAX_P, 0, {}, None), "a")

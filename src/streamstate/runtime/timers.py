@@ -202,6 +202,31 @@ class InternalTimerService:
         self._clock = clock or _wall_clock_ms
         self._processing_time: int | None = None
 
+    @classmethod
+    def for_operator(cls, ctx: Any, name: str) -> InternalTimerService:
+        """The timer service ``name`` of the operator whose ``OperatorContext`` is ``ctx``.
+
+        Created on first use (over ``ctx.keyed_backend``) and cached on ``ctx``, so
+        an operator instance has one service per name. Processing time before the
+        first advance is ``ctx.processing_time`` (the epoch's driver time) when the
+        task set it, else the wall clock; the watermark starts at
+        ``ctx.current_watermark`` when the task restored one.
+        """
+        services = ctx.__dict__.setdefault("_timer_services", {})
+        svc: InternalTimerService | None = services.get(name)
+        if svc is None:
+
+            def clock() -> int:
+                now = getattr(ctx, "processing_time", 0)
+                return int(now) if now else _wall_clock_ms()
+
+            svc = cls(ctx.keyed_backend, name, clock=clock)
+            wm = getattr(ctx, "current_watermark", MIN_WATERMARK)
+            if isinstance(wm, int) and wm > MIN_WATERMARK:
+                svc._watermark = wm
+            services[name] = svc
+        return svc
+
     # ----------------------------------------------------------------- registration
     def register_event_time_timer(self, namespace: Any, ts: int) -> None:
         """Fire ``(current key, namespace, ts)`` once the watermark reaches ``ts`` (deduplicated)."""
