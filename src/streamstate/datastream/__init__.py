@@ -39,6 +39,7 @@ from streamstate.datastream.functions import (
     SinkFunction,
     SourceFunction,
 )
+from streamstate.datastream.state import StateTtlConfig
 from streamstate.datastream.state_backend import (
     FsStateBackend,
     HashMapStateBackend,
@@ -90,5 +91,6 @@ __all__ = [
     "SinkFunction",
     "SourceFunction",
     "StateBackend",
+    "StateTtlConfig",
     "StreamExecutionEnvironment",
 ]

@@ -25,6 +25,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar, Generic, TypeVar
 
+from streamstate.datastream.state_ttl_config import StateTtlConfig
+
 __all__ = [
     "AggregatingState",
     "AggregatingStateDescriptor",
@@ -41,6 +43,7 @@ __all__ = [
     "ReducingStateDescriptor",
     "State",
     "StateDescriptor",
+    "StateTtlConfig",
     "ValueState",
     "ValueStateDescriptor",
 ]
@@ -290,7 +293,10 @@ def _same_type_info(a: Any, b: Any) -> bool:
 class StateDescriptor(ABC):
     """Base class of state descriptors: a name plus the type information of the state.
 
-    Descriptors are immutable: attributes cannot be set after construction.
+    Descriptors are immutable: attributes cannot be set after construction. The
+    one exception is :meth:`enable_time_to_live` (PyFlink's API mutates the
+    descriptor): call it before the descriptor is used to get state; a state
+    handle keeps the TTL configuration it was created with.
     """
 
     #: the kind of state this descriptor creates: value, list, map, reducing, aggregating
@@ -299,12 +305,38 @@ class StateDescriptor(ABC):
     # instance attributes, set once in __init__ through object.__setattr__
     name: str
     _type_info: Any
+    _ttl_config: StateTtlConfig | None
 
     def __init__(self, name: str, type_info: Any = None) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"a state name must be a non-empty str, got {name!r}")
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "_type_info", type_info)
+        object.__setattr__(self, "_ttl_config", None)
+
+    def enable_time_to_live(self, ttl_config: StateTtlConfig) -> None:
+        """Configures optional activation of state time-to-live (TTL).
+
+        The state's values expire, become unavailable and are cleaned up
+        according to ``ttl_config``. A config whose update type is ``Disabled``
+        means no TTL. Restoring state written with TTL into a descriptor without
+        it (or the reverse) raises ``StateMigrationError``.
+        """
+        if not isinstance(ttl_config, StateTtlConfig):
+            raise TypeError(
+                f"enable_time_to_live() takes a StateTtlConfig (StateTtlConfig.new_builder(ttl)"
+                f".build()), got {type(ttl_config).__name__} {ttl_config!r}"
+            )
+        object.__setattr__(self, "_ttl_config", ttl_config)
+
+    def get_ttl_config(self) -> StateTtlConfig | None:
+        """The TTL configuration given to :meth:`enable_time_to_live` (``None`` without)."""
+        return self._ttl_config
+
+    def has_ttl(self) -> bool:
+        """Whether values of this state expire (TTL enabled and not ``Disabled``)."""
+        cfg = self._ttl_config
+        return cfg is not None and cfg.is_enabled()
 
     # immutability --------------------------------------------------------------
     def __setattr__(self, attr: str, value: Any) -> None:
@@ -332,9 +364,10 @@ class StateDescriptor(ABC):
         return (self._type_info,)
 
     def is_compatible_with(self, other: StateDescriptor) -> bool:
-        """Same kind and same type information (the condition to share a state name)."""
+        """Same kind, type information and TTL configuration (the condition to share a name)."""
         return (
             type(self) is type(other)
+            and self._ttl_config == other._ttl_config
             and len(self._type_infos()) == len(other._type_infos())
             and all(
                 _same_type_info(a, b)
@@ -343,7 +376,13 @@ class StateDescriptor(ABC):
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), self._ctor_args())
+        if self._ttl_config is None:
+            return (type(self), self._ctor_args())
+        return (type(self), self._ctor_args(), {"_ttl_config": self._ttl_config})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StateDescriptor):
@@ -355,7 +394,8 @@ class StateDescriptor(ABC):
 
     def __repr__(self) -> str:
         infos = ", ".join(repr(t) for t in self._type_infos())
-        return f"{type(self).__name__}({self.name!r}, {infos})"
+        ttl = "" if self._ttl_config is None else f", ttl={self._ttl_config.get_ttl()!r}"
+        return f"{type(self).__name__}({self.name!r}, {infos}{ttl})"
 
 
 class ValueStateDescriptor(StateDescriptor):

@@ -37,6 +37,7 @@ from streamstate.runtime.errors import (
 )
 from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.keygroups import compute_key_group_range_for_operator_index
+from streamstate.runtime.state.ttl_clock import ttl_time_provider_from_configuration
 from streamstate.runtime.task import EpochSpec, Lineage, StageTaskSpec, SubtaskEpoch
 
 __all__ = ["EpochRunner", "JobCancelled", "JobExecutor"]
@@ -106,6 +107,7 @@ class JobExecutor:
             configuration, "execution.epoch.full-snapshot-interval", DEFAULT_FULL_VERSION_EVERY
         )
         self.max_epochs = conf_int(configuration, "execution.epoch.max-epochs", 0)
+        self.ttl_time_provider = ttl_time_provider_from_configuration(configuration)
         self.idle_wait_s = conf_int(configuration, "execution.epoch.idle-wait-ms", 200) / 1000.0
         storage = checkpoint_config.get_checkpoint_storage()
         if storage is None:
@@ -160,6 +162,7 @@ class JobExecutor:
                 backend_name=self.backend_name,
                 job_parameters=self.job_parameters,
                 source_budget=self.epoch_records,
+                ttl_time_provider=self.ttl_time_provider,
             )
             specs[st.id] = cloudpickle.dumps(spec)
         return specs

@@ -74,6 +74,8 @@ class StageTaskSpec:
     backend_name: str
     job_parameters: dict[str, str]
     source_budget: int
+    #: the clock of state TTL (``runtime/state/ttl_clock.py``); ``None``: the wall clock
+    ttl_time_provider: Any = None
 
 
 @dataclass
@@ -159,6 +161,9 @@ def _build_instance(
                 max_parallelism=st.max_parallelism,
                 key_serializer=st.key_serializer,
             )
+            if spec.ttl_time_provider is not None:
+                backend.ttl_time_provider = spec.ttl_time_provider.for_backend()
+            backend.ttl_time_provider.on_epoch(epoch_spec.epoch)
             lineage = sub.lineages.get(node.uid)
             if lineage is not None:
                 if lineage.base:
@@ -369,6 +374,8 @@ def run_stage_partition(
         t_restore = time.perf_counter() - t0
         for ctx in inst.contexts:
             ctx.epoch = epoch_spec.epoch
+        for b in inst.backends.values():
+            b.ttl_time_provider.on_epoch(epoch_spec.epoch)
         writers: dict[int, list[_EdgeWriter]] = {}
         for tid, node in st.nodes.items():
             writers[tid] = [

@@ -10,6 +10,9 @@ the serializer the restored job declares:
 * pickle on either side -> ``COMPATIBLE_AFTER_MIGRATION`` (pickle reads back
   any value, and any value read can be offered to the new serializer, which
   reports values it cannot take);
+* TTL on one side only (the ``"ttl"`` serializer wraps values of state with
+  TTL) -> ``INCOMPATIBLE``, even against pickle, as in Flink: the stored
+  form differs (values vs. ``TtlValue`` s);
 * anything else (other name, newer recorded version, different non-serializer
   parameters such as row field names or arity) -> ``INCOMPATIBLE``.
 
@@ -30,6 +33,7 @@ __all__ = [
 ]
 
 _PICKLE = "pickle"
+_TTL = "ttl"
 
 
 class Compatibility(Enum):
@@ -55,6 +59,8 @@ def _worst(a: Compatibility, b: Compatibility) -> Compatibility:
 
 def _compare(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot) -> Compatibility:
     if old.name != new.name:
+        if old.name == _TTL or new.name == _TTL:
+            return Compatibility.INCOMPATIBLE
         if old.name == _PICKLE or new.name == _PICKLE:
             return Compatibility.COMPATIBLE_AFTER_MIGRATION
         return Compatibility.INCOMPATIBLE

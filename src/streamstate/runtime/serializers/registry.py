@@ -33,6 +33,7 @@ from streamstate.runtime.serializers.composite import (
     TupleSerializer,
 )
 from streamstate.runtime.serializers.key import default_key_serializer
+from streamstate.runtime.serializers.ttl import TTL_SERIALIZER_NAME, TtlSerializer
 
 __all__ = [
     "SerializerFactory",
@@ -212,6 +213,7 @@ def _register_builtins() -> None:
         register_serializer(name, _list_factory(name))
     register_serializer("primitive_array", lambda p: PrimitiveArraySerializer(p["element"]))
     register_serializer("map", lambda p: MapSerializer(p["key"], p["value"]))
+    register_serializer(TTL_SERIALIZER_NAME, lambda p: TtlSerializer(p.get("user")))
 
 
 _register_builtins()

@@ -20,7 +20,7 @@ snapshot, and the compatibility check used on restore.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,11 +32,14 @@ from streamstate.runtime.serializers.base import TypeSerializer, TypeSerializerS
 from streamstate.runtime.serializers.compat import resolve_compatibility
 from streamstate.runtime.serializers.registry import restore_serializer as _registry_restore
 from streamstate.runtime.serializers.registry import serializer_for
+from streamstate.runtime.serializers.ttl import TTL_SERIALIZER_NAME
+from streamstate.runtime.state.ttl_clock import SystemTtlTimeProvider, TtlTimeProvider
 
 __all__ = [
     "VOID_NAMESPACE",
     "KeyedSnapshot",
     "KeyedStateBackend",
+    "StateEntryTransformer",
     "VoidNamespace",
     "VoidNamespaceSerializer",
     "check_serializer_compatibility",
@@ -96,10 +99,40 @@ class KeyedSnapshot:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+class StateEntryTransformer(ABC):
+    """Rewrites the stored entries of one state in place (used by state TTL cleanup).
+
+    A *stored entry* is what the backend holds for one (namespace, key): the
+    value of value/reducing/aggregating state, the list of list state, the dict
+    of map state. ``fn(stored)`` returns the stored entry unchanged (the same
+    object: nothing is written), a replacement, or ``None`` to delete the
+    entry. Changes are recorded for the next delta like any state write.
+    """
+
+    @abstractmethod
+    def transform_all(self, fn: Callable[[Any], Any]) -> int:
+        """Apply ``fn`` to every entry of the state; returns how many entries changed."""
+
+    @abstractmethod
+    def transform_next(self, n: int, fn: Callable[[Any], Any]) -> None:
+        """Apply ``fn`` to the next ``n`` entries of a lazy cursor over the whole state.
+
+        The cursor wraps around at the end; entries created after the cursor
+        passed their key group are seen in the next round.
+        """
+
+
 class KeyedStateBackend(ABC):
     """Keyed state of one subtask (the key groups of ``key_group_range``).
 
     Not thread-safe: one subtask drives it from one thread.
+
+    State TTL (``runtime/state/ttl.py``) needs from a backend: that its
+    ``get_partitioned_state`` creates states through ``ttl.create_state`` (one
+    call), that ``set_current_key`` calls :attr:`key_selection_listeners`, that
+    ``snapshot`` first calls :meth:`run_snapshot_cleanups`, and, optionally,
+    :meth:`state_entry_transformer` (full-snapshot and incremental cleanup) and
+    :meth:`configure_ttl_compaction_filter` (RocksDB compaction filter).
     """
 
     def __init__(
@@ -113,6 +146,35 @@ class KeyedStateBackend(ABC):
         self.key_group_range = key_group_range
         self.max_parallelism = max_parallelism
         self.key_serializer = key_serializer
+        #: the clock of state TTL; the task installs the job's (``state.ttl.time-provider``)
+        self.ttl_time_provider: TtlTimeProvider = SystemTtlTimeProvider()
+        #: called (no arguments) after every ``set_current_key`` (TTL per-record cleanup)
+        self.key_selection_listeners: list[Callable[[], None]] = []
+        #: state name -> cleanup run at the start of every full ``snapshot`` (TTL)
+        self.snapshot_cleanups: dict[str, Callable[[], None]] = {}
+
+    def run_snapshot_cleanups(self) -> None:
+        """Run the registered snapshot cleanups (a backend's ``snapshot`` calls this first)."""
+        for cleanup in list(self.snapshot_cleanups.values()):
+            cleanup()
+
+    def state_entry_transformer(self, state_name: str) -> StateEntryTransformer | None:
+        """Access to the stored entries of ``state_name`` for TTL cleanup (``None``: unsupported).
+
+        Backends without it still expire state on access; only full-snapshot
+        and incremental cleanup are then unavailable (a warning says so).
+        """
+        return None
+
+    def configure_ttl_compaction_filter(
+        self, state_name: str, ttl_config: Any, time_provider: TtlTimeProvider
+    ) -> bool:
+        """Install a compaction filter dropping expired entries of ``state_name``.
+
+        Returns whether the backend did (the RocksDB backend can; the default cannot).
+        ``ttl_config`` is the state's ``StateTtlConfig``.
+        """
+        return False
 
     @abstractmethod
     def set_current_key(self, key: Any, key_group: int) -> None:
@@ -222,6 +284,20 @@ def check_serializer_compatibility(
     (used for keys: their bytes decide the key group, so they must not change).
     """
     old = TypeSerializerSnapshot.from_dict(old_snapshot)
+    old_ttl, new_ttl = old.name == TTL_SERIALIZER_NAME, new.name == TTL_SERIALIZER_NAME
+    if old_ttl != new_ttl:
+        if old_ttl:
+            raise StateMigrationError(
+                f"state {state_name!r} was written with state TTL (its values carry expiration "
+                f"timestamps), but the new descriptor has no TTL. Enable TTL on the descriptor "
+                f"(descriptor.enable_time_to_live(StateTtlConfig.new_builder(ttl).build())), "
+                f"or give the state a new name."
+            )
+        raise StateMigrationError(
+            f"state {state_name!r} was written without state TTL, but the new descriptor "
+            f"enables TTL; state cannot switch TTL on across a restore (as in Flink). Remove "
+            f"enable_time_to_live() from the descriptor, or give the state a new name."
+        )
     result = resolve_compatibility(old, new)
     ok = result.is_compatible_as_is() if require_as_is else not result.is_incompatible()
     if ok:

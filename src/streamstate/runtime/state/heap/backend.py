@@ -29,15 +29,18 @@ from streamstate.runtime.errors import (
 )
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import TypeSerializer
+from streamstate.runtime.state import ttl
 from streamstate.runtime.state.base import (
     KeyedSnapshot,
     KeyedStateBackend,
+    StateEntryTransformer,
     VoidNamespaceSerializer,
     check_serializer_compatibility,
     restore_serializer,
     serializer_for_type_info,
 )
 from streamstate.runtime.state.heap import snapshot as fmt
+from streamstate.runtime.state.heap.entries import HeapStateEntries
 from streamstate.runtime.state.heap.states import STATE_CLASSES
 from streamstate.runtime.state.heap.table import STATE_KINDS, StateSerializers, StateTable
 from streamstate.runtime.state.registry import register_keyed_backend
@@ -66,6 +69,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._kgi = self._n
         self._tables: dict[str, StateTable] = {}
         self._handles: dict[str, tuple[StateDescriptor, State]] = {}
+        self._entries: dict[str, HeapStateEntries] = {}
         self._disposed = False
 
     # ------------------------------------------------------------------- hot path
@@ -88,6 +92,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 ) from None
         self._key = key
         self._kgi = kgi
+        if self.key_selection_listeners:
+            for listener in self.key_selection_listeners:
+                listener()
 
     def get_current_key(self) -> Any:
         return self._key
@@ -127,8 +134,15 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             raise StateDescriptorConflictError(
                 f"operator {self.operator_name!r}: state {name!r} is already registered as "
                 f"{existing!r}; it cannot be registered again as {descriptor!r}. Use another "
-                f"state name or the same kind and type information."
+                f"state name or the same kind, type information and TTL configuration."
             )
+        created = ttl.create_state(self, descriptor, self._create_raw)
+        self._handles[name] = (descriptor, created)
+        return created
+
+    def _create_raw(self, descriptor: StateDescriptor) -> State:
+        """The heap state of ``descriptor`` (the raw state under a TTL wrapper, if any)."""
+        name = descriptor.name
         kind = descriptor.kind
         if kind not in STATE_CLASSES:
             raise StateAccessError(f"unsupported state descriptor {descriptor!r}")
@@ -142,8 +156,16 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             table.serializers = sers
         created = STATE_CLASSES[kind](self, table, descriptor)
         assert isinstance(created, State)  # every heap state class also derives from a State
-        self._handles[name] = (descriptor, created)
         return created
+
+    def state_entry_transformer(self, state_name: str) -> StateEntryTransformer | None:
+        table = self._tables.get(state_name)
+        if table is None:
+            return None
+        entries = self._entries.get(state_name)
+        if entries is None or entries._table is not table:
+            entries = self._entries[state_name] = HeapStateEntries(table)
+        return entries
 
     def _check_migration(
         self, table: StateTable, descriptor: StateDescriptor, sers: StateSerializers
@@ -175,6 +197,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     # ------------------------------------------------------------------- snapshots
     def snapshot(self) -> KeyedSnapshot:
         self._check_alive()
+        self.run_snapshot_cleanups()
         tables = list(self._tables.values())
         data, offsets, meta = fmt.write_full(tables, self._start, self._n, self.operator_name)
         for t in tables:
@@ -309,6 +332,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             t.clear_all()
         self._tables.clear()
         self._handles.clear()
+        self._entries.clear()
+        self.snapshot_cleanups.clear()
+        self.key_selection_listeners.clear()
         self._key = None
         self._kgi = self._n
         self._disposed = True
