@@ -7,6 +7,7 @@ from streamstate.common.row import Row, RowKind
 from streamstate.common.serialization import Encoder
 from streamstate.common.time import Duration, Instant, Time, to_millis
 from streamstate.common.typeinfo import TypeInformation, Types
+from streamstate.common.watermark_strategy import TimestampAssigner, WatermarkStrategy
 
 __all__ = [
     "Configuration",
@@ -19,8 +20,10 @@ __all__ = [
     "Row",
     "RowKind",
     "Time",
+    "TimestampAssigner",
     "TypeInformation",
     "Types",
+    "WatermarkStrategy",
     "parse_duration_ms",
     "to_millis",
 ]

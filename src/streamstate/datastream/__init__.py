@@ -39,6 +39,7 @@ from streamstate.datastream.functions import (
     SinkFunction,
     SourceFunction,
 )
+from streamstate.datastream.output_tag import OutputTag
 from streamstate.datastream.state import StateTtlConfig
 from streamstate.datastream.state_backend import (
     FsStateBackend,
@@ -50,6 +51,8 @@ from streamstate.datastream.stream_execution_environment import (
     ExecutionConfig,
     StreamExecutionEnvironment,
 )
+from streamstate.datastream.time_domain import TimeDomain
+from streamstate.datastream.timerservice import TimerService
 
 __all__ = [
     "AggregateFunction",
@@ -84,6 +87,7 @@ __all__ = [
     "MapFunction",
     "MemoryStateBackend",
     "ParallelSourceFunction",
+    "OutputTag",
     "ProcessFunction",
     "ReduceFunction",
     "RuntimeContext",
@@ -93,4 +97,6 @@ __all__ = [
     "StateBackend",
     "StateTtlConfig",
     "StreamExecutionEnvironment",
+    "TimeDomain",
+    "TimerService",
 ]

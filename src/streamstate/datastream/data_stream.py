@@ -98,6 +98,49 @@ class DataStream:
     def process(self, func: Any, output_type: Any = None) -> DataStream:
         return self._one_input("Process", partial(_make, _op("stateless", "ProcessOperator"), func))
 
+    def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> DataStream:
+        """Give every record an event timestamp and generate watermarks (per epoch).
+
+        ``watermark_strategy`` is a :class:`~streamstate.common.WatermarkStrategy`.
+        Without a timestamp assigner the records keep the timestamps they carry
+        (e.g. from an earlier assigner). Chained to its input, as in Flink.
+        """
+        from streamstate.common.watermark_strategy import WatermarkStrategy
+
+        if not isinstance(watermark_strategy, WatermarkStrategy):
+            raise ConfigurationError(
+                f"assign_timestamps_and_watermarks() takes a WatermarkStrategy, got "
+                f"{type(watermark_strategy).__name__}"
+            )
+        return self._one_input(
+            "Timestamps/Watermarks",
+            partial(
+                _make, _op("timestamps", "TimestampsAndWatermarksOperator"), watermark_strategy
+            ),
+        )
+
+    def get_side_output(self, output_tag: Any) -> DataStream:
+        """The records the operator of this stream emitted to ``output_tag``
+        (``ctx.output(output_tag, value)`` or a yielded ``(output_tag, value)``)."""
+        from streamstate.datastream.output_tag import OutputTag
+
+        if not isinstance(output_tag, OutputTag):
+            raise ConfigurationError(
+                f"get_side_output() takes an OutputTag, got {type(output_tag).__name__}"
+            )
+        if self._t.kind is not TransformationKind.ONE_INPUT:
+            raise ConfigurationError(
+                f"get_side_output() applies to the result of an operator such as process(); "
+                f"{self._t.name!r} is a {self._t.kind.value} transformation"
+            )
+        t = Transformation(
+            TransformationKind.SIDE_OUTPUT,
+            f"SideOutput({output_tag.tag_id})",
+            [self._t],
+            payload=output_tag.tag_id,
+        )
+        return DataStream(self._env, t)
+
     def key_by(self, key_selector: Any, key_type: Any = None) -> KeyedStream:
         """Partition by key: every record goes to the subtask that owns its key group.
 

@@ -13,7 +13,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from streamstate.datastream.time_domain import TimeDomain
+from streamstate.datastream.timerservice import TimerService
+
 if TYPE_CHECKING:
+    from streamstate.datastream.output_tag import OutputTag
     from streamstate.datastream.state import (
         AggregatingState,
         AggregatingStateDescriptor,
@@ -53,6 +57,8 @@ __all__ = [
     "RuntimeContext",
     "SinkFunction",
     "SourceFunction",
+    "TimeDomain",
+    "TimerService",
 ]
 
 
@@ -165,7 +171,16 @@ class ProcessFunction(Function):
 
     class Context(ABC):
         @abstractmethod
-        def timestamp(self) -> int | None: ...
+        def timestamp(self) -> int | None:
+            """Timestamp of the current element (None when the stream has no timestamps)."""
+
+        def timer_service(self) -> TimerService:
+            """Querying time works everywhere; timers only on keyed streams (as in Flink)."""
+            raise NotImplementedError
+
+        def output(self, output_tag: OutputTag, value: Any) -> None:
+            """Emit ``value`` to the side output ``output_tag``."""
+            raise NotImplementedError
 
     @abstractmethod
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterable[Any] | None:
@@ -177,13 +192,23 @@ class KeyedProcessFunction(Function):
 
     class Context(ABC):
         @abstractmethod
-        def timestamp(self) -> int | None: ...
+        def timestamp(self) -> int | None:
+            """Timestamp of the current element or firing timer (None without timestamps)."""
 
         @abstractmethod
         def get_current_key(self) -> Any: ...
 
         @abstractmethod
-        def timer_service(self) -> Any: ...
+        def timer_service(self) -> TimerService: ...
+
+        def output(self, output_tag: OutputTag, value: Any) -> None:
+            """Emit ``value`` to the side output ``output_tag``."""
+            raise NotImplementedError
+
+    class OnTimerContext(Context):
+        @abstractmethod
+        def time_domain(self) -> TimeDomain:
+            """The TimeDomain of the firing timer."""
 
     @abstractmethod
     def process_element(
@@ -191,8 +216,10 @@ class KeyedProcessFunction(Function):
     ) -> Iterable[Any] | None:
         """Yield (or return an iterable of) the outputs for ``value``."""
 
-    def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:  # noqa: B027
-        """Timers arrive with event time (a later issue); never called yet."""
+    def on_timer(  # noqa: B027
+        self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext
+    ) -> Iterable[Any] | None:
+        """Called when a timer registered through ``ctx.timer_service()`` fires; yields outputs."""
         return None
 
 

@@ -226,7 +226,16 @@ class StreamExecutionEnvironment:
                 f"from_source() takes a source such as FileSource or NumberSequenceSource, "
                 f"got {type(source).__name__}"
             )
-        return self._source(rt(), source_name)
+        ds = self._source(rt(), source_name)
+        spec = getattr(watermark_strategy, "_spec", None)
+        if spec is not None and (
+            spec.out_of_orderness_ms is not None or spec.timestamp_assigner is not None
+        ):
+            # no_watermarks() without an assigner adds nothing. Otherwise: Flink generates
+            # these watermarks inside the source; a chained assigner right after it is
+            # equivalent in the epoch model.
+            ds = ds.assign_timestamps_and_watermarks(watermark_strategy)
+        return ds
 
     def add_source(
         self, source_func: Any, source_name: str = "Custom Source", type_info: Any = None

@@ -21,6 +21,7 @@ __all__ = [
     "StateSizeExceededError",
     "StreamStateError",
     "TaskFailure",
+    "TimestampError",
 ]
 
 
@@ -60,6 +61,10 @@ class StateSerializationError(StreamStateError, TypeError):
 
 class KeySerializationError(StreamStateError, TypeError):
     """A key produced by ``key_by`` cannot be serialized (so it has no key group)."""
+
+
+class TimestampError(StreamStateError, TypeError):
+    """An event timestamp or a timer time that is not int milliseconds."""
 
 
 class StateMigrationError(StreamStateError):

@@ -178,6 +178,9 @@ class JobExecutor:
             for uid in st.keyed_uids:
                 for i in range(st.parallelism):
                     self.lineages[(uid, i)] = Lineage((self.attempt, 0))
+        #: (stage id, subtask) -> {node uid: watermark state} (runtime/watermarks.py)
+        self.wm_states: dict[tuple[int, int], dict[str, Any]] = {}
+        self.end_of_input_sent = False
 
     def _make_committers(self) -> None:
         for st in self.plan.stages:
@@ -235,9 +238,28 @@ class JobExecutor:
                 "checkpoint state of operators %s has no operator in this job; it is dropped",
                 unknown,
             )
+        self._restore_watermarks(md.properties.get("watermarks") or {})
         for uid, c in self.committers.items():
             c.abort(epoch)
             c.restore(md.sink_state.get(uid))
+
+    def _restore_watermarks(self, saved: dict[str, list[Any]]) -> None:
+        """Watermark states from a checkpoint; merged conservatively when the parallelism changed."""
+        from streamstate.runtime.watermarks import merge_states
+
+        for st in self.plan.stages:
+            for n in st.nodes.values():
+                per = saved.get(n.uid)
+                if not per:
+                    continue
+                if len(per) == st.parallelism:
+                    for i, state in enumerate(per):
+                        if state:
+                            self.wm_states.setdefault((st.id, i), {})[n.uid] = state
+                else:
+                    merged = merge_states([x for x in per if x])
+                    for i in range(st.parallelism):
+                        self.wm_states.setdefault((st.id, i), {})[n.uid] = merged
 
     def _initial_restore(self) -> None:
         if not self.recovery_path:
@@ -342,7 +364,11 @@ class JobExecutor:
                 uid = _source_uid(st)
                 self.source_states[uid] = st.source.discover(self.source_states[uid], now)
             final = self._all_finished()
-            if final and not self.checkpointing:
+            if (
+                final
+                and not self.checkpointing
+                and (self.end_of_input_sent or not self._needs_final_watermark())
+            ):
                 self._commit_all(self.epoch)
                 return
             if self.max_epochs and self.epoch >= self.max_epochs:
@@ -357,11 +383,20 @@ class JobExecutor:
                 # unbounded sources with nothing new: don't spin Spark jobs back to back
                 self.cancel_requested.wait(self.idle_wait_s)
 
+    def _needs_final_watermark(self) -> bool:
+        """Keyed operators may hold event-time timers/windows: a bounded job without
+        checkpointing runs one more (empty) epoch to send them the final watermark."""
+        return any(n.keyed for st in self.plan.stages for n in st.nodes.values())
+
     def _run_one_epoch(self, pending: Any, started_ms: int) -> int:
         """Run epoch ``self.epoch + 1``; returns how many records the sources read."""
         epoch = self.epoch + 1
         full = pending is None and (epoch - self.last_full_epoch) >= self.full_every
         especs: dict[int, EpochSpec] = {}
+        finished = {
+            st.id: st.source.is_finished(self.source_states[_source_uid(st)])
+            for st in self.plan.sources
+        }
         for st in self.plan.stages:
             assignments = (
                 st.source.plan_epoch(self.source_states[_source_uid(st)], st.parallelism)
@@ -372,11 +407,18 @@ class JobExecutor:
                 SubtaskEpoch(
                     assignments[i],
                     {uid: self.lineages[(uid, i)] for uid in st.keyed_uids},
+                    self.wm_states.get((st.id, i), {}),
                 )
                 for i in range(st.parallelism)
             ]
             especs[st.id] = EpochSpec(
-                epoch, self.attempt, pending.checkpoint_id if pending else None, full, subs
+                epoch,
+                self.attempt,
+                pending.checkpoint_id if pending else None,
+                full,
+                subs,
+                processing_time_ms=started_ms,
+                end_of_input=finished.get(st.id, False),
             )
         try:
             acks = self.runner.run_epoch(self.plan, especs)
@@ -385,6 +427,8 @@ class JobExecutor:
                 self.coordinator.abort(pending, "the epoch carrying its barrier failed")
             raise
         self._absorb(epoch, acks, pending)
+        if finished and all(finished.values()):
+            self.end_of_input_sent = True
         for cid in self._deferred_discard:
             if not (full or pending is not None):
                 break
@@ -432,6 +476,7 @@ class JobExecutor:
                     self.timings[k] = self.timings.get(k, 0.0) + v
                 for uid, n in a["counts"].items():
                     self.counts[uid] = self.counts.get(uid, 0) + n
+                self.wm_states[(st.id, i)] = a.get("watermarks") or {}
                 for uid, (kind, h) in a["versions"].items():
                     lin = self.lineages[(uid, i)]
                     token = tuple(a["token"])
@@ -479,11 +524,26 @@ class JobExecutor:
             operator_states=build_operator_states(per_op, par, maxp),
             source_offsets={uid: _jsonable(s) for uid, s in self.source_states.items()},
             sink_state={uid: c.snapshot(epoch) for uid, c in self.committers.items()},
-            properties={"epoch": epoch, "attempt": self.attempt, "job_name": self.job_name},
+            properties={
+                "epoch": epoch,
+                "attempt": self.attempt,
+                "job_name": self.job_name,
+                "watermarks": self._watermark_property(),
+            },
         )
         self.coordinator.complete(pending, md)
         self.stats["checkpoints"] += 1
         self._commit_all(epoch)
+
+    def _watermark_property(self) -> dict[str, list[Any]]:
+        """node uid -> per-subtask watermark state (JSON), for the checkpoint's properties."""
+        out: dict[str, list[Any]] = {}
+        for st in self.plan.stages:
+            for n in st.nodes.values():
+                per = [self.wm_states.get((st.id, i), {}).get(n.uid) for i in range(st.parallelism)]
+                if any(per):
+                    out[n.uid] = per
+        return out
 
     def _commit_all(self, epoch: int) -> None:
         for c in self.committers.values():

@@ -40,6 +40,8 @@ class TransformationKind(Enum):
     PARTITION = "partition"
     UNION = "union"
     SINK = "sink"
+    #: virtual: the side output ``payload`` (a tag id) of its input operator
+    SIDE_OUTPUT = "side-output"
 
 
 class Partitioning(Enum):
@@ -94,6 +96,8 @@ class Edge:
     keying: KeyingSpec | None = None
     #: which input of the destination stage's head operator this edge feeds (0 or 1)
     input: int = 0
+    #: the side output (tag id) this edge carries; None: the node's main output
+    tag: str | None = None
 
 
 @dataclass
@@ -107,6 +111,8 @@ class OpNode:
     children: list[int] = field(default_factory=list)
     edges: list[Edge] = field(default_factory=list)
     committer_factory: Any = None
+    #: chained consumers of side outputs: tag id -> node tids
+    side_children: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -215,6 +221,13 @@ def _check_same(t: Transformation, ins: list[tuple[Transformation, Partitioning,
         )
 
 
+def _producer(x: Transformation) -> tuple[Transformation, str | None]:
+    """The operator behind an input and the side output tag read from it (None: main output)."""
+    if x.kind is TransformationKind.SIDE_OUTPUT:
+        return x.inputs[0], x.payload
+    return x, None
+
+
 def _reachable(sinks: list[Transformation]) -> list[Transformation]:
     seen: dict[int, Transformation] = {}
 
@@ -260,7 +273,11 @@ def build_plan(
         return uid
 
     for t in order:
-        if t.kind in (TransformationKind.UNION, TransformationKind.PARTITION):
+        if t.kind in (
+            TransformationKind.UNION,
+            TransformationKind.PARTITION,
+            TransformationKind.SIDE_OUTPUT,
+        ):
             continue
         p = t.parallelism or default_parallelism
         if t.kind is TransformationKind.SOURCE:
@@ -297,14 +314,17 @@ def build_plan(
         chainable = (
             len(ins) == 1
             and ins[0][1] is Partitioning.FORWARD
-            and stages[stage_of[ins[0][0].id]].parallelism == p
+            and stages[stage_of[_producer(ins[0][0])[0].id]].parallelism == p
             and not t.keyed
         )
         if chainable:
-            up = ins[0][0]
+            up, tag = _producer(ins[0][0])
             st = stages[stage_of[up.id]]
             st.nodes[t.id] = node
-            nodes[up.id].children.append(t.id)
+            if tag is None:
+                nodes[up.id].children.append(t.id)
+            else:
+                nodes[up.id].side_children.setdefault(tag, []).append(t.id)
             stage_of[t.id] = st.id
             continue
         part = ins[0][1]
@@ -327,7 +347,8 @@ def _add_edges(
     stage_of: dict[int, int],
     nodes: dict[int, OpNode],
 ) -> None:
-    for up, pt, keying in ins:
+    for up_t, pt, keying in ins:
+        up, tag = _producer(up_t)
         if keying is not None and st.key_serializer is None:
             st.key_serializer = keying.key_serializer
         up_stage = stages[stage_of[up.id]]
@@ -339,7 +360,7 @@ def _add_edges(
                 if up_stage.parallelism == st.parallelism
                 else Partitioning.REBALANCE
             )
-        nodes[up.id].edges.append(Edge(st.id, eff, keying, input_index))
+        nodes[up.id].edges.append(Edge(st.id, eff, keying, input_index, tag))
         if up_stage.id not in st.upstream:
             st.upstream.append(up_stage.id)
 

@@ -35,6 +35,13 @@ from streamstate.runtime.errors import KeySerializationError
 from streamstate.runtime.graph import Edge, OpNode, Partitioning, Stage
 from streamstate.runtime.keygroups import compute_key_group_range_for_operator_index
 from streamstate.runtime.operators.base import OperatorContext, StreamOperator, as_callable
+from streamstate.runtime.watermarks import (
+    MAX_WATERMARK,
+    MIN_WATERMARK,
+    ChannelWatermark,
+    combine_channels,
+    node_state,
+)
 
 __all__ = [
     "EpochSpec",
@@ -44,7 +51,7 @@ __all__ = [
     "run_stage_partition",
 ]
 
-DATA, ACK = "D", "A"
+DATA, ACK, WATERMARK = "D", "A", "W"
 _KEY_CACHE_LIMIT = 200_000
 DRIVER = -1
 _PICKLE = 5
@@ -82,6 +89,9 @@ class StageTaskSpec:
 class SubtaskEpoch:
     source_assignment: Any = None
     lineages: dict[str, Lineage] = field(default_factory=dict)
+    #: node uid -> watermark state (runtime/watermarks.node_state), used when the
+    #: subtask instance is rebuilt (restore, failover, another worker)
+    watermarks: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -93,6 +103,10 @@ class EpochSpec:
     checkpoint_id: int | None
     full_version: bool
     subtasks: list[SubtaskEpoch]
+    #: the driver's clock at the epoch's start (ms): processing time for timers and idleness
+    processing_time_ms: int | None = None
+    #: the source of this (source) stage is exhausted: emit the final watermark
+    end_of_input: bool = False
 
 
 class _SubtaskInstance:
@@ -103,6 +117,10 @@ class _SubtaskInstance:
         self.contexts: list[OperatorContext] = []
         #: per shuffle edge: memoised key -> (key group, bucket index) for str/int keys
         self.key_caches: dict[tuple[int, int], dict[Any, Any]] = {}
+        #: node tid -> the operator's current (input) watermark
+        self.watermarks: dict[int, int] = {}
+        #: node tids whose operator reads timestamps (process_batch_ts on timestamped input)
+        self.ts_aware: set[int] = set()
 
     def close(self) -> None:
         for op in self.ops.values():
@@ -183,9 +201,33 @@ def _build_instance(
         op.setup(ctx)
         inst.contexts.append(ctx)
         inst.ops[tid] = op
+        _setup_time(inst, node, op, sub.watermarks.get(node.uid))
     for op in inst.ops.values():
         op.open()
     return inst
+
+
+def _setup_time(inst: _SubtaskInstance, node: OpNode, op: StreamOperator, state: Any) -> None:
+    """Side-output tags, timestamp awareness and the restored watermark state of one node."""
+    tags = {e.tag for e in node.edges if e.tag is not None} | set(node.side_children)
+    if tags:
+        op.side_tags = frozenset(tags)
+    if (
+        node.children
+        or node.edges
+        or tags
+        or op.generates_watermarks
+        or type(op).process_batch_ts is not StreamOperator.process_batch_ts
+    ):
+        inst.ts_aware.add(node.tid)
+    if state:
+        wm = int(state.get("wm", MIN_WATERMARK))
+        inst.watermarks[node.tid] = wm
+        assert op.ctx is not None
+        op.ctx.current_watermark = wm
+        gen = state.get("gen")
+        if gen and op.generates_watermarks:
+            op.restore_watermark_state(gen)  # type: ignore[attr-defined]
 
 
 class _EdgeWriter:
@@ -208,12 +250,19 @@ class _EdgeWriter:
         self.everyone: list[Any] = []
         self.cache = cache
         self.rr = index  # rebalance starts at a subtask-dependent, deterministic position
+        #: per target timestamps parallel to buckets / cols (None until a timestamped batch)
+        self.ts: list[list[Any]] | None = None
+        self.cts: list[list[Any]] | None = None
+        self.ets: list[Any] | None = None  # broadcast edges
         if edge.partitioning is Partitioning.HASH:
             assert edge.keying is not None
             self.key_of = as_callable(edge.keying.key_selector, "get_key")
             self.ser = edge.keying.key_serializer.serialize
 
-    def add(self, batch: list[Any]) -> None:
+    def add(self, batch: list[Any], timestamps: list[Any] | None = None) -> None:
+        if timestamps is not None or self.ts is not None:
+            self._add_timed(batch, timestamps)
+            return
         part = self.edge.partitioning
         if part is Partitioning.HASH:
             self._add_hash(batch)
@@ -226,6 +275,38 @@ class _EdgeWriter:
             start = self.rr
             for j, v in enumerate(batch):
                 b[(start + j) % p].append(v)
+            self.rr = (start + len(batch)) % p
+
+    def _add_timed(self, batch: list[Any], timestamps: list[Any] | None) -> None:
+        """The timestamped path: a timestamp column travels next to the records.
+
+        Kept apart so that untimestamped streams pay nothing for it. Records added
+        before the first timestamped batch get None timestamps (no timestamp).
+        """
+        if self.ts is None:
+            self.ts = [[None] * len(b) for b in self.buckets]
+            self.cts = [[None] * len(c[0]) for c in self.cols]
+            self.ets = [None] * len(self.everyone)
+        assert self.cts is not None and self.ets is not None
+        if timestamps is None:
+            timestamps = [None] * len(batch)
+        part = self.edge.partitioning
+        if part is Partitioning.HASH:
+            self._add_hash_timed(batch, timestamps)
+        elif part is Partitioning.BROADCAST:
+            self.everyone.extend(batch)
+            self.ets.extend(timestamps)
+        elif part is Partitioning.FORWARD:
+            i = self.index % self.p
+            self.buckets[i].extend(batch)
+            self.ts[i].extend(timestamps)
+        else:
+            p, b, tl = self.p, self.buckets, self.ts
+            start = self.rr
+            for j, v in enumerate(batch):
+                k = (start + j) % p
+                b[k].append(v)
+                tl[k].append(timestamps[j])
             self.rr = (start + len(batch)) % p
 
     def _add_hash(self, batch: list[Any]) -> None:
@@ -261,6 +342,36 @@ class _EdgeWriter:
         except Exception as e:  # name the key and the operator, keep the cause
             self._raise_key_error(batch, e)
 
+    def _add_hash_timed(self, batch: list[Any], timestamps: list[Any]) -> None:
+        """``_add_hash`` plus a timestamp column (a copy, so the untimed loop stays lean)."""
+        key_of, ser, mp, p, cache = self.key_of, self.ser, self.mp, self.p, self.cache
+        assert self.cts is not None
+        cols, cts = self.cols, self.cts
+        h = mmh3.hash
+        try:
+            for v, ts in zip(batch, timestamps, strict=True):
+                k = key_of(v)
+                tk = type(k)
+                if tk is str or tk is int:
+                    t = cache.get((tk, k)) if tk is int else cache.get(k)
+                    if t is None:
+                        kg = h(ser(k), 0, False) % mp
+                        t = (kg, kg * p // mp)
+                        if len(cache) < _KEY_CACHE_LIMIT:
+                            cache[(tk, k) if tk is int else k] = t
+                    kg, target = t
+                else:
+                    {k: None}  # noqa: B018 - fails fast for unhashable keys (caught below)
+                    kg = h(ser(k), 0, False) % mp
+                    target = kg * p // mp
+                c = cols[target]
+                c[0].append(kg)
+                c[1].append(k)
+                c[2].append(v)
+                cts[target].append(ts)
+        except Exception as e:  # noqa: BLE001 - name the key and the operator, keep the cause
+            self._raise_key_error(batch, e)
+
     def _raise_key_error(self, batch: list[Any], e: Exception) -> None:
         key_of, ser = self.key_of, self.ser
         for v in batch:
@@ -287,19 +398,37 @@ class _EdgeWriter:
         raise e
 
     def chunks(self) -> Iterator[tuple[int, bytes]]:
+        ts, cts, ets = self.ts, self.cts, self.ets
         if self.everyone:
-            blob = _dumps(("R", self.everyone))
+            if ets is None:
+                blob = _dumps(("R", self.everyone))
+            else:
+                blob = _dumps(("R", self.everyone, ets))
             for target in range(self.p):
                 yield target, blob
             self.everyone = []
         for target, recs in enumerate(self.buckets):
             if recs:
-                yield target, _dumps(("R", recs))
+                if ts is None:
+                    yield target, _dumps(("R", recs))
+                else:
+                    yield target, _dumps(("R", recs, ts[target]))
         for target, (kgs, keys, vals) in enumerate(self.cols):
             if kgs:
-                yield target, _dumps(("C", kgs, keys, vals))
+                if cts is None:
+                    yield target, _dumps(("C", kgs, keys, vals))
+                else:
+                    yield target, _dumps(("C", kgs, keys, vals, cts[target]))
         self.buckets = [[] for _ in range(self.p)]
         self.cols = [([], [], []) for _ in range(self.p)]
+        self.ts = self.cts = self.ets = None
+
+    def watermark_targets(self) -> range:
+        """The subtasks this edge can send records to: the channels a watermark goes to."""
+        if self.edge.partitioning is Partitioning.FORWARD:
+            i = self.index % self.p
+            return range(i, i + 1)
+        return range(self.p)
 
 
 def _dumps(obj: Any) -> bytes:
@@ -315,28 +444,53 @@ def _dumps(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-def _decode_input(items: Iterable[Any]) -> tuple[list[list[Any]], list[dict[str, Any]]]:
-    """Decode shuffled chunks into the records of input 0 and input 1, plus forwarded acks.
+def _decode_input(
+    items: Iterable[Any],
+) -> tuple[
+    list[list[Any]],
+    list[dict[str, Any]],
+    list[list[Any] | None],
+    dict[tuple[int, int, int], ChannelWatermark],
+]:
+    """Decode shuffled chunks into the records of input 0 and input 1, plus forwarded acks,
+    the inputs' timestamps (None: no timestamps) and the watermark channels.
 
     A data payload is ``(DATA, src stage, src subtask, seq, blob, input)``; chunks are
     sorted by (src stage, src subtask, seq) so that the input order is deterministic.
     """
     data, acks = [], []
+    channels: dict[tuple[int, int, int], ChannelWatermark] = {}
     for _part, payload in items:
-        if payload[0] == DATA:
+        kind = payload[0]
+        if kind == DATA:
             data.append(payload)
+        elif kind == WATERMARK:
+            channels[(payload[1], payload[2], payload[3])] = ChannelWatermark(
+                payload[4], payload[5]
+            )
         else:
             acks.append(payload[1])
     data.sort(key=lambda d: (d[1], d[2], d[3]))  # (src stage, src subtask, seq): deterministic
     inputs: list[list[Any]] = [[], []]
+    tss: list[list[Any] | None] = [None, None]
     for d in data:
         records = inputs[d[5]]
         chunk = pickle.loads(d[4])
+        n = len(records)
         if chunk[0] == "C":
             records.extend(zip(chunk[1], chunk[2], chunk[3], strict=True))
+            cts = chunk[4] if len(chunk) > 4 else None
         else:
             records.extend(chunk[1])
-    return inputs, acks
+            cts = chunk[2] if len(chunk) > 2 else None
+        ts = tss[d[5]]
+        if cts is not None:
+            if ts is None:
+                ts = tss[d[5]] = [None] * n
+            ts.extend(cts)
+        elif ts is not None:
+            ts.extend([None] * (len(records) - n))
+    return inputs, acks, tss, channels
 
 
 def run_stage_partition(
@@ -388,33 +542,55 @@ def run_stage_partition(
                 )
                 for j, e in enumerate(node.edges)
             ]
+        main_writers = {tid: [w for w in ws if w.edge.tag is None] for tid, ws in writers.items()}
         counts: dict[str, int] = {}
+        ops = inst.ops
+        ts_aware = inst.ts_aware
+        now = epoch_spec.processing_time_ms
+        if now is not None:
+            for ctx in inst.contexts:
+                ctx.processing_time = now
 
-        def push(node: OpNode, batch: list[Any], side: int = 0) -> None:
-            op = inst.ops.get(node.tid) if node.factory is not None else None
+        def push(node: OpNode, batch: list[Any], ts: list[Any] | None, side: int = 0) -> None:
+            op = ops.get(node.tid) if node.factory is not None else None
             if op is None:
-                out = batch
-            elif side == 0:
-                out = op.process_batch(batch)
+                out, ots = batch, ts
+            elif side:
+                if ts is None:
+                    out, ots = op.process_batch2(batch), None
+                else:
+                    out, ots = op.process_batch2_ts(batch, ts)
+            elif ts is None and not op.generates_watermarks:
+                out, ots = op.process_batch(batch), None
+            elif node.tid in ts_aware:
+                out, ots = op.process_batch_ts(batch, ts)  # type: ignore[arg-type]
             else:
-                out = op.process_batch2(batch)
+                out, ots = op.process_batch(batch), None
             counts[node.uid] = counts.get(node.uid, 0) + len(batch)
+            forward(node, op, out, ots)
+
+        def forward(
+            node: OpNode, op: StreamOperator | None, out: list[Any], ots: list[Any] | None
+        ) -> None:
+            if op is not None and op.side_outputs:
+                _route_side_outputs(st, node, op, writers[node.tid], push)
             if not out:
                 return
-            for w in writers[node.tid]:
-                w.add(out)
+            for w in main_writers[node.tid]:
+                w.add(out, ots)
             for c in node.children:
-                push(st.nodes[c], out)
+                push(st.nodes[c], out, ots)
 
         forwarded: list[dict[str, Any]] = []
         source_progress = None
+        channels: dict[tuple[int, int, int], ChannelWatermark] = {}
         if st.is_source:
             st.source.prepare_worker()
             records, source_progress = st.source.read(sub.source_assignment, spec.source_budget)
             for h in st.heads:
-                push(st.nodes[h], records)
+                push(st.nodes[h], records, None)
         else:
-            inputs, forwarded = _decode_input(items)
+            inputs, forwarded, tss, channels = _decode_input(items)
             for h in st.heads:
                 node = st.nodes[h]
                 op = inst.ops.get(h)
@@ -422,9 +598,10 @@ def run_stage_partition(
                     order = (1, 0) if op.second_input_first else (0, 1)
                     for side in order:
                         if inputs[side]:
-                            push(node, inputs[side], side)
+                            push(node, inputs[side], tss[side], side)
                 else:
-                    push(node, inputs[0])
+                    push(node, inputs[0], tss[0])
+        wm_out = _advance_time(st, inst, epoch_spec, channels, forward)
         t_process = time.perf_counter() - t0 - t_restore
 
         versions, checkpoint = _commit_state(spec, inst, index, epoch_spec)
@@ -443,6 +620,7 @@ def run_stage_partition(
             "source": source_progress,
             "sinks": sinks,
             "counts": counts,
+            "watermarks": _watermark_states(st, inst),
             "cache_hit": cache_hit,
             "worker": _WORKER_ID,
             "timings": {
@@ -457,7 +635,90 @@ def run_stage_partition(
         if dropped is not None:
             dropped.close()
         raise
-    yield from _emit(st, writers, index, [ack, *forwarded])
+    yield from _emit(st, writers, index, [ack, *forwarded], wm_out)
+
+
+def _route_side_outputs(
+    st: Stage, node: OpNode, op: StreamOperator, ws: list[_EdgeWriter], push: Any
+) -> None:
+    """Side outputs of ``op`` go to their chained consumers and shuffle edges (else dropped)."""
+    for tag, (vals, tss) in op.take_side_outputs().items():
+        sts = tss if any(t is not None for t in tss) else None
+        for w in ws:
+            if w.edge.tag == tag:
+                w.add(vals, sts)
+        for c in node.side_children.get(tag, ()):
+            push(st.nodes[c], vals, sts)
+
+
+def _advance_time(
+    st: Stage,
+    inst: _SubtaskInstance,
+    es: EpochSpec,
+    channels: dict[tuple[int, int, int], ChannelWatermark],
+    forward: Any,
+) -> dict[int, tuple[int, bool]]:
+    """End of the epoch: processing time and watermarks, node by node in chain order.
+
+    Every operator gets ``on_processing_time``; an operator whose input watermark
+    advanced gets ``process_watermark``. Their outputs go downstream before the
+    next node's turn, so a chained operator sees them before the watermark (as in
+    Flink). Returns each node's output ``(watermark, idle)`` for the shuffle.
+    """
+    now = es.processing_time_ms
+    if st.is_source:
+        stage_in: tuple[int | None, bool] = (
+            (MAX_WATERMARK if es.end_of_input else MIN_WATERMARK),
+            False,
+        )
+    else:
+        stage_in = combine_channels(channels.values())
+    parent: dict[int, int] = {}
+    for tid, node in st.nodes.items():
+        for c in node.children:
+            parent[c] = tid
+        for cs in node.side_children.values():
+            for c in cs:
+                parent[c] = tid
+    out: dict[int, tuple[int, bool]] = {}
+    for tid, node in st.nodes.items():
+        p = parent.get(tid)
+        wm_in, idle_in = stage_in if p is None else out[p]
+        op = inst.ops.get(tid) if node.factory is not None else None
+        if op is None:
+            out[tid] = (MIN_WATERMARK if wm_in is None else wm_in, idle_in)
+            continue
+        if now is not None:
+            res = op.on_processing_time(now)
+            hts, op.hook_timestamps = op.hook_timestamps, None
+            if res or op.side_outputs:
+                forward(node, op, res, hts if hts is not None and len(hts) == len(res) else None)
+        cur = inst.watermarks.get(tid, MIN_WATERMARK)
+        if wm_in is not None and wm_in > cur and not idle_in:
+            cur = inst.watermarks[tid] = wm_in
+            assert op.ctx is not None
+            op.ctx.current_watermark = wm_in
+            res = op.process_watermark(wm_in)
+            hts, op.hook_timestamps = op.hook_timestamps, None
+            if res or op.side_outputs:
+                forward(node, op, res, hts if hts is not None and len(hts) == len(res) else None)
+        if op.generates_watermarks:
+            gwm, gidle = op.output_watermark(wm_in, now)  # type: ignore[attr-defined]
+            out[tid] = (MIN_WATERMARK if gwm is None else gwm, gidle)
+        else:
+            out[tid] = (cur, idle_in)
+    return out
+
+
+def _watermark_states(st: Stage, inst: _SubtaskInstance) -> dict[str, Any]:
+    """Node uid -> watermark state for the driver (and the checkpoint); only non-trivial ones."""
+    states: dict[str, Any] = {}
+    for tid, op in inst.ops.items():
+        wm = inst.watermarks.get(tid, MIN_WATERMARK)
+        gen = op.snapshot_watermark_state() if op.generates_watermarks else None  # type: ignore[attr-defined]
+        if wm != MIN_WATERMARK or gen is not None:
+            states[st.nodes[tid].uid] = node_state(wm, gen)
+    return states
 
 
 def _meta_stage(stages_meta: dict[int, tuple[int, int]], sid: int) -> Stage:
@@ -501,16 +762,28 @@ def _commit_state(
 
 
 def _emit(
-    st: Stage, writers: dict[int, list[_EdgeWriter]], index: int, acks: list[dict[str, Any]]
+    st: Stage,
+    writers: dict[int, list[_EdgeWriter]],
+    index: int,
+    acks: list[dict[str, Any]],
+    wm_out: dict[int, tuple[int, bool]],
 ) -> Iterator[tuple[int, int, Any]]:
     dests: set[int] = set()
     seq = 0  # unique per subtask and epoch: receivers sort on it
-    for ws in writers.values():
+    for tid, ws in writers.items():
+        sent: set[tuple[int, int]] = set()
+        wm, idle = wm_out.get(tid, (MIN_WATERMARK, False))
         for w in ws:
-            dests.add(w.edge.dest_stage)
+            dest = w.edge.dest_stage
+            dests.add(dest)
             for target, blob in w.chunks():
-                yield w.edge.dest_stage, target, (DATA, st.id, index, seq, blob, w.edge.input)
+                yield dest, target, (DATA, st.id, index, seq, blob, w.edge.input)
                 seq += 1
+            # every epoch, every channel: the receiver's input watermark is the min over them
+            for target in w.watermark_targets():
+                if (dest, target) not in sent:
+                    sent.add((dest, target))
+                    yield dest, target, (WATERMARK, st.id, index, tid, wm, idle)
     if not dests:
         for a in acks:
             yield DRIVER, 0, (ACK, a)

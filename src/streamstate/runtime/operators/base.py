@@ -24,8 +24,9 @@ from typing import Any
 
 from streamstate.datastream.functions import RuntimeContext
 from streamstate.runtime.errors import StateAccessError
+from streamstate.runtime.watermarks import MIN_WATERMARK
 
-__all__ = ["OperatorContext", "StreamOperator", "as_callable"]
+__all__ = ["OperatorContext", "StreamOperator", "as_callable", "split_yielded_side_outputs"]
 
 _KEYED_ONLY = (
     "Keyed state can only be used on a 'keyed stream', i.e., after a 'key_by()' operation "
@@ -62,6 +63,10 @@ class OperatorContext(RuntimeContext):
         #: the subtask's OperatorStateStore (runtime/state/operator.py)
         self.operator_state_store = operator_state_store
         self.epoch = 0
+        #: the operator's current event-time watermark and the epoch's processing time
+        #: (the driver's clock), maintained by the task (see runtime/watermarks.py)
+        self.current_watermark = MIN_WATERMARK
+        self.processing_time = 0
 
     def get_task_name(self) -> str:
         return self.task_name
@@ -119,6 +124,17 @@ class StreamOperator:
 
     ``sink_result()`` is what a sink hands to its driver-side committer at the
     end of every epoch (None for non-sinks).
+
+    Time (see docs/architecture.md, "Event time"): on a timestamped stream the
+    task calls ``process_batch_ts(batch, timestamps)`` instead of
+    ``process_batch``; the timestamps are a list parallel to the batch (an entry
+    may be None). At the end of every epoch the task calls
+    ``on_processing_time(now_ms)`` and, when the operator's input watermark
+    advanced, ``process_watermark(watermark_ms)``; their outputs flow downstream
+    like ``process_batch``'s, with the timestamps the operator leaves in
+    ``hook_timestamps`` (a list parallel to the returned outputs, or None).
+    Side outputs: ``emit_side(tag_id, value, timestamp)``; the task routes them
+    to the consumers of ``get_side_output``.
     """
 
     keyed = False
@@ -126,6 +142,14 @@ class StreamOperator:
     two_input = False
     #: process the second input's records of an epoch before the first's (broadcast side)
     second_input_first = False
+    #: True for operators that generate watermarks (assign_timestamps_and_watermarks)
+    generates_watermarks = False
+    #: class default, never mutated: an operator gets its own dict on its first side output
+    side_outputs: dict[str, tuple[list[Any], list[Any]]] = {}  # noqa: RUF012
+    #: tag ids with a consumer, set by the task: yielded ``(OutputTag, value)`` pairs are
+    #: recognised as side outputs only when this is non-empty (checking costs per record)
+    side_tags: frozenset[str] = frozenset()
+    hook_timestamps: list[Any] | None = None
 
     def __init__(self) -> None:
         self.ctx: OperatorContext | None = None
@@ -144,6 +168,68 @@ class StreamOperator:
     def process_batch2(self, batch: list[Any]) -> list[Any]:
         """The second input of a two-input operator (same contract as ``process_batch``)."""
         raise NotImplementedError(f"{type(self).__name__} has no second input")
+
+    def process_batch_ts(
+        self, batch: list[Any], timestamps: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        """A timestamped batch: ``(outputs, their timestamps)``.
+
+        The default processes one record at a time and gives every output its
+        input's timestamp (Flink's rule for operators that do not set one);
+        operators override it with a batch version.
+        """
+        out: list[Any] = []
+        out_ts: list[Any] = []
+        for v, t in zip(batch, timestamps, strict=True):
+            self.current_timestamp = t
+            r = self.process_batch([v])
+            if r:
+                out.extend(r)
+                out_ts.extend([t] * len(r))
+        self.current_timestamp = None
+        return out, out_ts
+
+    def process_batch2_ts(
+        self, batch: list[Any], timestamps: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        """``process_batch_ts`` for the second input of a two-input operator."""
+        out: list[Any] = []
+        out_ts: list[Any] = []
+        for v, t in zip(batch, timestamps, strict=True):
+            self.current_timestamp = t
+            r = self.process_batch2([v])
+            if r:
+                out.extend(r)
+                out_ts.extend([t] * len(r))
+        self.current_timestamp = None
+        return out, out_ts
+
+    #: the timestamp of the record being processed by the per-record defaults above
+    current_timestamp: Any = None
+
+    def process_watermark(self, watermark_ms: int) -> list[Any]:
+        """The operator's input watermark advanced to ``watermark_ms``; returns outputs."""
+        return []
+
+    def on_processing_time(self, now_ms: int) -> list[Any]:
+        """End of an epoch whose processing time (driver clock) is ``now_ms``; returns outputs."""
+        return []
+
+    def emit_side(self, tag_id: str, value: Any, timestamp: Any = None) -> None:
+        """Emit ``value`` to side output ``tag_id`` (dropped when nothing consumes it)."""
+        so = self.__dict__.get("side_outputs")
+        if so is None:
+            so = self.side_outputs = {}
+        entry = so.get(tag_id)
+        if entry is None:
+            entry = so[tag_id] = ([], [])
+        entry[0].append(value)
+        entry[1].append(timestamp)
+
+    def take_side_outputs(self) -> dict[str, tuple[list[Any], list[Any]]]:
+        so = self.__dict__.get("side_outputs") or {}
+        self.side_outputs = {}
+        return so
 
     def sink_result(self) -> Any:
         return None
@@ -186,6 +272,24 @@ class StreamOperator:
 
     def close(self) -> None:
         pass
+
+
+def split_yielded_side_outputs(
+    op: StreamOperator, out: list[Any], out_ts: list[Any] | None
+) -> tuple[list[Any], list[Any]]:
+    """Move PyFlink-style yielded ``(OutputTag, value)`` pairs from ``out`` to ``op``'s side outputs."""
+    from streamstate.datastream.output_tag import OutputTag
+
+    main: list[Any] = []
+    main_ts: list[Any] = []
+    for i, v in enumerate(out):
+        t = out_ts[i] if out_ts is not None else None
+        if type(v) is tuple and len(v) == 2 and type(v[0]) is OutputTag:
+            op.emit_side(v[0].tag_id, v[1], t)
+        else:
+            main.append(v)
+            main_ts.append(t)
+    return main, main_ts
 
 
 def as_callable(fn: Any, method: str) -> Any:

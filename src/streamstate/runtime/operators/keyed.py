@@ -11,12 +11,14 @@ from collections.abc import Callable
 from typing import Any
 
 from streamstate.datastream.functions import KeyedProcessFunction
+from streamstate.datastream.time_domain import TimeDomain
 from streamstate.runtime.errors import StateAccessError
 from streamstate.runtime.operators.base import (
     StreamOperator,
     as_callable,
     close_function,
     open_function,
+    split_yielded_side_outputs,
 )
 
 __all__ = [
@@ -30,22 +32,24 @@ __all__ = [
 
 
 class _KeyedContext(KeyedProcessFunction.Context):
-    __slots__ = ("backend",)
+    __slots__ = ("backend", "op", "ts")
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: Any, op: _KeyedFunctionOperator) -> None:
         self.backend = backend
+        self.op = op
+        self.ts: int | None = None
 
     def timestamp(self) -> int | None:
-        return None
+        return self.ts
 
     def get_current_key(self) -> Any:
         return self.backend.get_current_key()
 
     def timer_service(self) -> Any:
-        raise StateAccessError(
-            "timers are not available yet: event time, watermarks and timers arrive with the "
-            "event-time issue; use keyed state without timers for now"
-        )
+        return self.op.keyed_timer_service()
+
+    def output(self, output_tag: Any, value: Any) -> None:
+        self.op.emit_side(output_tag.tag_id, value, self.ts)
 
 
 class _KeyedFunctionOperator(StreamOperator):
@@ -69,14 +73,22 @@ class _KeyedFunctionOperator(StreamOperator):
     def close(self) -> None:
         close_function(self.fn)
 
+    def keyed_timer_service(self) -> Any:
+        raise StateAccessError(
+            f"timers are available in process functions (KeyedProcessFunction), not in "
+            f"{type(self).__name__}"
+        )
+
 
 class KeyedProcessOperator(_KeyedFunctionOperator):
+    """``KeyedStream.process``: per-record calls with the key set, timers, side outputs."""
+
     method = "process_element"
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         set_key = self.backend.set_current_key
         f = self.call
-        ctx = _KeyedContext(self.backend)
+        ctx = _KeyedContext(self.backend, self)
         out: list[Any] = []
         extend = out.extend
         for kg, key, value in batch:
@@ -84,7 +96,95 @@ class KeyedProcessOperator(_KeyedFunctionOperator):
             r = f(value, ctx)
             if r is not None:
                 extend(r)
+        if self.side_tags:
+            return split_yielded_side_outputs(self, out, None)[0]
         return out
+
+    def process_batch_ts(
+        self, batch: list[Any], timestamps: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        set_key = self.backend.set_current_key
+        f = self.call
+        ctx = _KeyedContext(self.backend, self)
+        out: list[Any] = []
+        out_ts: list[Any] = []
+        for (kg, key, value), t in zip(batch, timestamps, strict=True):
+            set_key(key, kg)
+            ctx.ts = t
+            r = f(value, ctx)
+            if r is not None:
+                n = len(out)
+                out.extend(r)
+                out_ts.extend([t] * (len(out) - n))
+        if self.side_tags:
+            return split_yielded_side_outputs(self, out, out_ts)
+        return out, out_ts
+
+    # -- timers -----------------------------------------------------------------
+    #: the operator's InternalTimerService ("user-timers"); created in open() when the
+    #: function overrides on_timer (so restored timers fire), else on first use
+    _internal: Any = None
+    _timers: Any = None
+
+    def open(self) -> None:
+        super().open()
+        on_timer = getattr(type(self.fn), "on_timer", None)
+        if on_timer is not None and on_timer is not KeyedProcessFunction.on_timer:
+            self._internal_timers()
+
+    def keyed_timer_service(self) -> Any:
+        from streamstate.runtime.operators.timing import KeyedTimerService
+
+        if self._timers is None:
+            self._timers = KeyedTimerService(self.ctx, self._internal_timers())
+        return self._timers
+
+    def _internal_timers(self) -> Any:
+        if self._internal is None:
+            from streamstate.runtime.timers import InternalTimerService
+
+            self._internal = InternalTimerService.for_operator(self.ctx, "user-timers")
+        return self._internal
+
+    def process_watermark(self, watermark_ms: int) -> list[Any]:
+        if self._internal is None:
+            return []
+        return self._fire(self._internal.advance_watermark(watermark_ms), True)
+
+    def on_processing_time(self, now_ms: int) -> list[Any]:
+        if self._internal is None:
+            return []
+        return self._fire(self._internal.advance_processing_time(now_ms), False)
+
+    def _fire(self, timers: Any, event_time: bool) -> list[Any]:
+        on_timer = getattr(self.fn, "on_timer", None)
+        set_key = self.backend.set_current_key
+        ctx = _OnTimerContext(self.backend, self, event_time)
+        out: list[Any] = []
+        out_ts: list[Any] = []
+        for timer in timers:
+            set_key(timer.key, timer.key_group)
+            ctx.ts = timer.timestamp
+            r = on_timer(timer.timestamp, ctx) if on_timer is not None else None
+            if r is not None:
+                n = len(out)
+                out.extend(r)
+                out_ts.extend([timer.timestamp] * (len(out) - n))
+        if self.side_tags and out:
+            out, out_ts = split_yielded_side_outputs(self, out, out_ts)
+        self.hook_timestamps = out_ts
+        return out
+
+
+class _OnTimerContext(_KeyedContext, KeyedProcessFunction.OnTimerContext):
+    __slots__ = ("event_time",)
+
+    def __init__(self, backend: Any, op: _KeyedFunctionOperator, event_time: bool) -> None:
+        super().__init__(backend, op)
+        self.event_time = event_time
+
+    def time_domain(self) -> TimeDomain:
+        return TimeDomain.EVENT_TIME if self.event_time else TimeDomain.PROCESSING_TIME
 
 
 class KeyedMapOperator(_KeyedFunctionOperator):
@@ -99,6 +199,11 @@ class KeyedMapOperator(_KeyedFunctionOperator):
             set_key(key, kg)
             append(f(value))
         return out
+
+    def process_batch_ts(
+        self, batch: list[Any], timestamps: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        return self.process_batch(batch), timestamps
 
 
 class KeyedFlatMapOperator(_KeyedFunctionOperator):
@@ -131,6 +236,20 @@ class KeyedFilterOperator(_KeyedFunctionOperator):
                 append(value)
         return out
 
+    def process_batch_ts(
+        self, batch: list[Any], timestamps: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        set_key = self.backend.set_current_key
+        f = self.call
+        out: list[Any] = []
+        out_ts: list[Any] = []
+        for (kg, key, value), t in zip(batch, timestamps, strict=True):
+            set_key(key, kg)
+            if f(value):
+                out.append(value)
+                out_ts.append(t)
+        return out, out_ts
+
 
 class StreamGroupedReduceOperator(_KeyedFunctionOperator):
     """``KeyedStream.reduce`` (and sum/min/max): emits the running reduction per record.
@@ -162,6 +281,11 @@ class StreamGroupedReduceOperator(_KeyedFunctionOperator):
             update(new)
             append(new)
         return out
+
+    def process_batch_ts(
+        self, batch: list[Any], timestamps: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        return self.process_batch(batch), timestamps
 
 
 def _getter_setter(field: int | str) -> tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]:

@@ -10,6 +10,7 @@ from streamstate.runtime.operators.base import (
     as_callable,
     close_function,
     open_function,
+    split_yielded_side_outputs,
 )
 
 __all__ = ["FilterOperator", "FlatMapOperator", "MapOperator", "ProcessOperator"]
@@ -38,6 +39,11 @@ class MapOperator(_FunctionOperator):
         f = self.call
         return [f(v) for v in batch]
 
+    def process_batch_ts(
+        self, batch: list[Any], timestamps: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        return self.process_batch(batch), timestamps
+
 
 class FlatMapOperator(_FunctionOperator):
     method = "flat_map"
@@ -52,6 +58,20 @@ class FlatMapOperator(_FunctionOperator):
                 extend(r)
         return out
 
+    def process_batch_ts(
+        self, batch: list[Any], timestamps: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        f = self.call
+        out: list[Any] = []
+        out_ts: list[Any] = []
+        for v, t in zip(batch, timestamps, strict=True):
+            r = f(v)
+            if r is not None:
+                n = len(out)
+                out.extend(r)
+                out_ts.extend([t] * (len(out) - n))
+        return out, out_ts
+
 
 class FilterOperator(_FunctionOperator):
     method = "filter"
@@ -60,12 +80,35 @@ class FilterOperator(_FunctionOperator):
         f = self.call
         return [v for v in batch if f(v)]
 
+    def process_batch_ts(
+        self, batch: list[Any], timestamps: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        f = self.call
+        keep = [f(v) for v in batch]
+        return (
+            [v for v, k in zip(batch, keep, strict=True) if k],
+            [t for t, k in zip(timestamps, keep, strict=True) if k],
+        )
+
 
 class _ProcessContext(ProcessFunction.Context):
-    __slots__ = ()
+    __slots__ = ("op", "ts")
+
+    def __init__(self, op: StreamOperator) -> None:
+        self.op = op
+        self.ts: int | None = None
 
     def timestamp(self) -> int | None:
-        return None
+        return self.ts
+
+    def timer_service(self) -> Any:
+        from streamstate.runtime.operators.timing import QueryOnlyTimerService
+
+        assert self.op.ctx is not None
+        return QueryOnlyTimerService(self.op.ctx)
+
+    def output(self, output_tag: Any, value: Any) -> None:
+        self.op.emit_side(output_tag.tag_id, value, self.ts)
 
 
 class ProcessOperator(_FunctionOperator):
@@ -73,11 +116,31 @@ class ProcessOperator(_FunctionOperator):
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         f = self.call
-        ctx = _ProcessContext()
+        ctx = _ProcessContext(self)
         out: list[Any] = []
         extend = out.extend
         for v in batch:
             r = f(v, ctx)
             if r is not None:
                 extend(r)
+        if self.side_tags:
+            return split_yielded_side_outputs(self, out, None)[0]
         return out
+
+    def process_batch_ts(
+        self, batch: list[Any], timestamps: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        f = self.call
+        ctx = _ProcessContext(self)
+        out: list[Any] = []
+        out_ts: list[Any] = []
+        for v, t in zip(batch, timestamps, strict=True):
+            ctx.ts = t
+            r = f(v, ctx)
+            if r is not None:
+                n = len(out)
+                out.extend(r)
+                out_ts.extend([t] * (len(out) - n))
+        if self.side_tags:
+            return split_yielded_side_outputs(self, out, out_ts)
+        return out, out_ts
