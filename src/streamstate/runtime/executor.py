@@ -38,7 +38,13 @@ from streamstate.runtime.errors import (
 from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.keygroups import compute_key_group_range_for_operator_index
 from streamstate.runtime.state.ttl_clock import ttl_time_provider_from_configuration
-from streamstate.runtime.task import EpochSpec, Lineage, StageTaskSpec, SubtaskEpoch
+from streamstate.runtime.task import (
+    EpochSpec,
+    Lineage,
+    OperatorStateLineage,
+    StageTaskSpec,
+    SubtaskEpoch,
+)
 
 __all__ = ["EpochRunner", "JobCancelled", "JobExecutor"]
 
@@ -127,6 +133,11 @@ class JobExecutor:
         self.last_full_epoch = 0
         self.source_states: dict[str, Any] = {}
         self.lineages: dict[tuple[str, int], Lineage] = {}
+        #: operator state per (uid, subtask), only for operators that have some
+        self.op_lineages: dict[tuple[str, int], OperatorStateLineage] = {}
+        #: checkpoint notifications for the subtasks, delivered with the next epoch
+        self.notifications: list[tuple[str, int]] = []
+        self._listeners: bool | None = None
         self.committers: dict[str, Any] = {}
         self.counts: dict[str, int] = {}
         self.stats = {
@@ -174,6 +185,7 @@ class JobExecutor:
             assert st.source_uid is not None  # set on every source stage by build_plan
             self.source_states[st.source_uid] = st.source.create_enumerator_state(st.parallelism)
         self.lineages = {}
+        self.op_lineages = {}
         for st in self.plan.stages:
             for uid in st.keyed_uids:
                 for i in range(st.parallelism):
@@ -228,6 +240,18 @@ class JobExecutor:
                     )
                     base = tuple(h for h in handles if h.intersects(rng))
                     self.lineages[(uid, i)] = Lineage((self.attempt, epoch), base, ())
+        for st in self.plan.stages:
+            for n in st.nodes.values():
+                ops = md.operator_states.get(n.uid)
+                if n.factory is None or ops is None:
+                    continue
+                known.add(n.uid)
+                if any(s.operator for s in ops.subtasks):
+                    old = tuple(s.operator[0] if s.operator else None for s in ops.subtasks)
+                    for i in range(st.parallelism):
+                        self.op_lineages[(n.uid, i)] = OperatorStateLineage(
+                            (self.attempt, epoch), None, old
+                        )
         unknown = [
             u
             for u, o in md.operator_states.items()
@@ -350,6 +374,17 @@ class JobExecutor:
     def cancel(self) -> None:
         self.cancel_requested.set()
 
+    def _has_listeners(self) -> bool:
+        """Whether any operator wants checkpoint notifications (built here, never opened)."""
+        if self._listeners is None:
+            self._listeners = any(
+                n.factory().listens_to_checkpoints()
+                for st in self.plan.stages
+                for n in st.nodes.values()
+                if n.factory is not None
+            )
+        return self._listeners
+
     def _all_finished(self) -> bool:
         return all(
             st.source.is_finished(self.source_states[_source_uid(st)]) for st in self.plan.sources
@@ -378,6 +413,9 @@ class JobExecutor:
                 pending = self.coordinator.trigger(now)
             read = self._run_one_epoch(pending, now)
             if final:
+                if self.notifications and self._has_listeners():
+                    # deliver the last checkpoint's notify_checkpoint_complete: one input-free epoch
+                    self._run_one_epoch(None, _now_ms(), notify_only=True)
                 return
             if read == 0 and self.idle_wait_s > 0:
                 # unbounded sources with nothing new: don't spin Spark jobs back to back
@@ -388,10 +426,14 @@ class JobExecutor:
         checkpointing runs one more (empty) epoch to send them the final watermark."""
         return any(n.keyed for st in self.plan.stages for n in st.nodes.values())
 
-    def _run_one_epoch(self, pending: Any, started_ms: int) -> int:
-        """Run epoch ``self.epoch + 1``; returns how many records the sources read."""
+    def _run_one_epoch(self, pending: Any, started_ms: int, notify_only: bool = False) -> int:
+        """Run epoch ``self.epoch + 1``; returns how many records the sources read.
+
+        ``notify_only``: the sources read nothing (the epoch only delivers notifications).
+        """
         epoch = self.epoch + 1
         full = pending is None and (epoch - self.last_full_epoch) >= self.full_every
+        notes = tuple(self.notifications)
         especs: dict[int, EpochSpec] = {}
         finished = {
             st.id: st.source.is_finished(self.source_states[_source_uid(st)])
@@ -400,7 +442,7 @@ class JobExecutor:
         for st in self.plan.stages:
             assignments = (
                 st.source.plan_epoch(self.source_states[_source_uid(st)], st.parallelism)
-                if st.is_source
+                if st.is_source and not notify_only
                 else [None] * st.parallelism
             )
             subs = [
@@ -408,6 +450,11 @@ class JobExecutor:
                     assignments[i],
                     {uid: self.lineages[(uid, i)] for uid in st.keyed_uids},
                     self.wm_states.get((st.id, i), {}),
+                    op_lineages={
+                        n.uid: self.op_lineages[(n.uid, i)]
+                        for n in st.nodes.values()
+                        if (n.uid, i) in self.op_lineages
+                    },
                 )
                 for i in range(st.parallelism)
             ]
@@ -419,14 +466,19 @@ class JobExecutor:
                 subs,
                 processing_time_ms=started_ms,
                 end_of_input=finished.get(st.id, False),
+                timestamp_ms=pending.trigger_ms if pending else started_ms,
+                notifications=notes,
+                notify_only=notify_only,
             )
         try:
             acks = self.runner.run_epoch(self.plan, especs)
         except BaseException:
             if pending is not None:
                 self.coordinator.abort(pending, "the epoch carrying its barrier failed")
+                self.notifications.append(("aborted", pending.checkpoint_id))
             raise
-        self._absorb(epoch, acks, pending)
+        del self.notifications[: len(notes)]  # delivered
+        self._absorb(epoch, acks, pending, notify_only)
         if finished and all(finished.values()):
             self.end_of_input_sent = True
         for cid in self._deferred_discard:
@@ -450,7 +502,9 @@ class JobExecutor:
             if a["stage"] == st.id
         )
 
-    def _absorb(self, epoch: int, acks: list[dict[str, Any]], pending: Any) -> None:
+    def _absorb(
+        self, epoch: int, acks: list[dict[str, Any]], pending: Any, notify_only: bool = False
+    ) -> None:
         by = {(a["stage"], a["subtask"]): a for a in acks}
         missing = [
             (st.id, i)
@@ -463,7 +517,7 @@ class JobExecutor:
         superseded: list[Any] = []
         for st in self.plan.stages:
             sacks = [by[(st.id, i)] for i in range(st.parallelism)]
-            if st.is_source:
+            if st.is_source and not notify_only:
                 uid = _source_uid(st)
                 self.source_states[uid] = st.source.apply_progress(
                     self.source_states[uid], [a["source"] for a in sacks]
@@ -488,6 +542,17 @@ class JobExecutor:
                         self.lineages[(uid, i)] = Lineage(token, lin.base, (*lin.deltas, h))
                     else:
                         self.lineages[(uid, i)] = Lineage(token, lin.base, lin.deltas)
+                for uid, (kind, h) in a.get("op_versions", {}).items():
+                    old = self.op_lineages.get((uid, i))
+                    token = tuple(a["token"])
+                    if kind == "full":
+                        if old is not None and old.handle is not None:
+                            superseded.append(old.handle)
+                        self.op_lineages[(uid, i)] = OperatorStateLineage(token, h)
+                    elif old is not None:
+                        self.op_lineages[(uid, i)] = OperatorStateLineage(
+                            token, old.handle, old.redistribute
+                        )
             for n in st.nodes.values():
                 if n.uid in self.committers:
                     self.committers[n.uid].prepare(epoch, [a["sinks"].get(n.uid) for a in sacks])
@@ -501,6 +566,7 @@ class JobExecutor:
             # The subtasks' lineages already point at this checkpoint's files: keep them until
             # the next epoch has written full versions, then delete them.
             self.coordinator.abort(pending, "checkpoint timeout expired", discard=False)
+            self.notifications.append(("aborted", pending.checkpoint_id))
             self._deferred_discard.append(pending.checkpoint_id)
             self.last_full_epoch = -(10**9)
             self.stats["checkpoints_failed"] += 1
@@ -511,8 +577,13 @@ class JobExecutor:
             return
         per_op: dict[str, dict[int, SubtaskState]] = {}
         for a in acks:
-            for uid, kh in a["checkpoint"].items():
-                per_op.setdefault(uid, {})[a["subtask"]] = SubtaskState(keyed=(kh,))
+            op_handles = a.get("op_checkpoint", {})
+            for uid in {*a["checkpoint"], *op_handles}:
+                kh = a["checkpoint"].get(uid)
+                oh = op_handles.get(uid)
+                per_op.setdefault(uid, {})[a["subtask"]] = SubtaskState(
+                    keyed=(kh,) if kh is not None else (), operator=(oh,) if oh is not None else ()
+                )
         par = {uid: p for uid, (p, _) in self.plan.operator_parallelism().items() if uid in per_op}
         maxp = {
             uid: mp for uid, (_, mp) in self.plan.operator_parallelism().items() if uid in per_op
@@ -532,6 +603,7 @@ class JobExecutor:
             },
         )
         self.coordinator.complete(pending, md)
+        self.notifications.append(("complete", pending.checkpoint_id))
         self.stats["checkpoints"] += 1
         self._commit_all(epoch)
 
@@ -555,6 +627,7 @@ class JobExecutor:
             for lin in self.lineages.values()
             for h in (*[b.stream for b in lin.base], *lin.deltas)
         ]
+        handles += [ol.handle for ol in self.op_lineages.values() if ol.handle is not None]
         try:
             self.storage.discard_epoch_state(handles)
         except Exception as e:  # noqa: BLE001 - cleanup is best effort

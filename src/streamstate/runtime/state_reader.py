@@ -67,6 +67,7 @@ __all__ = [
     "load_checkpoint",
     "passthrough_descriptor",
     "read_keyed_state",
+    "read_operator_state",
 ]
 
 #: state kinds readable by :func:`read_keyed_state` (``StateDescriptor.kind`` values)
@@ -475,4 +476,29 @@ def list_checkpoints(
             continue
         scan_job(child, name)
     out.sort(key=lambda i: (i.job_id, i.checkpoint_id))
+    return out
+
+
+def read_operator_state(
+    path_or_metadata: str | CheckpointMetadata, operator_uid: str
+) -> dict[str, dict[str, Any]]:
+    """Operator state of ``operator_uid``: ``{name: {"mode", "subtasks": [value per subtask]}}``.
+
+    ``mode`` is ``"split"`` (list state), ``"union"`` (union list state) or
+    ``"broadcast"``; a subtask's value is its list (list modes) or its map (broadcast).
+    A subtask without that state has ``None``.
+    """
+    from streamstate.runtime.state.operator import decode_operator_snapshot
+
+    md = _metadata_of(path_or_metadata)
+    ops = _operator(md, operator_uid)
+    out: dict[str, dict[str, Any]] = {}
+    for i, s in enumerate(ops.subtasks):
+        for h in s.operator:
+            name = h.path if isinstance(h, FileStateHandle) else f"<inline {h.size} bytes>"
+            for state, (mode, value, _sers) in decode_operator_snapshot(h.read(), name).items():
+                entry = out.setdefault(
+                    state, {"mode": mode.value, "subtasks": [None] * ops.parallelism}
+                )
+                entry["subtasks"][i] = value
     return out

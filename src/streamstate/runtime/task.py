@@ -34,6 +34,11 @@ from streamstate.runtime.checkpoint.handles import ByteStreamStateHandle, KeyGro
 from streamstate.runtime.errors import KeySerializationError
 from streamstate.runtime.graph import Edge, OpNode, Partitioning, Stage
 from streamstate.runtime.keygroups import compute_key_group_range_for_operator_index
+from streamstate.runtime.operator_state_versions import (
+    OperatorStateLineage,
+    commit_operator_state,
+    restore_operator_store,
+)
 from streamstate.runtime.operators.base import OperatorContext, StreamOperator, as_callable
 from streamstate.runtime.watermarks import (
     MAX_WATERMARK,
@@ -46,6 +51,7 @@ from streamstate.runtime.watermarks import (
 __all__ = [
     "EpochSpec",
     "Lineage",
+    "OperatorStateLineage",
     "StageTaskSpec",
     "SubtaskEpoch",
     "run_stage_partition",
@@ -92,6 +98,8 @@ class SubtaskEpoch:
     #: node uid -> watermark state (runtime/watermarks.node_state), used when the
     #: subtask instance is rebuilt (restore, failover, another worker)
     watermarks: dict[str, Any] = field(default_factory=dict)
+    #: operator uid -> where its operator state is (only operators that have some)
+    op_lineages: dict[str, OperatorStateLineage] = field(default_factory=dict)
 
 
 @dataclass
@@ -107,6 +115,12 @@ class EpochSpec:
     processing_time_ms: int | None = None
     #: the source of this (source) stage is exhausted: emit the final watermark
     end_of_input: bool = False
+    #: checkpoint trigger time (or the epoch's start), for snapshot contexts
+    timestamp_ms: int = 0
+    #: ("complete" | "aborted", checkpoint id) to deliver before this epoch's input
+    notifications: tuple[tuple[str, int], ...] = ()
+    #: the sources read nothing: the epoch only delivers notifications
+    notify_only: bool = False
 
 
 class _SubtaskInstance:
@@ -114,6 +128,9 @@ class _SubtaskInstance:
         self.token: tuple[int, int] | None = None
         self.ops: dict[int, StreamOperator] = {}
         self.backends: dict[str, Any] = {}
+        #: operator uid -> its operator state store, and the CRC of its last version
+        self.op_stores: dict[str, Any] = {}
+        self.op_crcs: dict[str, int | None] = {}
         self.contexts: list[OperatorContext] = []
         #: per shuffle edge: memoised key -> (key group, bucket index) for str/int keys
         self.key_caches: dict[tuple[int, int], dict[Any, Any]] = {}
@@ -161,14 +178,18 @@ def _spec(spec_blob: Any) -> StageTaskSpec:
 def _build_instance(
     spec: StageTaskSpec, index: int, epoch_spec: EpochSpec, sub: SubtaskEpoch
 ) -> _SubtaskInstance:
+    from streamstate.runtime.operators.checkpointing import StateInitializationContext
+    from streamstate.runtime.state.operator import DefaultOperatorStateStore
     from streamstate.runtime.state.registry import create_keyed_backend
 
     st = spec.stage
     inst = _SubtaskInstance()
+    # version n-1 exists unless this is the first epoch of a fresh (re)start
+    restored = epoch_spec.epoch > 1 or any(sub.op_lineages.values())
     kg_range = compute_key_group_range_for_operator_index(st.max_parallelism, st.parallelism, index)
     for tid, node in st.nodes.items():
         if node.factory is None:
-            continue  # the source node
+            continue  # a source node without an operator (a replayable Source)
         op: StreamOperator = pickle.loads(spec.factories[tid])()
         backend = None
         if node.keyed:
@@ -189,6 +210,13 @@ def _build_instance(
                 for d in lineage.deltas:
                     backend.apply_delta(d.read())
             inst.backends[node.uid] = backend
+        store = DefaultOperatorStateStore(
+            node.name, allow_broadcast=getattr(op, "allows_broadcast_state", False)
+        )
+        inst.op_crcs[node.uid] = restore_operator_store(
+            store, sub.op_lineages.get(node.uid), index, st.parallelism
+        )
+        inst.op_stores[node.uid] = store
         ctx = OperatorContext(
             node.name,
             index,
@@ -197,11 +225,16 @@ def _build_instance(
             epoch_spec.attempt,
             spec.job_parameters,
             backend,
+            store,
         )
         op.setup(ctx)
         inst.contexts.append(ctx)
         inst.ops[tid] = op
         _setup_time(inst, node, op, sub.watermarks.get(node.uid))
+    # Flink's order: initializeState (operator and keyed state stores) before open()
+    for tid, op in inst.ops.items():
+        store = inst.op_stores[st.nodes[tid].uid]
+        op.initialize_state(StateInitializationContext(restored, store, op.ctx))
     for op in inst.ops.values():
         op.open()
     return inst
@@ -530,6 +563,12 @@ def run_stage_partition(
             ctx.epoch = epoch_spec.epoch
         for b in inst.backends.values():
             b.ttl_time_provider.on_epoch(epoch_spec.epoch)
+        for what, cid in epoch_spec.notifications:
+            for op in inst.ops.values():
+                if what == "complete":
+                    op.notify_checkpoint_complete(cid)
+                else:
+                    op.notify_checkpoint_aborted(cid)
         writers: dict[int, list[_EdgeWriter]] = {}
         for tid, node in st.nodes.items():
             writers[tid] = [
@@ -584,18 +623,26 @@ def run_stage_partition(
         forwarded: list[dict[str, Any]] = []
         source_progress = None
         channels: dict[tuple[int, int, int], ChannelWatermark] = {}
-        if st.is_source:
-            st.source.prepare_worker()
-            records, source_progress = st.source.read(sub.source_assignment, spec.source_budget)
+        if st.is_source and epoch_spec.notify_only:
+            pass  # an input-free epoch that only delivers checkpoint notifications
+        elif st.is_source:
+            reader = inst.ops.get(st.heads[0])
+            if reader is not None:  # a SourceFunction: its operator runs the user's run(ctx)
+                records, source_progress = reader.read_epoch(  # type: ignore[attr-defined]
+                    sub.source_assignment, spec.source_budget
+                )
+            else:
+                st.source.prepare_worker()
+                records, source_progress = st.source.read(sub.source_assignment, spec.source_budget)
             for h in st.heads:
                 push(st.nodes[h], records, None)
         else:
             inputs, forwarded, tss, channels = _decode_input(items)
             for h in st.heads:
                 node = st.nodes[h]
-                op = inst.ops.get(h)
-                if op is not None and op.two_input:
-                    order = (1, 0) if op.second_input_first else (0, 1)
+                head = inst.ops.get(h)
+                if head is not None and head.two_input:
+                    order = (1, 0) if head.second_input_first else (0, 1)
                     for side in order:
                         if inputs[side]:
                             push(node, inputs[side], tss[side], side)
@@ -604,7 +651,18 @@ def run_stage_partition(
         wm_out = _advance_time(st, inst, epoch_spec, channels, forward)
         t_process = time.perf_counter() - t0 - t_restore
 
+        for op in inst.ops.values():
+            op.snapshot_state(epoch_spec.checkpoint_id, epoch_spec.timestamp_ms)
         versions, checkpoint = _commit_state(spec, inst, index, epoch_spec)
+        op_versions, op_checkpoint = commit_operator_state(
+            spec.storage,
+            inst.op_stores,
+            inst.op_crcs,
+            index,
+            epoch_spec.attempt,
+            epoch_spec.epoch,
+            epoch_spec.checkpoint_id,
+        )
         sinks = {}
         for tid, op in inst.ops.items():
             res = op.sink_result()
@@ -617,6 +675,8 @@ def run_stage_partition(
             "token": inst.token,
             "versions": versions,
             "checkpoint": checkpoint,
+            "op_versions": op_versions,
+            "op_checkpoint": op_checkpoint,
             "source": source_progress,
             "sinks": sinks,
             "counts": counts,

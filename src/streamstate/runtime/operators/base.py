@@ -251,6 +251,19 @@ class StreamOperator:
 
         snapshot_function_state(self.user_function(), checkpoint_id, timestamp_ms)
 
+    def listens_to_checkpoints(self) -> bool:
+        """Whether the notifications matter to this operator (decides the final, input-free
+        epoch that delivers the last checkpoint's notification)."""
+        fn = self.user_function()
+        return (
+            fn is not None
+            and not isinstance(fn, type)
+            and (
+                hasattr(fn, "notify_checkpoint_complete")
+                or hasattr(fn, "notify_checkpoint_aborted")
+            )
+        )
+
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         fn = self.user_function()
         hook = getattr(fn, "notify_checkpoint_complete", None)

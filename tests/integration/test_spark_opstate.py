@@ -1,0 +1,145 @@
+"""Operator state, broadcast state and two-input operators on Spark: the seeds' examples,
+each with a failure injected mid-run compared with the failure-free run, and a rescale
+1 -> 3 -> 2 through retained checkpoints."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from streamstate.datastream import ExternalizedCheckpointCleanup
+from streamstate.datastream.connectors import CollectSink
+from streamstate.runtime import executor as executor_mod
+from streamstate.testing import FailOnce
+from tests.integration.jobs import make_env
+from tests.integration.opstate_jobs import (
+    RULE_STATE,
+    BufferingSink,
+    MyFunction,
+    RuleMatcher,
+    expected_matches,
+    read_buffering_output,
+)
+
+pytestmark = pytest.mark.spark
+
+DATA = [(f"k{i % 7}", i) for i in range(48)]
+ITEMS = list(
+    itertools.islice(
+        zip(
+            itertools.cycle(["red", "blue", "green"]),
+            itertools.cycle(["rect", "tri", "circle", "tri", "rect"]),
+        ),
+        45,
+    )
+)
+RULES = [("rect-tri", "rect", "tri"), ("tri-circle", "tri", "circle")]
+
+
+@pytest.fixture
+def epoch_clock(monkeypatch):
+    """Each driver clock read is 1 s later: a 1 ms interval checkpoints every epoch."""
+    ticks = itertools.count(0)
+    base = executor_mod._now_ms() + 60_000
+    monkeypatch.setattr(executor_mod, "_now_ms", lambda: base + next(ticks) * 1000)
+
+
+def env_for(spark, tmp_path, name: str, parallelism: int = 2, epoch_records: int = 6, **conf):
+    env = make_env(spark, epoch_records=epoch_records, **conf)
+    env.set_parallelism(parallelism)
+    env.enable_checkpointing(1)
+    cc = env.get_checkpoint_config()
+    cc.set_checkpoint_storage_dir(str(tmp_path / f"{name}-chk"))
+    cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
+    return env
+
+
+def fail_map(tmp_path, epoch: int, how: str = "raise") -> FailOnce:
+    # epoch -1 never fails: the baseline runs the same topology
+    return FailOnce(str(tmp_path), epoch=epoch, subtask=0, mode=how, after_records=1)
+
+
+@pytest.mark.parametrize("how", ["exit"])  # a killed Python worker (the others raise)
+def test_buffering_sink_on_spark(spark, tmp_path, epoch_clock, how):
+    def run(name: str, epoch: int) -> tuple[Any, Any]:
+        out = tmp_path / name
+        out.mkdir()
+        env = env_for(spark, tmp_path, name)
+        fail = fail_map(tmp_path, epoch, how)
+        env.from_collection(DATA).map(fail).set_parallelism(1).rebalance().add_sink(
+            BufferingSink(str(out), threshold=4)
+        )
+        result = env.execute(name)
+        assert result.get_accumulator_result("checkpoints") >= 6
+        return read_buffering_output(str(out)), result
+
+    (base_records, base_files), _ = run("base", -1)
+    assert Counter(base_records) == Counter(DATA)
+    (records, files), result = run("failed", 4)
+    assert result.get_accumulator_result("restarts") == 1
+    assert files == base_files
+
+
+def test_my_function_on_spark_with_failure_and_rescale_1_3_2(spark, tmp_path, epoch_clock):
+    def job(env, epoch: int) -> CollectSink:
+        sink = CollectSink()
+        (
+            env.from_collection(DATA)
+            .map(fail_map(tmp_path, epoch))
+            .set_parallelism(1)
+            .key_by(lambda v: v[0])
+            .map(MyFunction())
+            .uid("my-function")
+            .sink_to(sink)
+        )
+        return sink
+
+    env = env_for(spark, tmp_path, "base")
+    base_sink = job(env, -1)
+    env.execute("base")
+    base = base_sink.get_results()
+    env = env_for(spark, tmp_path, "failed")
+    failed_sink = job(env, 5)
+    assert env.execute("failed").get_accumulator_result("restarts") == 1
+    assert failed_sink.get_results() == base
+
+    outputs, restore = [], None
+    for p, max_epochs in [(1, 3), (3, 6), (2, 0)]:
+        env = env_for(
+            spark, tmp_path, "rescale", p, **{"execution.epoch.max-epochs": str(max_epochs)}
+        )
+        if restore is not None:
+            env.set_restore_path(restore)
+        sink = job(env, -1)
+        result = env.execute(f"rescale-{p}")
+        outputs.append(sink.get_results())
+        restore = result.get_accumulator_result("latest-checkpoint")
+    everything = [r for o in outputs for r in o]
+    assert sorted(r[0] for r in everything) == sorted(DATA)
+    last: dict[int, int] = {}
+    for _, _, subtask, local in outputs[-1]:
+        last[subtask] = local
+    assert sum(last.values()) == len(DATA)  # per-partition counts add up after 3 -> 2
+    assert {s for _, _, s, _ in outputs[1]} == {0, 1, 2}
+    finals = {k: max(c for (kk, _), c, _, _ in everything if kk == k) for k, _ in DATA}
+    assert finals == dict(Counter(k for k, _ in DATA))
+
+
+def test_rule_matching_on_spark_with_failure(spark, tmp_path, epoch_clock):
+    def run(name: str, epoch: int) -> tuple[list[Any], Any]:
+        env = env_for(spark, tmp_path, name, epoch_records=5)
+        items = env.from_collection(ITEMS).map(fail_map(tmp_path, epoch)).set_parallelism(1)
+        rules = env.from_collection(RULES).broadcast(RULE_STATE)
+        sink = CollectSink()
+        items.key_by(lambda v: v[0]).connect(rules).process(RuleMatcher()).sink_to(sink)
+        result = env.execute(name)
+        return sink.get_results(), result
+
+    base, _ = run("base", -1)
+    assert Counter(base) == Counter(expected_matches(ITEMS, RULES))
+    failed, result = run("failed", 4)
+    assert result.get_accumulator_result("restarts") == 1
+    assert Counter(failed) == Counter(base)

@@ -1,0 +1,365 @@
+"""Operator and broadcast state in jobs on the in-process runner: the seeds' examples,
+failures, rebuilds in another worker, rescaling through retained checkpoints, errors."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+from test_executor_local import find_in_chain, make_env, run_collect
+from tests.integration.opstate_jobs import (
+    RULE_STATE,
+    BufferingSink,
+    MyFunction,
+    NotifyRecorder,
+    RuleMatcher,
+    expected_matches,
+    read_buffering_output,
+)
+
+from streamstate.common.restart_strategy import RestartStrategies
+from streamstate.datastream import (
+    ExternalizedCheckpointCleanup,
+    ListCheckpointed,
+    MapFunction,
+    StreamExecutionEnvironment,
+)
+from streamstate.datastream.state import ListStateDescriptor, MapStateDescriptor
+from streamstate.runtime import executor as executor_mod
+from streamstate.runtime.errors import (
+    JobExecutionError,
+    StateAccessError,
+    StateDescriptorConflictError,
+)
+from streamstate.runtime.local_runner import LocalEpochRunner
+from streamstate.runtime.state_reader import (
+    passthrough_descriptor,
+    read_keyed_state,
+    read_operator_state,
+)
+from streamstate.testing import FailOnce
+
+DATA = [(f"k{i % 7}", i) for i in range(40)]
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """Every driver clock read is 1 s later: a 1 ms interval checkpoints every epoch."""
+    now = itertools.count(0)
+    base = executor_mod._now_ms() + 60_000
+    monkeypatch.setattr(executor_mod, "_now_ms", lambda: base + next(now) * 1000)
+
+
+def checkpointing(env, tmp_path, retain: bool = False) -> None:
+    env.enable_checkpointing(1)
+    cc = env.get_checkpoint_config()
+    cc.set_checkpoint_storage_dir(str(tmp_path / "chk"))
+    if retain:
+        cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
+
+
+def rebuild_every_epoch(monkeypatch) -> None:
+    """Every subtask instance is rebuilt from its state versions in every epoch (as if it
+    moved to another Python worker)."""
+    monkeypatch.setattr(
+        StreamExecutionEnvironment,
+        "_make_runner",
+        lambda self: LocalEpochRunner(drop_cache_each_epoch=True),
+    )
+
+
+# -- BufferingSink ---------------------------------------------------------------------------
+
+
+def buffering_run(tmp_path, name: str, fail: bool = False) -> tuple[list[Any], dict[str, Any]]:
+    out = tmp_path / name
+    out.mkdir()
+    env = make_env(2, max_records=4)
+    checkpointing(env, tmp_path / f"{name}-chk")
+    # the baseline has the same (never failing) FailOnce: the same topology, the same order
+    fail_epoch = 5 if fail else -1
+    ds = env.from_collection(DATA).map(
+        FailOnce(str(tmp_path), epoch=fail_epoch, subtask=0, after_records=1)
+    )
+    ds.rebalance().add_sink(BufferingSink(str(out), threshold=3))
+    result = env.execute()
+    assert result.get_accumulator_result("restarts") == (1 if fail else 0)
+    return read_buffering_output(str(out))
+
+
+@pytest.mark.parametrize("variant", ["failure", "rebuilt"])
+def test_buffering_sink_loses_and_duplicates_nothing(tmp_path, clock, monkeypatch, variant):
+    base_records, base_files = buffering_run(tmp_path, "base")
+    assert Counter(base_records) == Counter(DATA)
+    assert any(f.startswith("buffer-") and v for f, v in base_files.items())  # some still buffered
+    if variant == "rebuilt":
+        rebuild_every_epoch(monkeypatch)
+    records, files = buffering_run(tmp_path, variant, fail=variant == "failure")
+    assert files == base_files
+
+
+# -- MyFunction: per-key ReducingState + per-partition ListState, rescaled 1 -> 3 -> 2 -----------
+
+
+def my_function_job(env) -> Any:
+    return env.from_collection(DATA).key_by(lambda v: v[0]).map(MyFunction()).uid("my-function")
+
+
+def test_my_function_counts_add_up_across_rescaling(tmp_path, clock):
+    outputs: list[list[Any]] = []
+    restore = None
+    for parallelism, max_epochs in [(1, 3), (3, 6), (2, None)]:
+        conf = {"execution_epoch_max-epochs": str(max_epochs)} if max_epochs else {}
+        env = make_env(parallelism, max_records=4, **conf)
+        checkpointing(env, tmp_path, retain=True)
+        if restore is not None:
+            env.set_restore_path(restore)
+        out, result = run_collect(my_function_job(env))
+        outputs.append(out)
+        restore = result.get_accumulator_result("latest-checkpoint")
+        # the state reader sees both kinds of state of the operator
+        ops = read_operator_state(restore, "my-function")
+        assert ops["perPartitionCount"]["mode"] == "split"
+        per_subtask = ops["perPartitionCount"]["subtasks"]
+        assert len(per_subtask) == parallelism
+        done = sum(len(o) for o in outputs)
+        assert sum(sum(x or []) for x in per_subtask) == done
+        counts = read_keyed_state(
+            restore, "my-function", passthrough_descriptor("perKeyCount", "reducing")
+        )
+        assert sum(counts.values()) == done
+    everything = [r for out in outputs for r in out]
+    assert sorted(r[0] for r in everything) == sorted(DATA)  # nothing lost, nothing twice
+    # per-key counts continue across the rescales
+    for key, n in Counter(k for k, _ in DATA).items():
+        assert sorted(c for (k, _), c, _, _ in everything if k == key) == list(range(1, n + 1))
+    # the last local count of each final subtask: merged partitions add up to all records
+    last: dict[int, int] = {}
+    for _, _, subtask, local in outputs[-1]:
+        last[subtask] = local
+    assert set(last) == {0, 1}
+    assert sum(last.values()) == len(DATA)
+    # the middle run really had three partitions
+    assert {s for _, _, s, _ in outputs[1]} == {0, 1, 2}
+
+
+def test_my_function_same_results_with_a_failure_and_with_rebuilds(tmp_path, clock, monkeypatch):
+    def run(name: str, fail: bool) -> list[Any]:
+        env = make_env(2, max_records=4)
+        checkpointing(env, tmp_path / name)
+        ds = env.from_collection(DATA).map(
+            FailOnce(str(tmp_path), epoch=6 if fail else -1, subtask=0, after_records=1)
+        )
+        out, _ = run_collect(ds.key_by(lambda v: v[0]).map(MyFunction()))
+        return out
+
+    base = run("base", False)
+    assert run("failure", True) == base
+    rebuild_every_epoch(monkeypatch)
+    assert run("rebuilt", False) == base
+
+
+# -- ListCheckpointed and CheckpointListener -------------------------------------------------------
+
+
+class RunningTotal(MapFunction, ListCheckpointed):
+    def __init__(self) -> None:
+        self.total = 0
+
+    def map(self, value: Any) -> Any:
+        self.total += value[1]
+        return self.total
+
+    def snapshot_state(self, checkpoint_id: Any, timestamp: int) -> list[Any]:
+        return [self.total]
+
+    def restore_state(self, state: list[Any]) -> None:
+        self.total = sum(state)
+
+
+def test_list_checkpointed_restores_exactly_after_failure_and_rebuild(tmp_path, clock, monkeypatch):
+    def run(name: str, fail: bool) -> list[Any]:
+        env = make_env(1, max_records=3)
+        checkpointing(env, tmp_path / name)
+        ds = env.from_collection(DATA).map(
+            FailOnce(str(tmp_path), epoch=4 if fail else -1, after_records=1)
+        )
+        out, _ = run_collect(ds.map(RunningTotal()))
+        return out
+
+    base = run("base", False)
+    assert base[-1] == sum(v for _, v in DATA)
+    assert run("failure", True) == base
+    rebuild_every_epoch(monkeypatch)
+    assert run("rebuilt", False) == base
+
+
+def test_checkpoint_listener_is_notified_of_every_completed_checkpoint(tmp_path, clock):
+    out = tmp_path / "notify"
+    out.mkdir()
+    env = make_env(2, max_records=10)
+    checkpointing(env, tmp_path)
+    result = run_collect(env.from_collection(DATA).rebalance().map(NotifyRecorder(str(out))))[1]
+    n = result.get_accumulator_result("checkpoints")
+    assert n >= 4
+    for i in range(2):
+        lines = (out / f"notify-{i}.log").read_text().split()
+        assert lines == [x for k in range(1, n + 1) for x in ("complete", str(k))]
+
+
+# -- broadcast state pattern -------------------------------------------------------------------
+
+ITEMS = [
+    (c, s)
+    for c, s in itertools.islice(
+        zip(
+            itertools.cycle(["red", "blue", "green"]),
+            itertools.cycle(["rect", "tri", "circle", "tri", "rect"]),
+        ),
+        45,
+    )
+]
+RULES = [("rect-tri", "rect", "tri"), ("tri-circle", "tri", "circle")]
+
+
+def rules_job(env, fail: Any = None) -> Any:
+    items = env.from_collection(ITEMS)
+    if fail is not None:
+        items = items.map(fail).set_parallelism(1)  # chained: the items keep their order
+    it = items.key_by(lambda v: v[0])
+    rs = env.from_collection(RULES).broadcast(RULE_STATE)
+    return it.connect(rs).process(RuleMatcher()).uid("matcher")
+
+
+def test_colour_shape_rule_matching(tmp_path, clock, monkeypatch):
+    # one epoch of rules first: every rule is known before the first item
+    env = make_env(2, max_records=5)
+    out, _ = run_collect(rules_job(env))
+    expected = expected_matches(ITEMS, RULES)
+    assert len(expected) > 10
+    assert Counter(out) == Counter(expected)
+    env = make_env(2, max_records=5)
+    checkpointing(env, tmp_path / "f")
+    failed, r = run_collect(rules_job(env, FailOnce(str(tmp_path), epoch=4, after_records=1)))
+    assert r.get_accumulator_result("restarts") == 1
+    assert Counter(failed) == Counter(expected)
+    rebuild_every_epoch(monkeypatch)
+    env = make_env(2, max_records=5)
+    assert Counter(run_collect(rules_job(env))[0]) == Counter(expected)
+
+
+def test_broadcast_state_survives_rescaling_1_3_2(tmp_path, clock):
+    outputs = []
+    restore = None
+    for parallelism, max_epochs in [(1, 2), (3, 5), (2, None)]:
+        conf = {"execution_epoch_max-epochs": str(max_epochs)} if max_epochs else {}
+        env = make_env(parallelism, max_records=5, **conf)
+        checkpointing(env, tmp_path, retain=True)
+        if restore is not None:
+            env.set_restore_path(restore)
+        out, result = run_collect(rules_job(env))
+        outputs.append(out)
+        restore = result.get_accumulator_result("latest-checkpoint")
+    # the rules arrived in the first run only: every later subtask must have them
+    assert outputs[1] and outputs[2]
+    assert Counter(r for o in outputs for r in o) == Counter(expected_matches(ITEMS, RULES))
+
+
+class WritesInProcessElement(RuleMatcher):
+    def process_element(self, value, ctx):
+        ctx.get_broadcast_state(RULE_STATE).put("x", ("a", "b"))
+        return None
+
+
+class BroadcastInMap(MapFunction):
+    def map(self, value):
+        return value
+
+    def initialize_state(self, context):
+        context.get_operator_state_store().get_broadcast_state(
+            MapStateDescriptor("rules", None, None)
+        )
+
+    def snapshot_state(self, context):
+        pass
+
+
+class TwoModes(MapFunction):
+    def map(self, value):
+        return value
+
+    def initialize_state(self, context):
+        store = context.get_operator_state_store()
+        store.get_list_state(ListStateDescriptor("buf"))
+        store.get_union_list_state(ListStateDescriptor("buf"))
+
+    def snapshot_state(self, context):
+        pass
+
+
+def _checkpointed(cls):
+    from streamstate.datastream import CheckpointedFunction
+
+    return type(cls.__name__, (cls, CheckpointedFunction), {})
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (
+            lambda env: (
+                env.from_collection(ITEMS)
+                .key_by(lambda v: v[0])
+                .connect(env.from_collection(RULES).broadcast(RULE_STATE))
+                .process(WritesInProcessElement())
+            ),
+            StateAccessError,
+            "read-only",
+        ),
+        (
+            lambda env: env.from_collection([1]).map(_checkpointed(BroadcastInMap)()),
+            StateAccessError,
+            "only available in a BroadcastProcessFunction",
+        ),
+        (
+            lambda env: env.from_collection([1]).map(_checkpointed(TwoModes)()),
+            StateDescriptorConflictError,
+            "one name has one mode",
+        ),
+    ],
+)
+def test_bad_operator_state_use_is_a_typed_error(make, error, match):
+    env = make_env(1)
+    with pytest.raises(JobExecutionError) as ei:
+        run_collect(make(env))
+    cause = find_in_chain(ei.value, error)
+    assert cause is not None and match in str(cause)
+
+
+def test_large_operator_state_versions_go_through_epoch_files(tmp_path, monkeypatch):
+    # a buffer over 16 KiB is written as an epoch file, not inline: rebuilt in every epoch
+    # (no checkpointing, so only the epoch versions carry it), nothing is lost
+    from streamstate.runtime import operator_state_versions as osv
+
+    written: list[str] = []
+    real = osv.commit_operator_state
+
+    def spy(storage, *args, **kwargs):
+        versions, chk = real(storage, *args, **kwargs)
+        written.extend(type(h).__name__ for kind, h in versions.values() if kind == "full")
+        return versions, chk
+
+    monkeypatch.setattr("streamstate.runtime.task.commit_operator_state", spy)
+    rebuild_every_epoch(monkeypatch)
+    out = tmp_path / "big"
+    out.mkdir()
+    env = make_env(1, max_records=20)
+    big = [(f"k{i}" * (1 if i < 60 else 300), i) for i in range(120)]
+    env.from_collection(big).add_sink(BufferingSink(str(out), threshold=1000))
+    env.execute()
+    records, _ = read_buffering_output(str(out))
+    assert Counter(records) == Counter(big)
+    assert "ByteStreamStateHandle" in written and "FileStateHandle" in written
