@@ -19,6 +19,7 @@ from streamstate.common import Configuration, Duration, Types, WatermarkStrategy
 from streamstate.common.restart_strategy import RestartStrategies
 from streamstate.datastream import (
     ExternalizedCheckpointCleanup,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
     ProcessFunction,
@@ -475,3 +476,82 @@ def test_timers_rescale_with_their_keys(tmp_path, clock, alert_baseline, paralle
     assert outputs[0] and outputs[1]
     merged = outputs[0] + outputs[1]
     assert Counter(merged) == Counter(alert_baseline[0])
+
+
+# -- two-input process functions ----------------------------------------------------------------
+
+
+class JoinWithTimeout(KeyedCoProcessFunction):
+    """Orders (input 1) wait for their payment (input 2) until event time ts + 10; unpaid
+    orders go to the ``unpaid`` side output when the timer fires."""
+
+    UNPAID = OutputTag("unpaid")
+
+    def open(self, ctx):
+        self.order = ctx.get_state(ValueStateDescriptor("order", Types.PICKLED_BYTE_ARRAY()))
+        self.paid = ctx.get_state(ValueStateDescriptor("paid", Types.BOOLEAN()))
+
+    def process_element1(self, value, ctx):
+        self.order.update((value, ctx.timestamp()))
+        ctx.timer_service().register_event_time_timer(ctx.timestamp() + 10)
+
+    def process_element2(self, value, ctx):
+        self.paid.update(True)
+        yield "paid", ctx.get_current_key(), ctx.timestamp()
+
+    def on_timer(self, timestamp, ctx):
+        assert ctx.time_domain() is TimeDomain.EVENT_TIME
+        order = self.order.value()
+        if order is not None and not self.paid.value():
+            ctx.output(self.UNPAID, (ctx.get_current_key(), timestamp, ctx.timestamp()))
+        self.order.clear()
+
+
+def test_keyed_co_process_timers_timestamps_and_side_outputs():
+    env = make_env(1, max_records=3)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(
+        lambda v, t: v[1]
+    )
+    orders = env.from_collection(
+        [(f"o{i}", i * 5) for i in range(8)]
+    ).assign_timestamps_and_watermarks(strategy)
+    payments = env.from_collection([(f"o{i}", i * 5 + 2) for i in range(8) if i % 3 == 0])
+    payments = payments.assign_timestamps_and_watermarks(strategy)
+    joined = (
+        orders.connect(payments).key_by(lambda o: o[0], lambda p: p[0]).process(JoinWithTimeout())
+    )
+    paid = collect(joined)
+    unpaid = collect(joined.get_side_output(JoinWithTimeout.UNPAID))
+    env.execute()
+    assert sorted(paid.get_results()) == [("paid", f"o{i}", i * 5 + 2) for i in (0, 3, 6)]
+    assert sorted(unpaid.get_results()) == sorted(
+        (f"o{i}", i * 5 + 10, i * 5 + 10) for i in range(8) if i % 3
+    )
+
+
+def test_from_source_with_a_watermark_strategy():
+    from streamstate.datastream.connectors.number_seq import NumberSequenceSource
+
+    env = make_env(1, max_records=5)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(by_value)
+    ds = env.from_source(NumberSequenceSource(0, 19), strategy, "numbers")
+    sink = collect(ds.key_by(lambda v: v % 2).process(SeeWatermarkAndTimestamp()))
+    plain = collect(
+        env.from_source(NumberSequenceSource(0, 3), WatermarkStrategy.no_watermarks(), "plain")
+        .key_by(lambda v: v)
+        .process(SeeWatermarkAndTimestamp())
+    )
+    env.execute()
+    out = sorted(sink.get_results())
+    assert [ts for _, ts, _ in out] == [v * 10 for v in range(20)]
+    # 5 records per epoch: epoch k's records see the watermark of the end of epoch k-1
+    assert [wm for _, _, wm in out] == [MIN_WATERMARK] * 5 + [
+        50 * (v // 5) - 11 for v in range(5, 20)
+    ]
+    # no_watermarks() without an assigner adds no operator: no timestamps
+    assert sorted(plain.get_results()) == [(v, None, MIN_WATERMARK) for v in range(4)]
+
+
+class SeeWatermarkAndTimestamp(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        yield value, ctx.timestamp(), ctx.timer_service().current_watermark()

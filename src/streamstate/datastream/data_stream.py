@@ -128,7 +128,7 @@ class DataStream:
             raise ConfigurationError(
                 f"get_side_output() takes an OutputTag, got {type(output_tag).__name__}"
             )
-        if self._t.kind is not TransformationKind.ONE_INPUT:
+        if self._t.kind not in (TransformationKind.ONE_INPUT, TransformationKind.TWO_INPUT):
             raise ConfigurationError(
                 f"get_side_output() applies to the result of an operator such as process(); "
                 f"{self._t.name!r} is a {self._t.kind.value} transformation"

@@ -277,11 +277,11 @@ class StreamOperator:
             hook(checkpoint_id)
 
     def timer_service(self) -> Any:
-        """The timer service of the current key (filled in by the event-time work)."""
-        raise StateAccessError(
-            f"timers are not available in {type(self).__name__}: event time, watermarks "
-            f"and timers arrive with the event-time issue"
-        )
+        """The timer service a process function's context hands out: query-only here
+        (setting timers needs a keyed stream); keyed process operators override it."""
+        from streamstate.runtime.operators.timing import QueryOnlyTimerService
+
+        return QueryOnlyTimerService(self.ctx)
 
     def close(self) -> None:
         pass
@@ -296,7 +296,7 @@ def split_yielded_side_outputs(
     main: list[Any] = []
     main_ts: list[Any] = []
     for i, v in enumerate(out):
-        t = out_ts[i] if out_ts is not None else None
+        t = out_ts[i] if out_ts is not None else op.current_timestamp
         if type(v) is tuple and len(v) == 2 and type(v[0]) is OutputTag:
             op.emit_side(v[0].tag_id, v[1], t)
         else:

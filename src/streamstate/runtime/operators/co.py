@@ -15,12 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 from streamstate.datastream.functions import CoProcessFunction, KeyedCoProcessFunction
+from streamstate.datastream.time_domain import TimeDomain
 from streamstate.runtime.operators.base import (
     StreamOperator,
     as_callable,
     close_function,
     open_function,
+    split_yielded_side_outputs,
 )
+from streamstate.runtime.operators.timing import KeyedTimersMixin
 
 __all__ = [
     "CoFlatMapOperator",
@@ -55,10 +58,12 @@ class _TwoInputFunctionOperator(StreamOperator):
         return self.ctx.keyed_backend
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
-        return self._run(self.call1, batch)
+        out = self._run(self.call1, batch)
+        return split_yielded_side_outputs(self, out, None)[0] if self.side_tags else out
 
     def process_batch2(self, batch: list[Any]) -> list[Any]:
-        return self._run(self.call2, batch)
+        out = self._run(self.call2, batch)
+        return split_yielded_side_outputs(self, out, None)[0] if self.side_tags else out
 
     def _run(self, f: Any, batch: list[Any]) -> list[Any]:
         raise NotImplementedError
@@ -90,10 +95,14 @@ class _CoProcessContext(CoProcessFunction.Context):
         self.op = op
 
     def timestamp(self) -> int | None:
-        return None
+        # set per record by StreamOperator.process_batch_ts / process_batch2_ts
+        return self.op.current_timestamp
 
     def timer_service(self) -> Any:
         return self.op.timer_service()
+
+    def output(self, output_tag: Any, value: Any) -> None:
+        self.op.emit_side(output_tag.tag_id, value, self.op.current_timestamp)
 
 
 class CoProcessOperator(_TwoInputFunctionOperator):
@@ -144,7 +153,8 @@ class _KeyedCoProcessContext(KeyedCoProcessFunction.OnTimerContext):
         self.op = op
 
     def timestamp(self) -> int | None:
-        return None
+        # set per record by StreamOperator.process_batch_ts / process_batch2_ts
+        return self.op.current_timestamp
 
     def get_current_key(self) -> Any:
         assert self.op.ctx is not None and self.op.ctx.keyed_backend is not None
@@ -153,10 +163,35 @@ class _KeyedCoProcessContext(KeyedCoProcessFunction.OnTimerContext):
     def timer_service(self) -> Any:
         return self.op.timer_service()
 
+    def output(self, output_tag: Any, value: Any) -> None:
+        self.op.emit_side(output_tag.tag_id, value, self.timestamp())
 
-class KeyedCoProcessOperator(_TwoInputFunctionOperator):
+
+class _KeyedCoOnTimerContext(_KeyedCoProcessContext):
+    __slots__ = ("event_time", "ts")
+
+    def __init__(self, op: StreamOperator, event_time: bool) -> None:
+        super().__init__(op)
+        self.event_time = event_time
+        self.ts: int | None = None
+
+    def timestamp(self) -> int | None:
+        return self.ts
+
+    def time_domain(self) -> TimeDomain:
+        return TimeDomain.EVENT_TIME if self.event_time else TimeDomain.PROCESSING_TIME
+
+
+class KeyedCoProcessOperator(KeyedTimersMixin, _TwoInputFunctionOperator):
     keyed = True
     methods = ("process_element1", "process_element2")
+
+    def open(self) -> None:
+        super().open()
+        self.open_timers()
+
+    def on_timer_context(self, event_time: bool) -> Any:
+        return _KeyedCoOnTimerContext(self, event_time)
 
     def _run(self, f: Any, batch: list[Any]) -> list[Any]:
         set_key = self.backend.set_current_key

@@ -12,7 +12,6 @@ from typing import Any
 
 from streamstate.datastream.functions import KeyedProcessFunction
 from streamstate.datastream.time_domain import TimeDomain
-from streamstate.runtime.errors import StateAccessError
 from streamstate.runtime.operators.base import (
     StreamOperator,
     as_callable,
@@ -20,6 +19,7 @@ from streamstate.runtime.operators.base import (
     open_function,
     split_yielded_side_outputs,
 )
+from streamstate.runtime.operators.timing import KeyedTimersMixin
 
 __all__ = [
     "KeyedFilterOperator",
@@ -46,7 +46,7 @@ class _KeyedContext(KeyedProcessFunction.Context):
         return self.backend.get_current_key()
 
     def timer_service(self) -> Any:
-        return self.op.keyed_timer_service()
+        return self.op.timer_service()
 
     def output(self, output_tag: Any, value: Any) -> None:
         self.op.emit_side(output_tag.tag_id, value, self.ts)
@@ -73,14 +73,9 @@ class _KeyedFunctionOperator(StreamOperator):
     def close(self) -> None:
         close_function(self.fn)
 
-    def keyed_timer_service(self) -> Any:
-        raise StateAccessError(
-            f"timers are available in process functions (KeyedProcessFunction), not in "
-            f"{type(self).__name__}"
-        )
 
 
-class KeyedProcessOperator(_KeyedFunctionOperator):
+class KeyedProcessOperator(KeyedTimersMixin, _KeyedFunctionOperator):
     """``KeyedStream.process``: per-record calls with the key set, timers, side outputs."""
 
     method = "process_element"
@@ -120,60 +115,12 @@ class KeyedProcessOperator(_KeyedFunctionOperator):
             return split_yielded_side_outputs(self, out, out_ts)
         return out, out_ts
 
-    # -- timers -----------------------------------------------------------------
-    #: the operator's InternalTimerService ("user-timers"); created in open() when the
-    #: function overrides on_timer (so restored timers fire), else on first use
-    _internal: Any = None
-    _timers: Any = None
-
     def open(self) -> None:
         super().open()
-        on_timer = getattr(type(self.fn), "on_timer", None)
-        if on_timer is not None and on_timer is not KeyedProcessFunction.on_timer:
-            self._internal_timers()
+        self.open_timers()
 
-    def keyed_timer_service(self) -> Any:
-        from streamstate.runtime.operators.timing import KeyedTimerService
-
-        if self._timers is None:
-            self._timers = KeyedTimerService(self.ctx, self._internal_timers())
-        return self._timers
-
-    def _internal_timers(self) -> Any:
-        if self._internal is None:
-            from streamstate.runtime.timers import InternalTimerService
-
-            self._internal = InternalTimerService.for_operator(self.ctx, "user-timers")
-        return self._internal
-
-    def process_watermark(self, watermark_ms: int) -> list[Any]:
-        if self._internal is None:
-            return []
-        return self._fire(self._internal.advance_watermark(watermark_ms), True)
-
-    def on_processing_time(self, now_ms: int) -> list[Any]:
-        if self._internal is None:
-            return []
-        return self._fire(self._internal.advance_processing_time(now_ms), False)
-
-    def _fire(self, timers: Any, event_time: bool) -> list[Any]:
-        on_timer = getattr(self.fn, "on_timer", None)
-        set_key = self.backend.set_current_key
-        ctx = _OnTimerContext(self.backend, self, event_time)
-        out: list[Any] = []
-        out_ts: list[Any] = []
-        for timer in timers:
-            set_key(timer.key, timer.key_group)
-            ctx.ts = timer.timestamp
-            r = on_timer(timer.timestamp, ctx) if on_timer is not None else None
-            if r is not None:
-                n = len(out)
-                out.extend(r)
-                out_ts.extend([timer.timestamp] * (len(out) - n))
-        if self.side_tags and out:
-            out, out_ts = split_yielded_side_outputs(self, out, out_ts)
-        self.hook_timestamps = out_ts
-        return out
+    def on_timer_context(self, event_time: bool) -> Any:
+        return _OnTimerContext(self.backend, self, event_time)
 
 
 class _OnTimerContext(_KeyedContext, KeyedProcessFunction.OnTimerContext):

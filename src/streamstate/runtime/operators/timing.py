@@ -12,8 +12,9 @@ from typing import Any
 
 from streamstate.datastream.timerservice import TimerService
 from streamstate.runtime.errors import StateAccessError, TimestampError
+from streamstate.runtime.operators.base import split_yielded_side_outputs
 
-__all__ = ["KeyedTimerService", "QueryOnlyTimerService"]
+__all__ = ["KeyedTimerService", "KeyedTimersMixin", "QueryOnlyTimerService"]
 
 _NOT_KEYED = (
     "Setting timers is only supported on a keyed stream: apply the process function to a "
@@ -77,3 +78,80 @@ def _ts(timestamp: Any) -> int:
             f"timer timestamps are int milliseconds, got {type(timestamp).__name__} {timestamp!r}"
         )
     return timestamp
+
+
+def overrides_on_timer(fn: Any) -> bool:
+    """True when ``fn``'s class defines its own ``on_timer`` (not the API's no-op default)."""
+    on_timer = getattr(type(fn), "on_timer", None)
+    if on_timer is None:
+        return False
+    return not str(getattr(on_timer, "__module__", "")).startswith("streamstate.datastream")
+
+
+class KeyedTimersMixin:
+    """Timers of a keyed operator whose function has ``on_timer`` (KeyedProcessFunction,
+    KeyedCoProcessFunction, KeyedBroadcastProcessFunction).
+
+    Mix in before the operator base. The operator calls :meth:`open_timers` in
+    ``open()`` and provides :meth:`on_timer_context` (an ``OnTimerContext`` with a
+    writable ``ts``). The timer service (``InternalTimerService.for_operator(ctx,
+    "user-timers")``) is created in ``open()`` when the function overrides
+    ``on_timer`` (so restored timers fire), else on first use. Fired timers call
+    ``fn.on_timer(timestamp, ctx)`` with the key set; outputs carry the timer's
+    timestamp; side outputs are routed as for records.
+    """
+
+    ctx: Any
+    fn: Any
+    side_tags: frozenset[str]
+    hook_timestamps: list[Any] | None
+    _internal: Any = None
+    _timer_view: Any = None
+
+    def open_timers(self) -> None:
+        if overrides_on_timer(self.fn):
+            self._internal_timers()
+
+    def _internal_timers(self) -> Any:
+        if self._internal is None:
+            from streamstate.runtime.timers import InternalTimerService
+
+            self._internal = InternalTimerService.for_operator(self.ctx, "user-timers")
+        return self._internal
+
+    def timer_service(self) -> Any:
+        if self._timer_view is None:
+            self._timer_view = KeyedTimerService(self.ctx, self._internal_timers())
+        return self._timer_view
+
+    def on_timer_context(self, event_time: bool) -> Any:
+        raise NotImplementedError
+
+    def process_watermark(self, watermark_ms: int) -> list[Any]:
+        if self._internal is None:
+            return []
+        return self._fire(self._internal.advance_watermark(watermark_ms), True)
+
+    def on_processing_time(self, now_ms: int) -> list[Any]:
+        if self._internal is None:
+            return []
+        return self._fire(self._internal.advance_processing_time(now_ms), False)
+
+    def _fire(self, timers: Any, event_time: bool) -> list[Any]:
+        on_timer = getattr(self.fn, "on_timer", None)
+        set_key = self.ctx.keyed_backend.set_current_key
+        tctx = self.on_timer_context(event_time)
+        out: list[Any] = []
+        out_ts: list[Any] = []
+        for timer in timers:  # lazy: timers registered by on_timer that are due fire too
+            set_key(timer.key, timer.key_group)
+            tctx.ts = timer.timestamp
+            r = on_timer(timer.timestamp, tctx) if on_timer is not None else None
+            if r is not None:
+                n = len(out)
+                out.extend(r)
+                out_ts.extend([timer.timestamp] * (len(out) - n))
+        if self.side_tags and out:
+            out, out_ts = split_yielded_side_outputs(self, out, out_ts)  # type: ignore[arg-type]
+        self.hook_timestamps = out_ts
+        return out
