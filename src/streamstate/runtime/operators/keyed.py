@@ -74,7 +74,6 @@ class _KeyedFunctionOperator(StreamOperator):
         close_function(self.fn)
 
 
-
 class KeyedProcessOperator(KeyedTimersMixin, _KeyedFunctionOperator):
     """``KeyedStream.process``: per-record calls with the key set, timers, side outputs."""
 
