@@ -23,12 +23,14 @@ if TYPE_CHECKING:
     from streamstate.datastream.stream_execution_environment import StreamExecutionEnvironment
 
 __all__ = [
+    "AllWindowedStream",
     "BroadcastConnectedStream",
     "BroadcastStream",
     "ConnectedStreams",
     "DataStream",
     "DataStreamSink",
     "KeyedStream",
+    "WindowedStream",
 ]
 
 
@@ -211,6 +213,10 @@ class DataStream:
             )
         return ConnectedStreams(self, ds)
 
+    def window_all(self, window_assigner: Any) -> AllWindowedStream:
+        """Windows over the whole (non-keyed) stream, evaluated by one subtask."""
+        return AllWindowedStream(self, window_assigner)
+
     def union(self, *streams: DataStream) -> DataStream:
         for s in streams:
             if s._env is not self._env:
@@ -294,6 +300,21 @@ class KeyedStream(DataStream):
     def filter(self, func: Any) -> DataStream:
         return self._keyed("Filter", partial(_make, _op("keyed", "KeyedFilterOperator"), func))
 
+    def window(self, window_assigner: Any) -> WindowedStream:
+        """Windows per key: elements are grouped by key and by the assigner's windows."""
+        return WindowedStream(self, window_assigner)
+
+    def count_window(self, size: int, slide: int = 0) -> WindowedStream:
+        """Tumbling (``slide == 0``) or sliding count windows of ``size`` elements per key."""
+        from streamstate.datastream.window import (
+            CountSlidingWindowAssigner,
+            CountTumblingWindowAssigner,
+        )
+
+        if slide == 0:
+            return WindowedStream(self, CountTumblingWindowAssigner(size))
+        return WindowedStream(self, CountSlidingWindowAssigner(size, slide))
+
     def reduce(self, func: Any) -> DataStream:
         """Running reduction per key; emits the new reduced value for every record."""
         return self._keyed(
@@ -364,4 +385,8 @@ from streamstate.datastream._connected import (  # noqa: E402 - they import Data
     BroadcastConnectedStream,
     BroadcastStream,
     ConnectedStreams,
+)
+from streamstate.datastream._windowed_stream import (  # noqa: E402
+    AllWindowedStream,
+    WindowedStream,
 )

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AggregateFunction",
+    "AllWindowFunction",
     "BaseBroadcastProcessFunction",
     "BroadcastProcessFunction",
     "CheckpointListener",
@@ -52,13 +53,16 @@ __all__ = [
     "ListCheckpointed",
     "MapFunction",
     "ParallelSourceFunction",
+    "ProcessAllWindowFunction",
     "ProcessFunction",
+    "ProcessWindowFunction",
     "ReduceFunction",
     "RuntimeContext",
     "SinkFunction",
     "SourceFunction",
     "TimeDomain",
     "TimerService",
+    "WindowFunction",
 ]
 
 
@@ -242,4 +246,10 @@ from streamstate.datastream._co_functions import (  # noqa: E402
     CoProcessFunction,
     KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
+)
+from streamstate.datastream._window_functions import (  # noqa: E402
+    AllWindowFunction,
+    ProcessAllWindowFunction,
+    ProcessWindowFunction,
+    WindowFunction,
 )

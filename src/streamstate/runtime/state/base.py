@@ -19,6 +19,7 @@ snapshot, and the compatibility check used on restore.
 
 from __future__ import annotations
 
+import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ __all__ = [
     "VOID_NAMESPACE",
     "KeyedSnapshot",
     "KeyedStateBackend",
+    "NamespaceSerializer",
     "StateEntryTransformer",
     "VoidNamespace",
     "VoidNamespaceSerializer",
@@ -81,6 +83,30 @@ class VoidNamespaceSerializer(TypeSerializer):
 
     def deserialize(self, data: bytes) -> Any:
         return VOID_NAMESPACE
+
+
+class NamespaceSerializer(TypeSerializer):
+    """Serializer of state namespaces: the void namespace or any picklable window.
+
+    ``VOID_NAMESPACE`` is zero bytes (as :class:`VoidNamespaceSerializer`, so
+    void-namespace state reads the same); any other namespace (a window) is a
+    ``0x01`` tag followed by its pickle.
+    """
+
+    name = "namespace"
+    version = 1
+
+    def serialize(self, value: Any) -> bytes:
+        if value is VOID_NAMESPACE:
+            return b""
+        return b"\x01" + pickle.dumps(value, protocol=5)
+
+    def deserialize(self, data: bytes) -> Any:
+        if not data:
+            return VOID_NAMESPACE
+        if data[:1] != b"\x01":
+            raise ValueError(f"unknown namespace tag {data[:1]!r}")
+        return pickle.loads(data[1:])
 
 
 @dataclass(frozen=True)
@@ -259,6 +285,8 @@ def restore_serializer(snapshot: dict[str, Any], state_name: str) -> TypeSeriali
         and snap.version == VoidNamespaceSerializer.version
     ):
         return VoidNamespaceSerializer()
+    if snap.name == NamespaceSerializer.name and snap.version == NamespaceSerializer.version:
+        return NamespaceSerializer()
     try:
         return _registry_restore(snap)
     except StateMigrationError as e:

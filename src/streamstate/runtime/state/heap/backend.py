@@ -33,8 +33,8 @@ from streamstate.runtime.state import ttl
 from streamstate.runtime.state.base import (
     KeyedSnapshot,
     KeyedStateBackend,
+    NamespaceSerializer,
     StateEntryTransformer,
-    VoidNamespaceSerializer,
     check_serializer_compatibility,
     restore_serializer,
     serializer_for_type_info,
@@ -121,7 +121,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             if kind == "map"
             else None
         )
-        return StateSerializers(self.key_serializer, VoidNamespaceSerializer(), value, user_key)
+        return StateSerializers(self.key_serializer, NamespaceSerializer(), value, user_key)
 
     def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
         self._check_alive()

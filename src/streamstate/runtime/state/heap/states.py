@@ -57,12 +57,50 @@ class _HeapState:
         self._namespace: Any = VOID_NAMESPACE
         self._maps = table.maps(VOID_NAMESPACE)
         self._dirty = table.dirty_of(VOID_NAMESPACE)
+        table.handles.append(self)
 
     def set_current_namespace(self, namespace: Any) -> None:
         """Scope the handle to ``namespace`` (the void namespace by default)."""
         self._namespace = namespace
         self._maps = self._table.maps(namespace)
         self._dirty = self._table.dirty_of(namespace)
+
+    def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
+        """Merge the current key's values in ``sources`` into ``target`` and remove them.
+
+        For list, reducing and aggregating state (Flink's ``InternalMergingState``):
+        lists are concatenated, reduced values reduced, accumulators merged with
+        the aggregate function's ``merge``. Used when session windows merge.
+        """
+        b = self._backend
+        key, kgi = b._key, b._kgi
+        if kgi >= self._table.size:
+            self._no_key()
+        table = self._table
+        merged: Any = _MISSING
+        for ns in sources:
+            if ns == target:
+                continue
+            maps = table.namespaces.get(ns)
+            if maps is None:
+                continue
+            v = maps[kgi].pop(key, _MISSING)
+            if v is _MISSING:
+                continue
+            table.dirty_of(ns)[key] = kgi
+            merged = v if merged is _MISSING else self._merge_values(merged, v)
+        if merged is _MISSING:
+            return
+        m = table.maps(target)[kgi]
+        cur = m.get(key, _MISSING)
+        m[key] = merged if cur is _MISSING else self._merge_values(cur, merged)
+        table.dirty_of(target)[key] = kgi
+
+    def _merge_values(self, a: Any, b: Any) -> Any:
+        raise StateAccessError(
+            f"state {self._table.name!r} is {self._table.kind} state, which cannot be merged; "
+            f"merging windows need list, reducing or aggregating state"
+        )
 
     def _no_key(self) -> NoReturn:
         raise StateAccessError(
@@ -114,6 +152,9 @@ class HeapValueState(_HeapState, ValueState):
 
 class HeapListState(_HeapState, ListState):
     """``get()`` is the live list (a new empty list when unset); ``None`` elements raise."""
+
+    def _merge_values(self, a: Any, b: Any) -> Any:
+        return [*a, *b]
 
     def get(self) -> Iterable[Any]:
         lst = self._map().get(self._backend._key)
@@ -259,6 +300,9 @@ class HeapReducingState(_HeapState, ReducingState):
         super().__init__(backend, table, descriptor)
         self._reduce = descriptor.get_reduce_function().reduce  # type: ignore[attr-defined]
 
+    def _merge_values(self, a: Any, b: Any) -> Any:
+        return self._reduce(a, b)
+
     def get(self) -> Any:
         return self._map().get(self._backend._key)
 
@@ -286,6 +330,9 @@ class HeapAggregatingState(_HeapState, AggregatingState):
     ) -> None:
         super().__init__(backend, table, descriptor)
         self._agg = descriptor.get_agg_function()  # type: ignore[attr-defined]
+
+    def _merge_values(self, a: Any, b: Any) -> Any:
+        return self._agg.merge(a, b)
 
     def get(self) -> Any:
         acc = self._map().get(self._backend._key)

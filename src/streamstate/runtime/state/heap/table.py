@@ -54,7 +54,16 @@ class StateSerializers:
 class StateTable:
     """All objects of one state for the key groups of one backend."""
 
-    __slots__ = ("name", "kind", "size", "serializers", "namespaces", "dirty", "restored_meta")
+    __slots__ = (
+        "name",
+        "kind",
+        "size",
+        "serializers",
+        "namespaces",
+        "dirty",
+        "restored_meta",
+        "handles",
+    )
 
     def __init__(self, name: str, kind: str, size: int, serializers: StateSerializers) -> None:
         if kind not in STATE_KINDS:
@@ -70,6 +79,8 @@ class StateTable:
         self.dirty: dict[Any, dict[Any, int]] = {}
         #: the state's metadata when it came from a checkpoint (for compatibility checks)
         self.restored_meta: dict[str, Any] | None = None
+        #: the state handles bound to this table (rebound when their namespace is pruned)
+        self.handles: list[Any] = []
         self.maps(VOID_NAMESPACE)
 
     def maps(self, namespace: Any) -> list[dict[Any, Any]]:
@@ -85,9 +96,28 @@ class StateTable:
         return self.dirty[namespace]
 
     def clear_dirty(self) -> None:
-        """Forget all changes (after a snapshot or delta has captured them)."""
+        """Forget all changes (after a snapshot or delta has captured them).
+
+        Also drops namespaces other than the void one that hold no entry any
+        more (windows that were purged), so per-window state does not leave an
+        empty namespace behind for every window ever used. A handle whose
+        namespace was dropped is rebound (re-creating just that namespace).
+        """
         for d in self.dirty.values():
             d.clear()
+        if len(self.namespaces) > 1:
+            empty = [
+                ns
+                for ns, maps in self.namespaces.items()
+                if ns is not VOID_NAMESPACE and not any(maps)
+            ]
+            for ns in empty:
+                del self.namespaces[ns]
+                del self.dirty[ns]
+            if empty:
+                for h in self.handles:
+                    if h._namespace not in self.namespaces:
+                        h.set_current_namespace(h._namespace)
 
     def has_changes(self) -> bool:
         return any(self.dirty.values())
