@@ -217,6 +217,10 @@ class _TtlState:
         self._raw.clear()
         self._access()
 
+    def set_current_namespace(self, namespace: Any) -> None:
+        """Scope the wrapped state to ``namespace`` (per-window state of window functions)."""
+        self._raw.set_current_namespace(namespace)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._name!r}, ttl={self._ttl} ms)"
 
