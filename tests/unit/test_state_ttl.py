@@ -342,8 +342,6 @@ def test_full_snapshot_cleanup_drops_expired_entries(be: Backend) -> None:
         "disable_cleanup_in_background",
         "cleanup_full_snapshot",
     )
-    if be.b.state_entry_transformer is None:  # pragma: no cover - every backend has the hook
-        pytest.skip("no entry transformer")
     v = be.b.get_partitioned_state(with_ttl(ValueStateDescriptor("v"), c))
     lst = be.b.get_partitioned_state(with_ttl(ListStateDescriptor("l"), c))
     m = be.b.get_partitioned_state(with_ttl(MapStateDescriptor("m"), c))

@@ -285,7 +285,11 @@ def _cmd_describe(args: argparse.Namespace, out: TextIO) -> int:
             f"{op['state_bytes']} bytes\n"
         )
         if op["keyed_states"]:
-            states = ", ".join(f"{n} ({k})" for n, k in op["keyed_states"].items())
+            ttl_names = set(op.get("ttl_states", ()))
+            states = ", ".join(
+                f"{n} ({k}{', TTL' if n in ttl_names else ''})"
+                for n, k in op["keyed_states"].items()
+            )
             w(f"    keyed state: {states}\n")
         if op["operator_state_handles"]:
             w(f"    operator state handles: {op['operator_state_handles']}\n")

@@ -15,6 +15,11 @@ values are always decoded with the serializer the checkpoint recorded. Reducing 
 aggregating state are returned as stored (the reduced value / the accumulator): pass
 :func:`passthrough_descriptor` to read them without the job's functions.
 
+State written with TTL (``enable_time_to_live``) is read with or without TTL on the
+given descriptor: values come back unwrapped (no timestamps) and nothing is expired by
+the reader, i.e. exactly what the checkpoint holds, expired-but-not-cleaned-up entries
+included.
+
 :func:`describe_checkpoint` summarises a checkpoint and :func:`list_checkpoints` walks a
 checkpoint directory (``<dir>/<job-id>/chk-<n>/_metadata``); both back the ``streamstate``
 CLI. Problems raise :class:`~streamstate.runtime.errors.CorruptCheckpointError` (damaged or
@@ -54,6 +59,8 @@ from streamstate.runtime.errors import (
     StreamStateError,
 )
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_for_serialized_key
+from streamstate.runtime.serializers.ttl import is_ttl_snapshot
+from streamstate.runtime.state import ttl
 from streamstate.runtime.state.base import restore_serializer
 from streamstate.runtime.state.registry import create_keyed_backend
 
@@ -246,6 +253,10 @@ def iter_keyed_state(
         )
     if "key_serializer" not in sm:
         raise CorruptCheckpointError(f"state {name!r}: meta lacks its key serializer")
+    # State written with TTL is read as stored (TtlValues, no expiry applied) and unwrapped;
+    # the descriptor's own TTL configuration plays no part in reading.
+    with_ttl = is_ttl_snapshot(sm.get("value_serializer", {}))
+    read_descriptor = ttl.stored_form_descriptor(descriptor) if with_ttl else descriptor
     key_serializer = restore_serializer(sm["key_serializer"], name)
     max_p = ops.max_parallelism
     backend = create_keyed_backend(
@@ -260,11 +271,13 @@ def iter_keyed_state(
             backend.restore(handles)
         except (CorruptCheckpointError, StateMigrationError) as e:
             raise type(e)(f"{_where(md)}, operator {operator_uid!r}: {e}") from e
-        state = backend.get_partitioned_state(descriptor)
+        state = backend.get_partitioned_state(read_descriptor)
         for key in backend.get_keys(name):
             kg = compute_key_group_for_serialized_key(key_serializer.serialize(key), max_p)
             backend.set_current_key(key, kg)
             value = _read_one(state, kind)
+            if with_ttl:
+                value = ttl.unwrap_stored(descriptor, value)
             if value is None and kind in ("value", "reducing", "aggregating"):
                 raise CorruptCheckpointError(
                     f"{_where(md)}, operator {operator_uid!r}, state {name!r}: key {key!r} is "
@@ -308,6 +321,7 @@ def describe_checkpoint(path_or_metadata: str | CheckpointMetadata) -> dict[str,
     ``{"path", "checkpoint_id", "job_id", "job_name", "timestamp_ms", "timestamp" (ISO, UTC),
     "is_savepoint", "format_version", "epoch", "operators": {uid: {"parallelism",
     "max_parallelism", "key_groups_with_state", "state_bytes", "keyed_states": {name: kind},
+    "ttl_states" (names of keyed states written with TTL),
     "operator_state_handles"}}, "source_offsets", "sinks", "properties"}``.
     State files are not read (the metadata is enough), so this is cheap.
     """
@@ -342,6 +356,11 @@ def describe_checkpoint(path_or_metadata: str | CheckpointMetadata) -> dict[str,
             "key_groups_with_state": len(kgs),
             "state_bytes": size,
             "keyed_states": {n: str(m["kind"]) for n, m in sorted(_state_metas(handles).items())},
+            "ttl_states": sorted(
+                n
+                for n, m in _state_metas(handles).items()
+                if is_ttl_snapshot(m.get("value_serializer", {}))
+            ),
             "operator_state_handles": n_op,
         }
     return {

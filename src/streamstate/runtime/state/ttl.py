@@ -73,6 +73,9 @@ __all__ = [
 
 _Strategies = StateTtlConfig.CleanupStrategies.Strategies
 
+#: ``_new(TtlValue, (value, ts))`` builds a TtlValue without NamedTuple's Python-level __new__
+_new = tuple.__new__
+
 
 class TtlCleanupWarning(RuntimeWarning):
     """A configured TTL cleanup strategy has no effect on this state backend."""
@@ -240,17 +243,19 @@ class TtlValueState(_TtlState, ValueState):
         now = self._now()
         if tv[1] + self._ttl > now:
             if ctx.update_on_read:
-                self._raw.update(TtlValue(tv[0], now))
+                self._raw.update(_new(TtlValue, (tv[0], now)))
             return tv[0]
         self._raw.clear()
         return tv[0] if ctx.return_expired else None
 
     def update(self, value: Any) -> None:
-        self._access()
+        cb = self._ctx.on_access
+        if cb is not None:
+            cb()
         if value is None:
             self._raw.clear()
         else:
-            self._raw.update(TtlValue(value, self._now()))
+            self._raw.update(_new(TtlValue, (value, self._now())))
 
 
 # ------------------------------------------------------------------------ list state
@@ -555,8 +560,13 @@ def _install_cleanups(
             transform_next = entries.transform_next
             size = inc.get_cleanup_size()
 
+            last: list[Any] = [None, None]  # (now, filter): one filter per clock tick
+
             def incremental_cleanup() -> None:
-                transform_next(size, expired_entry_filter(kind, ttl, now()))
+                t = now()
+                if last[0] != t:
+                    last[0], last[1] = t, expired_entry_filter(kind, ttl, t)
+                transform_next(size, last[1])
 
             ctx.on_access = incremental_cleanup
             if inc.run_cleanup_for_every_record():

@@ -33,22 +33,6 @@ class HeapStateEntries(StateEntryTransformer):
         #: pending (dict, dirty, kgi, keys) of the key group being visited, last first
         self._chunks: list[tuple[dict[Any, Any], dict[Any, int], int, list[Any]]] = []
 
-    @staticmethod
-    def _apply(
-        m: dict[Any, Any], dirty: dict[Any, int], kgi: int, key: Any, fn: Callable[[Any], Any]
-    ) -> bool:
-        v = m.get(key, _MISSING)
-        if v is _MISSING:
-            return False
-        new = fn(v)
-        if new is not v:
-            if new is None:
-                del m[key]
-            else:
-                m[key] = new
-            dirty[key] = kgi
-        return True
-
     def transform_all(self, fn: Callable[[Any], Any]) -> int:
         table = self._table
         changed = 0
@@ -90,6 +74,7 @@ class HeapStateEntries(StateEntryTransformer):
         return budget
 
     def transform_next(self, n: int, fn: Callable[[Any], Any]) -> None:
+        # HOT PATH (every access of a state with incremental TTL cleanup): inlined loop
         chunks = self._chunks
         size = self._table.size
         scanned = 0  # key groups loaded by this call: each at most once
@@ -101,8 +86,20 @@ class HeapStateEntries(StateEntryTransformer):
                 if not chunks:
                     return
             m, dirty, kgi, keys = chunks[-1]
+            get = m.get
+            pop = keys.pop
             while keys and n > 0:
-                if self._apply(m, dirty, kgi, keys.pop(), fn):
-                    n -= 1
+                key = pop()
+                v = get(key, _MISSING)
+                if v is _MISSING:
+                    continue
+                n -= 1
+                new = fn(v)
+                if new is not v:
+                    if new is None:
+                        del m[key]
+                    else:
+                        m[key] = new
+                    dirty[key] = kgi
             if not keys:
                 chunks.pop()

@@ -1,0 +1,255 @@
+"""State TTL in whole jobs on the local runner (same task code as Spark, no Spark).
+
+The probe job and its reference model live in ``tests/integration/ttl_jobs.py``
+(shared with the Spark end-to-end test).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from tests.integration.ttl_jobs import CLOCK, TtlProbe, events, model
+
+from streamstate.cli.main import main
+from streamstate.common import Configuration, Types
+from streamstate.common.restart_strategy import RestartStrategies
+from streamstate.common.time import Time
+from streamstate.datastream import (
+    ExternalizedCheckpointCleanup,
+    KeyedProcessFunction,
+    StreamExecutionEnvironment,
+)
+from streamstate.datastream.connectors.collect import CollectSink
+from streamstate.datastream.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateTtlConfig,
+    ValueStateDescriptor,
+)
+from streamstate.runtime import executor as executor_mod
+from streamstate.runtime.errors import JobExecutionError, StateMigrationError
+from streamstate.runtime.local_runner import LocalEpochRunner
+from streamstate.runtime.state_reader import (
+    describe_checkpoint,
+    passthrough_descriptor,
+    read_keyed_state,
+)
+
+
+@pytest.fixture(autouse=True)
+def checkpoint_every_epoch(monkeypatch: Any) -> None:
+    """The driver clock advances 1 s per reading: with a 1 ms interval every epoch checkpoints."""
+    ticks = itertools.count(executor_mod._now_ms() + 60_000, 1000)
+    monkeypatch.setattr(executor_mod, "_now_ms", lambda: next(ticks))
+
+
+def make_env(tmp_path: Any, name: str, max_records: int = 4, **conf: str) -> Any:
+    c = Configuration()
+    c.set_string("execution.runner", "local")
+    c.set_string("execution.epoch.max-records", str(max_records))
+    c.set_string("state.ttl.time-provider", CLOCK)
+    for k, v in conf.items():
+        c.set_string(k, v)
+    env = StreamExecutionEnvironment.get_execution_environment(c)
+    env.set_parallelism(2)
+    env.enable_checkpointing(1)
+    cc = env.get_checkpoint_config()
+    cc.set_checkpoint_storage_dir(str(tmp_path / name))
+    cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
+    return env
+
+
+def run(env: Any, data: list[Any], fn: Any, uid: str = "probe") -> tuple[list[Any], str]:
+    sink = CollectSink()
+    env.from_collection(data).set_parallelism(1).key_by(lambda v: v[0]).process(fn).uid(
+        uid
+    ).sink_to(sink)
+    result = env.execute("ttl-job")
+    return sink.get_results(), result.get_accumulator_result("latest-checkpoint")
+
+
+DATA = events(60, keys=3, burst=5)
+
+
+def test_probe_matches_the_model_with_and_without_lineage_rebuilds(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    outs = []
+    for drop in (False, True):
+        with monkeypatch.context() as m:
+            m.setattr(
+                StreamExecutionEnvironment,
+                "_make_runner",
+                lambda self, d=drop: LocalEpochRunner(drop_cache_each_epoch=d),
+            )
+            env = make_env(
+                tmp_path, f"probe-{drop}", **{"execution.epoch.full-snapshot-interval": "3"}
+            )
+            out, _ = run(env, DATA, TtlProbe())
+        want = model(out)
+        for key, seq, _epoch, seen in out:
+            assert dict(seen) == want[(key, seq)], (drop, key, seq)
+        outs.append(sorted(out))
+    # state rebuilt from its lineage each epoch (deltas carry TTL cleanups) behaves the same
+    assert outs[0] == outs[1]
+    # and the job saw expiry at all
+    assert any(dict(s)["v_cw_never"] is None and dict(s)["v_cw_return"] for *_, s in outs[0])
+
+
+def test_wall_clock_is_the_default(tmp_path: Any) -> None:
+    c = Configuration()
+    c.set_string("execution.runner", "local")
+    env = StreamExecutionEnvironment.get_execution_environment(c)
+    ttl = StateTtlConfig.new_builder(Time.hours(1)).build()
+
+    class Once(KeyedProcessFunction):
+        def open(self, ctx: Any) -> None:
+            d = ValueStateDescriptor("v", Types.LONG())
+            d.enable_time_to_live(ttl)
+            self.v = ctx.get_state(d)
+
+        def process_element(self, value: Any, ctx: Any) -> Any:
+            prev = self.v.value()
+            self.v.update(value[1])
+            yield value[0], prev
+
+    sink = CollectSink()
+    env.from_collection([("a", 1), ("a", 2)]).key_by(lambda v: v[0]).process(Once()).sink_to(sink)
+    env.execute()
+    assert sorted(sink.get_results(), key=str) == [("a", 1), ("a", None)]
+
+
+class AllKindsTtl(KeyedProcessFunction):
+    """Every primitive with TTL (or without, ``ttl=None``); writes only."""
+
+    def __init__(self, ttl: StateTtlConfig | None) -> None:
+        self.ttl = ttl
+
+    def _d(self, d: Any) -> Any:
+        if self.ttl is not None:
+            d.enable_time_to_live(self.ttl)
+        return d
+
+    def open(self, ctx: Any) -> None:
+        self.v = ctx.get_state(self._d(ValueStateDescriptor("v", Types.LONG())))
+        self.l = ctx.get_list_state(self._d(ListStateDescriptor("l", Types.LONG())))
+        self.m = ctx.get_map_state(self._d(MapStateDescriptor("m", Types.LONG(), Types.LONG())))
+        self.r = ctx.get_reducing_state(
+            self._d(ReducingStateDescriptor("r", lambda a, b: a + b, Types.LONG()))
+        )
+        self.a = ctx.get_aggregating_state(self._d(AggregatingStateDescriptor("a", _Avg())))
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        key, n = value
+        self.v.update(n)
+        self.l.add(n)
+        self.m.put(n, n * 10)
+        self.r.add(n)
+        self.a.add(n)
+        yield key
+
+
+class _Avg:
+    def create_accumulator(self) -> Any:
+        return (0, 0)
+
+    def add(self, value: Any, acc: Any) -> Any:
+        return (acc[0] + value, acc[1] + 1)
+
+    def get_result(self, acc: Any) -> Any:
+        return acc[0] / acc[1]
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return (a[0] + b[0], a[1] + b[1])
+
+
+ROWS = [("a", 1), ("b", 2), ("a", 3)]
+TTL_LONG = StateTtlConfig.new_builder(Time.hours(1)).build()
+
+
+def test_state_reader_and_cli_unwrap_ttl_state(tmp_path: Any, capsys: Any) -> None:
+    _, chk = run(make_env(tmp_path, "kinds"), ROWS, AllKindsTtl(TTL_LONG), uid="kinds")
+    expected = {
+        "v": {"a": 3, "b": 2},
+        "l": {"a": [1, 3], "b": [2]},
+        "m": {"a": {1: 10, 3: 30}, "b": {2: 20}},
+        "r": {"a": 4, "b": 2},
+    }
+    for name, want in expected.items():
+        kind = {"v": "value", "l": "list", "m": "map", "r": "reducing"}[name]
+        # the reader's descriptor may or may not carry TTL: values come back unwrapped
+        assert read_keyed_state(chk, "kinds", passthrough_descriptor(name, kind)) == want
+    with_ttl = AggregatingStateDescriptor("a", _Avg())
+    with_ttl.enable_time_to_live(TTL_LONG)
+    assert read_keyed_state(chk, "kinds", with_ttl) == {"a": 2.0, "b": 2.0}
+    assert read_keyed_state(chk, "kinds", passthrough_descriptor("a", "aggregating")) == {
+        "a": (4, 2),
+        "b": (2, 1),
+    }
+    op = describe_checkpoint(chk)["operators"]["kinds"]
+    assert op["ttl_states"] == ["a", "l", "m", "r", "v"]
+    assert main(["describe", chk]) == 0
+    assert "v (value, TTL)" in capsys.readouterr().out
+    assert main(["state", chk, "-o", "kinds", "-n", "l"]) == 0
+    out = capsys.readouterr().out
+    assert "[1, 3]" in out and "TtlValue" not in out
+
+
+@pytest.mark.parametrize("first,second", [(None, TTL_LONG), (TTL_LONG, None)])
+def test_restoring_a_job_across_a_ttl_change_fails_clearly(
+    tmp_path: Any, first: Any, second: Any
+) -> None:
+    _, chk = run(make_env(tmp_path, "one"), ROWS, AllKindsTtl(first), uid="kinds")
+    env = make_env(tmp_path, "two")
+    env.set_restart_strategy(RestartStrategies.no_restart())
+    env.set_restore_path(chk)
+    with pytest.raises(JobExecutionError) as info:
+        run(env, ROWS, AllKindsTtl(second), uid="kinds")
+    chain = []
+    e: BaseException | None = info.value
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    migration = [x for x in chain if isinstance(x, StateMigrationError)]
+    assert migration, chain
+    assert "TTL" in str(migration[0])
+
+
+class ReadEarlyKeys(KeyedProcessFunction):
+    """Writes key ``w*`` once early; the rest of the input only touches other keys."""
+
+    def __init__(self, full_snapshot: bool) -> None:
+        self.full_snapshot = full_snapshot
+
+    def open(self, ctx: Any) -> None:
+        b = (
+            StateTtlConfig.new_builder(Time.milliseconds(2500))
+            .return_expired_if_not_cleaned_up()
+            .disable_cleanup_in_background()
+        )
+        if self.full_snapshot:
+            b.cleanup_full_snapshot()
+        d = ValueStateDescriptor("v", Types.LONG())
+        d.enable_time_to_live(b.build())
+        self.v = ctx.get_state(d)
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        self.v.update(value[1])
+        yield value[0]
+
+
+@pytest.mark.parametrize("full_snapshot", [False, True])
+def test_full_snapshot_cleanup_in_a_job(tmp_path: Any, full_snapshot: bool) -> None:
+    data = [(f"w{i}", i) for i in range(4)] + [(f"late{i % 2}", i) for i in range(40)]
+    _, chk = run(
+        make_env(tmp_path, f"fs-{full_snapshot}", max_records=4), data, ReadEarlyKeys(full_snapshot)
+    )
+    state = read_keyed_state(chk, "probe", ValueStateDescriptor("v", Types.LONG()))
+    early = {k for k in state if k.startswith("w")}
+    # written in epoch 1 (t = 1000), expired from t = 3500: gone from later checkpoints
+    assert early == (set() if full_snapshot else {"w0", "w1", "w2", "w3"})
+    assert {"late0", "late1"} <= set(state)
