@@ -419,6 +419,44 @@ def test_incremental_cleanup_on_access_and_per_record(be: Backend) -> None:
     assert delta
 
 
+def test_incremental_cleanup_reaches_restored_and_old_entries(be: Backend) -> None:
+    # the cleanup skips work while nothing can have expired; restored entries (of unknown
+    # age) and entries that age while the state is busy must still be reached
+    c = StateTtlConfig.new_builder(TTL).cleanup_incrementally(5, False).build()
+    s = be.b.get_partitioned_state(with_ttl(ValueStateDescriptor("v"), c))
+    if be.b.state_entry_transformer("v") is None:
+        pytest.skip(f"{be.name} has no incremental cleanup")
+    for k in range(50):
+        be.key(k)
+        s.update(k)
+    be.clock.set(10 * TTL)
+    nb = be.restored()
+    try:
+        s2 = nb.get_partitioned_state(with_ttl(ValueStateDescriptor("v"), c))
+        nb.set_current_key("new", kg("new"))
+        s2.update(1)
+        for _ in range(10):
+            s2.value()
+        # 51 entries, 11 accesses x 5 checks: every old entry was reached
+        assert list(nb.get_keys("v")) == ["new"]
+        # steady state: nothing expires, the cleanup has nothing to do...
+        for k in range(40):
+            nb.set_current_key(k, kg(k))
+            s2.update(k)
+        for _ in range(100):
+            s2.value()
+        assert len(list(nb.get_keys("v"))) == 41
+        # ... until entries age: then every access checks entries again
+        be.clock.advance(TTL)
+        nb.set_current_key("newer", kg("newer"))
+        s2.update(2)
+        for _ in range(20):
+            s2.value()
+        assert list(nb.get_keys("v")) == ["newer"]
+    finally:
+        nb.dispose()
+
+
 def test_incremental_cleanup_default_is_on_access_only(be: Backend) -> None:
     s = be.b.get_partitioned_state(
         with_ttl(ListStateDescriptor("l"), StateTtlConfig.new_builder(TTL).build())

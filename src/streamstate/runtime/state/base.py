@@ -135,6 +135,10 @@ class StateEntryTransformer(ABC):
     entry. Changes are recorded for the next delta like any state write.
     """
 
+    #: how many rounds the :meth:`transform_next` cursor has begun (-1: not tracked);
+    #: lets TTL skip incremental cleanup while nothing can have expired
+    rounds: int = -1
+
     @abstractmethod
     def transform_all(self, fn: Callable[[Any], Any]) -> int:
         """Apply ``fn`` to every entry of the state; returns how many entries changed."""

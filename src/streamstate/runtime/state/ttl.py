@@ -529,6 +529,88 @@ def _warn(msg: str) -> None:
     warnings.warn(msg, TtlCleanupWarning, stacklevel=4)
 
 
+class _IncrementalCleanup:
+    """Incremental cleanup of one state: ``run()`` checks the next ``size`` entries.
+
+    Shortcut: when the entry cursor completes a round, every stored entry has a
+    timestamp >= ``floor`` = min(the round's start time, the oldest unexpired
+    timestamp the round visited) (writes stamp the current time, the clock does not
+    go back). Until ``floor + ttl`` nothing can have expired, so ``run()`` returns
+    at once; in a steady state without expiries that makes the default cleanup
+    nearly free. Skipping is unobservable: reads check expiry themselves.
+    """
+
+    __slots__ = ("entries", "size", "kind", "ttl", "now", "floor", "round_start", "round_min")
+
+    def __init__(
+        self, entries: Any, size: int, kind: str, ttl: int, now: Callable[[], int]
+    ) -> None:
+        self.entries = entries
+        self.size = size
+        self.kind = kind
+        self.ttl = ttl
+        self.now = now
+        #: every stored entry's timestamp is >= floor (None: unknown, e.g. restored state)
+        self.floor: int | None = None
+        self.round_start: int | None = None
+        self.round_min: float = float("inf")
+
+    def run(self) -> None:
+        t = self.now()
+        floor = self.floor
+        if floor is not None and t < floor + self.ttl:
+            return
+        entries = self.entries
+        rounds = getattr(entries, "rounds", -1)
+        if self.round_start is None:
+            self.round_start = t
+        seen_min = [float("inf")]
+        entries.transform_next(self.size, _min_tracking_filter(self.kind, self.ttl, t, seen_min))
+        self.round_min = min(self.round_min, seen_min[0])
+        # round r >= 1 ended when round r + 1 began (round 1 begins with the first call)
+        if rounds >= 1 and entries.rounds > rounds:
+            self.floor = int(min(self.round_min, self.round_start))
+            self.round_start = t
+            self.round_min = seen_min[0]  # conservative: this call's visits may be in either
+
+
+def _min_tracking_filter(kind: str, ttl: int, now: int, seen_min: list[float]) -> Any:
+    """:func:`expired_entry_filter` that also records the oldest timestamp it keeps."""
+    drop = expired_entry_filter(kind, ttl, now)
+    if kind == "list":
+
+        def track_list(lst: Any) -> Any:
+            out = drop(lst)
+            if out is not None and out:
+                m = min(e[1] for e in out)
+                if m < seen_min[0]:
+                    seen_min[0] = m
+            return out
+
+        return track_list
+    if kind == "map":
+
+        def track_map(d: Any) -> Any:
+            out = drop(d)
+            if out:
+                m = min(v[1] for v in out.values())
+                if m < seen_min[0]:
+                    seen_min[0] = m
+            return out
+
+        return track_map
+
+    def track_value(tv: Any) -> Any:
+        ts = tv[1]
+        if ts + ttl > now:
+            if ts < seen_min[0]:
+                seen_min[0] = ts
+            return tv
+        return None
+
+    return track_value
+
+
 def _install_cleanups(
     backend: KeyedStateBackend, descriptor: StateDescriptor, cfg: StateTtlConfig, ctx: _TtlContext
 ) -> None:
@@ -557,20 +639,10 @@ def _install_cleanups(
     inc = strategies.get_incremental_cleanup_strategy()
     if inc is not None:
         if entries is not None:
-            transform_next = entries.transform_next
-            size = inc.get_cleanup_size()
-
-            last: list[Any] = [None, None]  # (now, filter): one filter per clock tick
-
-            def incremental_cleanup() -> None:
-                t = now()
-                if last[0] != t:
-                    last[0], last[1] = t, expired_entry_filter(kind, ttl, t)
-                transform_next(size, last[1])
-
-            ctx.on_access = incremental_cleanup
+            cleanup = _IncrementalCleanup(entries, inc.get_cleanup_size(), kind, ttl, now)
+            ctx.on_access = cleanup.run
             if inc.run_cleanup_for_every_record():
-                backend.key_selection_listeners.append(incremental_cleanup)
+                backend.key_selection_listeners.append(cleanup.run)
         elif strategies.is_explicit(_Strategies.INCREMENTAL_CLEANUP):
             _warn(
                 f"state {name!r}: cleanup_incrementally() has no effect on {backend_kind} "

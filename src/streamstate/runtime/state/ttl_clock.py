@@ -44,6 +44,8 @@ __all__ = [
     "ttl_time_provider_from_string",
 ]
 
+_time_ns = time.time_ns
+
 #: configuration key choosing the TTL clock (a streamstate extension)
 TTL_TIME_PROVIDER_KEY = "state.ttl.time-provider"
 
@@ -67,7 +69,7 @@ class SystemTtlTimeProvider(TtlTimeProvider):
     """The wall clock of the process (Flink's ``TtlTimeProvider.DEFAULT``)."""
 
     def current_timestamp(self) -> int:
-        return time.time_ns() // 1_000_000
+        return _time_ns() // 1_000_000
 
     def __eq__(self, other: object) -> bool:
         return type(other) is SystemTtlTimeProvider

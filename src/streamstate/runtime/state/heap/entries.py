@@ -25,11 +25,12 @@ _MISSING: Any = object()
 class HeapStateEntries(StateEntryTransformer):
     """Entry rewriting over one :class:`StateTable`."""
 
-    __slots__ = ("_table", "_next_kgi", "_chunks")
+    __slots__ = ("_table", "_next_kgi", "_chunks", "rounds")
 
     def __init__(self, table: StateTable) -> None:
         self._table = table
         self._next_kgi = 0
+        self.rounds = 0
         #: pending (dict, dirty, kgi, keys) of the key group being visited, last first
         self._chunks: list[tuple[dict[Any, Any], dict[Any, int], int, list[Any]]] = []
 
@@ -62,6 +63,8 @@ class HeapStateEntries(StateEntryTransformer):
         size = table.size
         for scanned in range(1, budget + 1):
             kgi = self._next_kgi
+            if kgi == 0:
+                self.rounds += 1
             self._next_kgi = kgi + 1 if kgi + 1 < size else 0
             for ns, maps in table.namespaces.items():
                 m = maps[kgi]
