@@ -40,6 +40,7 @@ from streamstate.runtime.serializers.ttl import TtlSerializer, TtlValue
 from streamstate.runtime.state.registry import create_keyed_backend, registered_keyed_backends
 from streamstate.runtime.state.ttl import TtlCleanupWarning
 from streamstate.runtime.state.ttl_clock import (
+    DriverTtlTimeProvider,
     EpochTtlTimeProvider,
     ManualTtlTimeProvider,
     SystemTtlTimeProvider,
@@ -669,7 +670,12 @@ def test_time_providers() -> None:
     assert mine.current_timestamp() == 2000 and e.current_timestamp() == 1000
     assert ttl_time_provider_from_string("epoch") == EpochTtlTimeProvider(0, 1000)
     assert isinstance(ttl_time_provider_from_string("system"), SystemTtlTimeProvider)
-    assert isinstance(ttl_time_provider_from_configuration({}), SystemTtlTimeProvider)
+    assert ttl_time_provider_from_configuration({}) == DriverTtlTimeProvider()
+    d = ttl_time_provider_from_string("driver").for_backend()
+    d.on_epoch(3, 123_456)
+    assert d.current_timestamp() == 123_456
+    d.on_epoch(4, None)  # no driver time: the wall clock at the epoch's start
+    assert abs(d.current_timestamp() - SystemTtlTimeProvider().current_timestamp()) < 60_000
     assert ttl_time_provider_from_configuration(
         {"state.ttl.time-provider": "epoch:0:5"}
     ) == EpochTtlTimeProvider(0, 5)

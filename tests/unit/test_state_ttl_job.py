@@ -100,27 +100,38 @@ def test_probe_matches_the_model_with_and_without_lineage_rebuilds(
     assert any(dict(s)["v_cw_never"] is None and dict(s)["v_cw_return"] for *_, s in outs[0])
 
 
-def test_wall_clock_is_the_default(tmp_path: Any) -> None:
+class PrevValue(KeyedProcessFunction):
+    """Emits the value state's previous value (TTL 3 s), then writes the element's."""
+
+    def open(self, ctx: Any) -> None:
+        d = ValueStateDescriptor("v", Types.LONG())
+        d.enable_time_to_live(StateTtlConfig.new_builder(Time.seconds(3)).build())
+        self.v = ctx.get_state(d)
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        prev = self.v.value()
+        self.v.update(value[1])
+        yield value[0], value[1], prev
+
+
+@pytest.mark.parametrize("clock", [None, "driver", "system"])
+def test_default_clock_is_the_epochs_processing_time(tmp_path: Any, clock: Any) -> None:
+    # the driver clock (patched) advances >= 1 s per epoch; the wall clock barely moves
     c = Configuration()
     c.set_string("execution.runner", "local")
+    c.set_string("execution.epoch.max-records", "4")
+    if clock is not None:
+        c.set_string("state.ttl.time-provider", clock)
     env = StreamExecutionEnvironment.get_execution_environment(c)
-    ttl = StateTtlConfig.new_builder(Time.hours(1)).build()
-
-    class Once(KeyedProcessFunction):
-        def open(self, ctx: Any) -> None:
-            d = ValueStateDescriptor("v", Types.LONG())
-            d.enable_time_to_live(ttl)
-            self.v = ctx.get_state(d)
-
-        def process_element(self, value: Any, ctx: Any) -> Any:
-            prev = self.v.value()
-            self.v.update(value[1])
-            yield value[0], prev
-
+    data = [("a", 1)] + [(f"x{i}", i) for i in range(24)] + [("a", 2)]
     sink = CollectSink()
-    env.from_collection([("a", 1), ("a", 2)]).key_by(lambda v: v[0]).process(Once()).sink_to(sink)
+    env.from_collection(data).set_parallelism(1).key_by(lambda v: v[0]).process(
+        PrevValue()
+    ).sink_to(sink)
     env.execute()
-    assert sorted(sink.get_results(), key=str) == [("a", 1), ("a", None)]
+    (last,) = [r for r in sink.get_results() if r[:2] == ("a", 2)]
+    # six epochs later: expired on the driver's epoch clock, alive on the wall clock
+    assert last[2] == (1 if clock == "system" else None)
 
 
 class AllKindsTtl(KeyedProcessFunction):

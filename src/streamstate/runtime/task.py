@@ -202,7 +202,7 @@ def _build_instance(
             )
             if spec.ttl_time_provider is not None:
                 backend.ttl_time_provider = spec.ttl_time_provider.for_backend()
-            backend.ttl_time_provider.on_epoch(epoch_spec.epoch)
+            backend.ttl_time_provider.on_epoch(epoch_spec.epoch, epoch_spec.processing_time_ms)
             lineage = sub.lineages.get(node.uid)
             if lineage is not None:
                 if lineage.base:
@@ -562,7 +562,7 @@ def run_stage_partition(
         for ctx in inst.contexts:
             ctx.epoch = epoch_spec.epoch
         for b in inst.backends.values():
-            b.ttl_time_provider.on_epoch(epoch_spec.epoch)
+            b.ttl_time_provider.on_epoch(epoch_spec.epoch, epoch_spec.processing_time_ms)
         for what, cid in epoch_spec.notifications:
             for op in inst.ops.values():
                 if what == "complete":
