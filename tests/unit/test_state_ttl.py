@@ -475,6 +475,26 @@ def test_incremental_cleanup_default_is_on_access_only(be: Backend) -> None:
     assert len(list(be.b.get_keys("l"))) == 15
 
 
+def test_namespaced_ttl_state(be: Backend) -> None:
+    s = be.b.get_partitioned_state(
+        with_ttl(ListStateDescriptor("w"), cfg(UT.OnCreateAndWrite, SV.NeverReturnExpired))
+    )
+    if not hasattr(
+        be.b.get_partitioned_state(ListStateDescriptor("probe")), "set_current_namespace"
+    ):
+        pytest.skip(f"{be.name} states have no namespaces")
+    be.key("k")
+    s.set_current_namespace(("window", 1))
+    s.add("a")
+    be.clock.set(50)
+    s.set_current_namespace(("window", 2))
+    s.add("b")
+    be.clock.set(120)
+    assert list(s.get()) == ["b"]
+    s.set_current_namespace(("window", 1))
+    assert list(s.get()) == []
+
+
 def test_disabled_update_type_means_no_ttl(be: Backend) -> None:
     d = ValueStateDescriptor("v", Types.LONG())
     d.enable_time_to_live(StateTtlConfig.new_builder(10).set_update_type(UT.Disabled).build())
