@@ -16,6 +16,7 @@ from streamstate.datastream import (
     MapFunction,
     ParallelSourceFunction,
     SinkFunction,
+    SourceFunction,
 )
 from streamstate.datastream.state import (
     ListStateDescriptor,
@@ -226,3 +227,36 @@ def expected_matches(items: list[tuple[str, str]], rules: list[tuple[str, str, s
             if item[1] == first:
                 stored.append(item)
     return out
+
+
+class SlowSource(SourceFunction, CheckpointedFunction):
+    """Emits ``n`` numbers, sleeping ``pause_s`` outside the checkpoint lock between them:
+    epochs are cut by the max wait, not by the record budget."""
+
+    def __init__(self, n: int, pause_s: float) -> None:
+        self.n = n
+        self.pause_s = pause_s
+        self.next = 0
+        self.running = True
+
+    def run(self, ctx: Any) -> None:
+        import time
+
+        while self.running and self.next < self.n:
+            with ctx.get_checkpoint_lock():
+                ctx.collect_with_timestamp(self.next, 1000 + self.next)
+                self.next += 1
+            time.sleep(self.pause_s)
+
+    def cancel(self) -> None:
+        self.running = False
+
+    def initialize_state(self, context: Any) -> None:
+        self.state = context.get_operator_state_store().get_list_state(
+            ListStateDescriptor("next", Types.LONG())
+        )
+        for v in self.state.get():
+            self.next = v
+
+    def snapshot_state(self, context: Any) -> None:
+        self.state.update([self.next])

@@ -18,6 +18,7 @@ from tests.integration.jobs import make_env
 from tests.integration.opstate_jobs import (
     RULE_STATE,
     BufferingSink,
+    CounterSource,
     MyFunction,
     RuleMatcher,
     expected_matches,
@@ -141,5 +142,25 @@ def test_rule_matching_on_spark_with_failure(spark, tmp_path, epoch_clock):
     base, _ = run("base", -1)
     assert Counter(base) == Counter(expected_matches(ITEMS, RULES))
     failed, result = run("failed", 4)
+    assert result.get_accumulator_result("restarts") == 1
+    assert Counter(failed) == Counter(base)
+
+
+def test_counter_source_on_spark_with_a_killed_worker(spark, tmp_path, epoch_clock):
+    def run(name: str, epoch: int) -> tuple[list[Any], Any]:
+        env = env_for(spark, tmp_path, name, epoch_records=8)
+        sink = CollectSink()
+        (
+            env.add_source(CounterSource(40))
+            .uid("counter-source")
+            .map(FailOnce(str(tmp_path), epoch=epoch, subtask=1, mode="exit", after_records=3))
+            .sink_to(sink)
+        )
+        result = env.execute(name)
+        return sink.get_results(), result
+
+    base, _ = run("base", -1)
+    assert Counter(base) == Counter(list(range(40)) * 2)
+    failed, result = run("failed", 3)
     assert result.get_accumulator_result("restarts") == 1
     assert Counter(failed) == Counter(base)

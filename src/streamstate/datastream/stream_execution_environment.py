@@ -240,15 +240,39 @@ class StreamExecutionEnvironment:
     def add_source(
         self, source_func: Any, source_name: str = "Custom Source", type_info: Any = None
     ) -> DataStream:
-        """A streamstate ``Source`` (a replayable source with checkpointed positions)."""
-        from streamstate.connectors.base import Source
+        """A ``SourceFunction`` / ``ParallelSourceFunction`` (``run(ctx)``, ``cancel()``),
+        or a streamstate ``Source`` (a replayable source with checkpointed positions).
 
+        A SourceFunction's ``run`` is sliced into epochs (see ``SourceFunction``);
+        ``execution.epoch.source-function.max-wait-ms`` (default 500) bounds how long
+        an epoch waits for it to fill ``execution.epoch.max-records``.
+        """
+        from streamstate.connectors.base import Source
+        from streamstate.datastream.functions import ParallelSourceFunction, SourceFunction
+
+        if isinstance(source_func, SourceFunction):
+            from streamstate.connectors.source_function import (
+                DEFAULT_MAX_WAIT_MS,
+                SourceFunctionSource,
+            )
+
+            raw = self._configuration.get_string(
+                "execution.epoch.source-function.max-wait-ms", None
+            )
+            try:
+                wait = DEFAULT_MAX_WAIT_MS if raw is None else int(str(raw).strip())
+            except ValueError as e:
+                raise ConfigurationError(
+                    f"execution.epoch.source-function.max-wait-ms must be an integer, got {raw!r}"
+                ) from e
+            parallel = isinstance(source_func, ParallelSourceFunction)
+            return self._source(SourceFunctionSource(source_func, parallel, wait), source_name)
         rt = getattr(source_func, "_runtime_source", None)
         src = rt() if rt is not None else source_func
         if not isinstance(src, Source):
             raise ConfigurationError(
-                f"add_source() takes a streamstate Source, got {type(source_func).__name__}; "
-                f"SourceFunction-style sources arrive with the operator-state issue"
+                f"add_source() takes a SourceFunction, a ParallelSourceFunction or a streamstate "
+                f"Source, got {type(source_func).__name__}"
             )
         return self._source(src, source_name)
 

@@ -285,7 +285,12 @@ def build_plan(
         mp = t.max_parallelism or max_parallelism or compute_default_max_parallelism(p)
         check_parallelism(p, mp)
         uid = new_uid(t)
-        factory = None if t.kind is TransformationKind.SOURCE else t.payload
+        # a source node has an operator only for a SourceFunction (it runs the user's run())
+        factory = (
+            getattr(t.payload, "operator_factory", None)
+            if t.kind is TransformationKind.SOURCE
+            else t.payload
+        )
         node = OpNode(t.id, uid, t.name, factory, t.keyed, p, committer_factory=t.committer_factory)
         nodes[t.id] = node
         if t.kind is TransformationKind.SOURCE:

@@ -627,15 +627,17 @@ def run_stage_partition(
             pass  # an input-free epoch that only delivers checkpoint notifications
         elif st.is_source:
             reader = inst.ops.get(st.heads[0])
+            source_ts = None
             if reader is not None:  # a SourceFunction: its operator runs the user's run(ctx)
                 records, source_progress = reader.read_epoch(  # type: ignore[attr-defined]
                     sub.source_assignment, spec.source_budget
                 )
+                source_ts = reader.epoch_timestamps  # type: ignore[attr-defined]
             else:
                 st.source.prepare_worker()
                 records, source_progress = st.source.read(sub.source_assignment, spec.source_budget)
             for h in st.heads:
-                push(st.nodes[h], records, None)
+                push(st.nodes[h], records, source_ts)
         else:
             inputs, forwarded, tss, channels = _decode_input(items)
             for h in st.heads:

@@ -1,0 +1,139 @@
+"""SourceFunction / ParallelSourceFunction sliced into epochs (in-process runner)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+from test_executor_local import find_in_chain, make_env, run_collect
+from tests.integration.opstate_jobs import CounterSource, SlowSource
+
+from streamstate.common.restart_strategy import RestartStrategies
+from streamstate.datastream import SourceFunction, StreamExecutionEnvironment
+from streamstate.runtime import executor as executor_mod
+from streamstate.runtime.errors import ConfigurationError, JobExecutionError
+from streamstate.runtime.local_runner import LocalEpochRunner
+from streamstate.testing import FailOnce
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    now = itertools.count(0)
+    base = executor_mod._now_ms() + 60_000
+    monkeypatch.setattr(executor_mod, "_now_ms", lambda: base + next(now) * 1000)
+
+
+def counter_run(tmp_path, name: str, fail_epoch: int = -1, rebuild: bool = False, mp=None):
+    env = make_env(2, max_records=7)
+    env.enable_checkpointing(1)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / name))
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
+    if rebuild:
+        mp.setattr(
+            StreamExecutionEnvironment,
+            "_make_runner",
+            lambda self: LocalEpochRunner(drop_cache_each_epoch=True),
+        )
+    ds = env.add_source(CounterSource(40)).uid("counter-source")
+    ds = ds.map(FailOnce(str(tmp_path), epoch=fail_epoch, subtask=1, after_records=2))
+    return run_collect(ds)
+
+
+def test_counter_source_emits_each_offset_once_per_subtask(tmp_path, clock):
+    out, result = counter_run(tmp_path, "base")
+    assert Counter(out) == Counter(list(range(40)) * 2)
+    # the run loop was sliced by the record budget: 40 / 7 per subtask
+    assert result.get_accumulator_result("epochs") >= 6
+
+
+def test_counter_source_exactly_once_after_failure_and_rebuilds(tmp_path, clock, monkeypatch):
+    base, _ = counter_run(tmp_path, "base")
+    failed, result = counter_run(tmp_path, "failed", fail_epoch=3)
+    assert result.get_accumulator_result("restarts") == 1
+    assert failed == base
+    # every epoch on a new instance (another worker): the offset comes from the
+    # previous epoch's operator-state version, the old instance's thread is cancelled
+    rebuilt, result = counter_run(tmp_path, "rebuilt", rebuild=True, mp=monkeypatch)
+    assert result.get_accumulator_result("cache_hits") == 0
+    assert rebuilt == base
+
+
+def test_slow_source_epochs_are_cut_by_the_max_wait(tmp_path, clock):
+    env = make_env(1, max_records=1000, **{"execution_epoch_source-function_max-wait-ms": "60"})
+    env.enable_checkpointing(1)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path))
+    out, result = run_collect(env.add_source(SlowSource(12, 0.02)))
+    assert out == list(range(12))
+    assert result.get_accumulator_result("epochs") >= 3  # ~240 ms of emitting, 60 ms epochs
+
+
+def test_collect_with_timestamp_gives_records_their_timestamps():
+    from streamstate.datastream import ProcessFunction
+
+    class Ts(ProcessFunction):
+        def process_element(self, value, ctx):
+            yield value, ctx.timestamp()
+
+    env = make_env(1, max_records=5, **{"execution_epoch_source-function_max-wait-ms": "50"})
+    out, _ = run_collect(env.add_source(SlowSource(6, 0.0)).process(Ts()))
+    assert out == [(i, 1000 + i) for i in range(6)]
+
+
+class Boom(SourceFunction):
+    def run(self, ctx):
+        ctx.collect(1)
+        raise ValueError("source broke")
+
+    def cancel(self):
+        pass
+
+
+def test_an_error_in_run_fails_the_job_with_the_users_error():
+    env = make_env(1)
+    with pytest.raises(JobExecutionError) as ei:
+        run_collect(env.add_source(Boom()))
+    assert find_in_chain(ei.value, ValueError) is not None
+
+
+def test_non_parallel_source_function_needs_parallelism_1():
+    env = make_env(2)
+    ds = env.add_source(Boom()).set_parallelism(2)
+    with pytest.raises(ConfigurationError, match="parallelism 1"):
+        run_collect(ds)
+    env = make_env(3, max_records=4)  # without set_parallelism it runs with parallelism 1
+    out, _ = run_collect(env.add_source(SlowSource(9, 0.0)))
+    assert sorted(out) == list(range(9))
+
+
+def test_unbounded_source_function_can_be_cancelled():
+    class Forever(SourceFunction):
+        def __init__(self):
+            self.running = True
+            self.n = 0
+
+        def run(self, ctx: Any) -> None:
+            while self.running:
+                with ctx.get_checkpoint_lock():
+                    ctx.collect(self.n)
+                    self.n += 1
+
+        def cancel(self) -> None:
+            self.running = False
+
+    env = make_env(1, max_records=50)
+    from streamstate.datastream.connectors import CollectSink
+
+    sink = CollectSink()
+    env.add_source(Forever()).sink_to(sink)
+    client = env.execute_async()
+    import time
+
+    deadline = time.time() + 20
+    while client.epochs_completed < 3 and time.time() < deadline:
+        time.sleep(0.01)
+    client.cancel()
+    client.get_job_execution_result(timeout=20)
+    got = sink.get_results()
+    assert len(got) >= 150 and got == list(range(len(got)))
