@@ -243,8 +243,10 @@ def test_state_backend_from_configuration(tmp_path):
     assert fs.get_implied_checkpoint_storage() == FileSystemCheckpointStorage(d)
     with pytest.raises(ConfigurationError, match="needs a checkpoint directory"):
         co.state_backend_from_configuration({"state.backend.type": "filesystem"})
-    with pytest.raises(ConfigurationError, match="accepted: filesystem, hashmap, jobmanager"):
-        co.state_backend_from_configuration({"state.backend.type": "rocksdb"})
+    with pytest.raises(
+        ConfigurationError, match="accepted: filesystem, hashmap, jobmanager, rocksdb"
+    ):
+        co.state_backend_from_configuration({"state.backend.type": "forst"})
 
 
 def test_register_state_backend_type():

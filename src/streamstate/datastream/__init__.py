@@ -48,9 +48,12 @@ from streamstate.datastream.functions import (
 from streamstate.datastream.output_tag import OutputTag
 from streamstate.datastream.state import StateTtlConfig
 from streamstate.datastream.state_backend import (
+    EmbeddedRocksDBStateBackend,
     FsStateBackend,
     HashMapStateBackend,
     MemoryStateBackend,
+    PredefinedOptions,
+    RocksDBStateBackend,
     StateBackend,
 )
 from streamstate.datastream.stream_execution_environment import (
@@ -115,6 +118,7 @@ __all__ = [
     "DataStreamSink",
     "DynamicEventTimeSessionWindows",
     "DynamicProcessingTimeSessionWindows",
+    "EmbeddedRocksDBStateBackend",
     "EventTimeSessionWindows",
     "EventTimeTrigger",
     "ExecutionConfig",
@@ -139,6 +143,7 @@ __all__ = [
     "NeverTrigger",
     "OutputTag",
     "ParallelSourceFunction",
+    "PredefinedOptions",
     "ProcessAllWindowFunction",
     "ProcessFunction",
     "ProcessWindowFunction",
@@ -146,6 +151,7 @@ __all__ = [
     "ProcessingTimeTrigger",
     "PurgingTrigger",
     "ReduceFunction",
+    "RocksDBStateBackend",
     "RuntimeContext",
     "RuntimeExecutionMode",
     "SessionWindowTimeGapExtractor",

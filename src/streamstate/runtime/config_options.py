@@ -26,9 +26,11 @@ from streamstate.datastream.checkpoint_storage import (
 )
 from streamstate.datastream.checkpointing_mode import CheckpointingMode
 from streamstate.datastream.state_backend import (
+    EmbeddedRocksDBStateBackend,
     FsStateBackend,
     HashMapStateBackend,
     MemoryStateBackend,
+    PredefinedOptions,
     StateBackend,
 )
 from streamstate.runtime.errors import ConfigurationError
@@ -46,6 +48,12 @@ __all__ = [
     "NUM_RETAINED",
     "PARALLELISM",
     "RESTART_STRATEGY_TYPE",
+    "ROCKSDB_BLOCK_CACHE_SIZE",
+    "ROCKSDB_LOCALDIR",
+    "ROCKSDB_PREDEFINED_OPTIONS",
+    "ROCKSDB_RAW_OPTIONS",
+    "ROCKSDB_WRITE_BUFFER_SIZE",
+    "STATE_BACKEND_INCREMENTAL",
     "STATE_BACKEND_TYPE",
     "STATE_RECOVERY_PATH",
     "TOLERABLE_FAILED_CHECKPOINTS",
@@ -85,6 +93,12 @@ FAILURE_RATE_INTERVAL = "restart-strategy.failure-rate.failure-rate-interval"
 FAILURE_RATE_DELAY = "restart-strategy.failure-rate.delay"
 PARALLELISM = "parallelism.default"
 MAX_PARALLELISM = "pipeline.max-parallelism"
+STATE_BACKEND_INCREMENTAL = "state.backend.incremental"
+ROCKSDB_LOCALDIR = "state.backend.rocksdb.localdir"
+ROCKSDB_PREDEFINED_OPTIONS = "state.backend.rocksdb.predefined-options"
+ROCKSDB_WRITE_BUFFER_SIZE = "state.backend.rocksdb.writebuffer.size"
+ROCKSDB_BLOCK_CACHE_SIZE = "state.backend.rocksdb.block.cache-size"
+ROCKSDB_RAW_OPTIONS = "state.backend.rocksdb.options"
 STATE_RECOVERY_PATH = "execution.state-recovery.path"
 _LEGACY_STATE_RECOVERY_PATH = "execution.savepoint.path"
 
@@ -261,7 +275,57 @@ def _filesystem(conf: ConfLike) -> StateBackend:
     return FsStateBackend(found[1])
 
 
+_BOOLS = {"true": True, "false": False}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1 << 10,
+    "k": 1 << 10,
+    "mb": 1 << 20,
+    "m": 1 << 20,
+    "gb": 1 << 30,
+    "g": 1 << 30,
+}
+
+
+def _size(conf: ConfLike, key: str) -> int | None:
+    """A memory size: bytes, or with a unit (``64mb``, ``512 kb``, ``1g``)."""
+    found = _raw(conf, key)
+    if found is None:
+        return None
+    raw = found[1].lower().replace(" ", "")
+    digits = raw.rstrip("kmgb")
+    unit = raw[len(digits) :]
+    if not digits.isdigit() or unit not in _SIZE_UNITS or int(digits) <= 0:
+        raise ConfigurationError(
+            f"{key} must be a positive size in bytes or with a unit (e.g. 64mb), got {found[1]!r}"
+        )
+    return int(digits) * _SIZE_UNITS[unit]
+
+
+def _rocksdb(conf: ConfLike) -> StateBackend:
+    """``state.backend.type: rocksdb`` with the ``state.backend.rocksdb.*`` options."""
+    incremental = _choice(conf, _BOOLS, STATE_BACKEND_INCREMENTAL)
+    backend = EmbeddedRocksDBStateBackend(incremental)
+    local = _raw(conf, ROCKSDB_LOCALDIR)
+    if local is not None and local[1]:
+        backend.set_db_storage_paths(*[p for p in local[1].replace(";", ",").split(",") if p])
+    profile = _choice(conf, PredefinedOptions.__members__, ROCKSDB_PREDEFINED_OPTIONS)
+    if profile is not None:
+        backend.set_predefined_options(profile)
+    backend.set_write_buffer_size(_size(conf, ROCKSDB_WRITE_BUFFER_SIZE))
+    backend.set_block_cache_size(_size(conf, ROCKSDB_BLOCK_CACHE_SIZE))
+    raw = _raw(conf, ROCKSDB_RAW_OPTIONS)
+    if raw is not None:
+        try:
+            backend.set_options(raw[1])
+        except ConfigurationError as e:
+            raise ConfigurationError(f"{ROCKSDB_RAW_OPTIONS}: {e}") from e
+    return backend
+
+
 _STATE_BACKEND_TYPES: dict[str, Callable[[ConfLike], StateBackend]] = {
+    "rocksdb": _rocksdb,
     "hashmap": _hashmap,
     "jobmanager": _jobmanager,
     "filesystem": _filesystem,
@@ -274,7 +338,8 @@ def register_state_backend_type(name: str, factory: Callable[[ConfLike], StateBa
 
 
 def state_backend_from_configuration(conf: ConfLike) -> StateBackend | None:
-    """``state.backend.type`` (legacy ``state.backend``): hashmap | jobmanager | filesystem.
+    """``state.backend.type`` (legacy ``state.backend``): hashmap | rocksdb | jobmanager |
+    filesystem.
 
     ``jobmanager``/``filesystem`` are Flink's legacy names: HashMap working state plus
     in-memory / file system checkpoint storage (the returned legacy backend implies it).

@@ -97,6 +97,8 @@ class JobExecutor:
         self.conf = configuration
         self.cc = checkpoint_config
         self.backend_name = getattr(state_backend, "backend_name", "hashmap")
+        options = getattr(state_backend, "backend_options", None)
+        self.backend_options: dict[str, Any] = dict(options()) if callable(options) else {}
         self.job_parameters = job_parameters
         self.recovery_path = recovery_path
         self.runner = runner
@@ -174,6 +176,7 @@ class JobExecutor:
                 job_parameters=self.job_parameters,
                 source_budget=self.epoch_records,
                 ttl_time_provider=self.ttl_time_provider,
+                backend_options=self.backend_options,
             )
             specs[st.id] = cloudpickle.dumps(spec)
         return specs

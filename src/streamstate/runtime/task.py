@@ -89,6 +89,8 @@ class StageTaskSpec:
     source_budget: int
     #: the clock of state TTL (``runtime/state/ttl_clock.py``); ``None``: the wall clock
     ttl_time_provider: Any = None
+    #: extra keyword arguments of the keyed backend (``StateBackend.backend_options()``)
+    backend_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -199,6 +201,7 @@ def _build_instance(
                 key_group_range=kg_range,
                 max_parallelism=st.max_parallelism,
                 key_serializer=st.key_serializer,
+                **spec.backend_options,
             )
             if spec.ttl_time_provider is not None:
                 backend.ttl_time_provider = spec.ttl_time_provider.for_backend()

@@ -1,4 +1,4 @@
-"""Registry of keyed state backends by name (``"hashmap"`` is the heap backend).
+"""Registry of keyed state backends by name (``"hashmap"``: heap, ``"rocksdb"``: RocksDB).
 
 ``create_keyed_backend(name, **kwargs)`` calls the registered factory with the
 ``KeyedStateBackend`` constructor arguments (``operator_name``,
@@ -21,6 +21,7 @@ _FACTORIES: dict[str, Callable[..., Any]] = {}
 #: built-in backends: name -> module that registers it on import
 _BUILTINS: dict[str, str] = {
     "hashmap": "streamstate.runtime.state.heap.backend",
+    "rocksdb": "streamstate.runtime.state.rocksdb.backend",
 }
 
 

@@ -1,0 +1,652 @@
+"""The embedded RocksDB keyed state backend (Flink's ``EmbeddedRocksDBStateBackend``).
+
+One RocksDB database per backend instance, in a fresh directory under
+``local_dir`` (default: a new temporary directory), one column family per
+state; the layout of keys and values is described in
+:mod:`streamstate.runtime.state.rocksdb.states`. Writes go without a
+write-ahead log: durability comes from checkpoints, as in Flink.
+
+Checkpoints are backend-independent: :meth:`RocksDBKeyedStateBackend.snapshot`
+and :meth:`~RocksDBKeyedStateBackend.snapshot_delta` write the heap backend's
+byte formats (:mod:`streamstate.runtime.state.heap.snapshot`, through its own
+writer functions), and :meth:`~RocksDBKeyedStateBackend.restore` /
+:meth:`~RocksDBKeyedStateBackend.apply_delta` read them with its readers, so
+a heap checkpoint restores into RocksDB and vice versa, at any parallelism.
+Restore reads only the byte ranges of this backend's key groups.
+
+A restored state registered with a serializer that is "compatible after
+migration" is rewritten (read with the checkpoint's serializer, written with
+the new one) when it is registered.
+
+Limits: only the void namespace; keys that are equal in Python but serialize
+differently (``1`` and ``True`` with the default key serializer) are two
+entries here but one in the heap backend, and a delta holding both keeps one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import tempfile
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from rocksdict import Rdict, WriteOptions
+
+from streamstate.datastream.state import State, StateDescriptor
+from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
+from streamstate.runtime.errors import (
+    ConfigurationError,
+    CorruptCheckpointError,
+    KeySerializationError,
+    StateAccessError,
+    StateDescriptorConflictError,
+    StateMigrationError,
+    StateSerializationError,
+)
+from streamstate.runtime.keygroups import KeyGroupRange
+from streamstate.runtime.serializers.base import TypeSerializer
+from streamstate.runtime.state.base import (
+    VOID_NAMESPACE,
+    KeyedSnapshot,
+    KeyedStateBackend,
+    VoidNamespaceSerializer,
+    check_serializer_compatibility,
+    restore_serializer,
+    serializer_for_type_info,
+)
+from streamstate.runtime.state.heap import snapshot as fmt
+from streamstate.runtime.state.heap.table import STATE_KINDS, StateSerializers
+from streamstate.runtime.state.registry import register_keyed_backend
+from streamstate.runtime.state.rocksdb.options import build_options
+from streamstate.runtime.state.rocksdb.states import (
+    MAX_VALUE_BYTES,
+    STATE_CLASSES,
+    DirtyValues,
+    Entries,
+    Sinks,
+    frame_elements,
+    map_key_matches,
+    unframe_elements,
+)
+from streamstate.runtime.state.rocksdb.states import (
+    MISSING as _MISSING,
+)
+
+__all__ = ["RocksDBKeyedStateBackend", "RocksDBStorageError"]
+
+_ATOMIC_KEY_TYPES = frozenset({str, int, bytes, float, bool, type(None)})
+_KG = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+
+
+class RocksDBStorageError(StateAccessError, OSError):
+    """The local RocksDB directory cannot be created, opened or written (names the path)."""
+
+
+class StateColumn:
+    """One state's column family; duck-types the heap ``StateTable`` for the heap formats.
+
+    ``serializers`` are the ones the stored bytes are written with. ``entries``,
+    ``dirty``, ``namespaces`` and ``has_changes`` serve the heap writers; ``maps``
+    serves the heap readers (it returns sinks writing into RocksDB).
+    """
+
+    def __init__(
+        self, backend: RocksDBKeyedStateBackend, name: str, kind: str, cf: Any, sers: Any
+    ) -> None:
+        self.backend = backend
+        self.name = name
+        self.kind = kind
+        self.cf = cf
+        self.serializers: StateSerializers = sers
+        self.dirty: dict[Any, dict[Any, int]] = {VOID_NAMESPACE: {}}
+        self.namespaces = {VOID_NAMESPACE: DirtyValues(self)}
+        self.restored_meta: dict[str, Any] | None = None
+
+    # ---------------------------------------------------------------- encoding
+    def encode(self, obj: Any) -> bytes:
+        """Stored bytes of a value/list object (not map state)."""
+        sers = self.serializers
+        data = frame_elements(sers.value, obj) if self.kind == "list" else sers.value.serialize(obj)
+        if len(data) > MAX_VALUE_BYTES:
+            raise StateSerializationError(
+                self.name,
+                self.backend.operator_name,
+                type(obj).__qualname__,
+                f"{len(data)} bytes is more than the {MAX_VALUE_BYTES} bytes a value may have",
+            )
+        return data
+
+    def decode(self, data: bytes) -> Any:
+        if self.kind == "list":
+            return unframe_elements(self.serializers.value, data)
+        return self.serializers.value.deserialize(data)
+
+    def _scan(self, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        it = self.cf.iter()
+        it.seek(lo)
+        while it.valid():
+            rk = it.key()
+            if hi is not None and rk >= hi:
+                break
+            if not rk.startswith(lo) and hi is None:
+                break
+            yield rk, it.value()
+            it.next()
+
+    def read(self, kb: bytes) -> Any:
+        """The stored object of RocksDB key prefix ``kb`` (a dict for map state) or ``_MISSING``."""
+        if self.kind != "map":
+            data = self.cf.get(kb)
+            return _MISSING if data is None else self.decode(data)
+        uk, val = self.serializers.user_key.deserialize, self.serializers.value.deserialize  # type: ignore[union-attr]
+        out = {}
+        for rk, v in self._scan(kb, None):
+            if map_key_matches(rk, len(kb)) >= 0:
+                out[uk(rk[len(kb) : len(rk) - 4])] = val(v)
+        return out if out else _MISSING
+
+    def write(self, batch: Any, kb: bytes, obj: Any) -> None:
+        """Replace the object at ``kb`` (used by restore and delta replay)."""
+        if self.kind != "map":
+            batch.append((kb, self.encode(obj)))
+            return
+        self.delete(batch, kb)
+        sers = self.serializers
+        for k, v in obj.items():
+            ukb = sers.user_key.serialize(k)  # type: ignore[union-attr]
+            batch.append((kb + ukb + _U32.pack(len(ukb)), sers.value.serialize(v)))
+
+    def delete(self, batch: Any, kb: bytes) -> None:
+        if self.kind != "map":
+            batch.append((kb, None))
+            return
+        for rk, _ in self._scan(kb, None):
+            if map_key_matches(rk, len(kb)) >= 0:
+                batch.append((rk, None))
+
+    def decode_key(self, rk: bytes) -> tuple[bytes, Any]:
+        """``(key bytes, key)`` of a stored RocksDB key."""
+        if self.kind == "map":
+            (ulen,) = _U32.unpack_from(rk, len(rk) - 4)
+            kb = rk[: len(rk) - 4 - ulen]
+        else:
+            kb = rk
+        return kb, self.serializers.key.deserialize(kb[2:])
+
+    # ---------------------------------------------------------------- heap writer API
+    def entries(self, kgi: int) -> Iterator[tuple[Any, Entries]]:
+        """``(namespace, entries)`` of key group index ``kgi`` (non-empty only)."""
+        kg = self.backend._start + kgi
+        lo = _KG.pack(kg)
+        hi = _KG.pack(kg + 1) if kg < 0xFFFF else None
+        e = Entries()
+        if self.kind != "map":
+            for rk, v in self._scan(lo, hi):
+                e.keys.append(self.decode_key(rk)[1])
+                e.vals.append(self.decode(v))
+        else:
+            sers = self.serializers
+            groups: dict[bytes, Any] = {}
+            for rk, v in self._scan(lo, hi):
+                kb, key = self.decode_key(rk)
+                d = groups.get(kb)
+                if d is None:
+                    d = groups[kb] = {}
+                    e.keys.append(key)
+                    e.vals.append(d)
+                d[sers.user_key.deserialize(rk[len(kb) : len(rk) - 4])] = sers.value.deserialize(v)  # type: ignore[union-attr]
+        if e:
+            yield VOID_NAMESPACE, e
+
+    def has_changes(self) -> bool:
+        return bool(self.dirty[VOID_NAMESPACE])
+
+    def clear_dirty(self) -> None:
+        self.dirty[VOID_NAMESPACE].clear()
+
+    def meta(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, **self.serializers.to_meta()}
+
+    # ---------------------------------------------------------------- heap reader API
+    def maps(self, namespace: Any) -> Sinks:
+        if namespace is not VOID_NAMESPACE:
+            raise CorruptCheckpointError(
+                f"state {self.name!r}: the RocksDB backend supports the void namespace only "
+                f"(checkpoint has {namespace!r})"
+            )
+        return Sinks(self)
+
+    def keys(self) -> list[Any]:
+        seen: dict[bytes, Any] = {}
+        for rk, _ in self._scan(b"", None):
+            kb, key = self.decode_key(rk)
+            if kb not in seen:
+                seen[kb] = key
+        return list(seen.values())
+
+
+class RocksDBKeyedStateBackend(KeyedStateBackend):
+    """Keyed state in an embedded RocksDB database (one per instance) under ``local_dir``.
+
+    ``local_dir`` is the parent directory (Flink's ``state.backend.rocksdb.localdir``);
+    the database lives in a new sub-directory that :meth:`dispose` deletes. An
+    unwritable or full directory raises :class:`RocksDBStorageError` naming the path.
+    """
+
+    def __init__(
+        self,
+        operator_name: str,
+        key_group_range: KeyGroupRange,
+        max_parallelism: int,
+        key_serializer: TypeSerializer,
+        local_dir: str | None = None,
+        incremental: bool = False,
+        predefined_options: str = "DEFAULT",
+        write_buffer_size: int | None = None,
+        block_cache_size: int | None = None,
+        raw_options: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(operator_name, key_group_range, max_parallelism, key_serializer)
+        self._start = key_group_range.start
+        self._n = len(key_group_range)
+        self._key: Any = None
+        self._kgi = self._n
+        #: RocksDB key prefix of the current key; None until a state serializes it
+        self._kb: bytes | None = None
+        self._kg_prefixes = [_KG.pack(self._start + i) for i in range(self._n)]
+        self._key_dumps = key_serializer.serialize
+        self._columns: dict[str, StateColumn] = {}
+        self._handles: dict[str, tuple[StateDescriptor, Any]] = {}
+        self._disposed = False
+        self.local_dir = local_dir if local_dir is not None else tempfile.gettempdir()
+        self.incremental = bool(incremental)
+        self._raw_options = dict(raw_options or {})
+        self._opts = build_options(predefined_options, write_buffer_size, block_cache_size)
+        self._wopts = WriteOptions()
+        self._wopts.disable_wal = True  # type: ignore[method-assign,assignment]
+        self.path = self._make_dir(self.local_dir, operator_name)
+        self._db = self._open(self.path, {})
+
+    def _open(self, path: str, column_families: dict[str, Any]) -> Rdict:
+        """Open (or create) the database at ``path``; I/O errors name the path."""
+        try:
+            db = Rdict(path, self._opts, column_families=column_families or None)
+        except Exception as e:
+            shutil.rmtree(path, ignore_errors=True)
+            raise self._io_error("open the database", e, path) from e
+        if self._raw_options:
+            try:
+                db.set_options(self._raw_options)
+            except Exception as e:
+                db.close()
+                raise ConfigurationError(
+                    f"RocksDB rejected the raw options {self._raw_options!r} "
+                    f"({type(e).__name__}: {e}); pass mutable RocksDB option names with "
+                    f"string values, e.g. {{'level0_file_num_compaction_trigger': '8'}}"
+                ) from e
+        return db
+
+    @staticmethod
+    def _make_dir(local_dir: str | None, operator_name: str) -> str:
+        prefix = "rocksdb-" + "".join(c if c.isalnum() else "_" for c in operator_name)[:40] + "-"
+        where = local_dir if local_dir is not None else tempfile.gettempdir()
+        try:
+            os.makedirs(where, exist_ok=True)
+            return tempfile.mkdtemp(prefix=prefix, dir=where)
+        except OSError as e:
+            raise RocksDBStorageError(
+                f"RocksDB state backend: cannot create its directory under {where!r} "
+                f"({type(e).__name__}: {e.strerror or e}); check that the local directory "
+                f"(state.backend.rocksdb.localdir) exists, is writable and has free space"
+            ) from e
+
+    def _io_error(
+        self, what: str, e: BaseException, path: str | None = None
+    ) -> RocksDBStorageError:
+        return RocksDBStorageError(
+            f"operator {self.operator_name!r}: RocksDB cannot {what} at {path or self.path!r} "
+            f"({type(e).__name__}: {e}); check free space and permissions of that directory"
+        )
+
+    # ------------------------------------------------------------------- hot path
+    def set_current_key(self, key: Any, key_group: int) -> None:
+        kgi = key_group - self._start
+        if kgi < 0 or kgi >= self._n:
+            raise StateAccessError(
+                f"operator {self.operator_name!r}: key group {key_group} of key {key!r} is "
+                f"outside this subtask's key group range "
+                f"[{self.key_group_range.start}, {self.key_group_range.end}]"
+            )
+        if type(key) not in _ATOMIC_KEY_TYPES:
+            try:
+                hash(key)
+            except TypeError:
+                raise KeySerializationError(
+                    f"operator {self.operator_name!r}: a key of type {type(key).__name__!r} is "
+                    f"not hashable, so it cannot scope keyed state. Return a hashable key from "
+                    f"the key selector, e.g. a tuple instead of a list."
+                ) from None
+        self._key = key
+        self._kgi = kgi
+        self._kb = None
+
+    def _serialize_current_key(self, state_name: str) -> bytes | None:
+        """Serialize the current key into ``_kb`` (``None`` when no key is set)."""
+        if self._kgi >= self._n:
+            return None
+        try:
+            kb = self._kg_prefixes[self._kgi] + self._key_dumps(self._key)
+        except Exception as e:
+            raise StateSerializationError(
+                state_name,
+                self.operator_name,
+                type(self._key).__qualname__,
+                f"the key cannot be serialized ({type(e).__name__}: {e})",
+            ) from e
+        if len(kb) > MAX_VALUE_BYTES:
+            raise StateSerializationError(
+                state_name,
+                self.operator_name,
+                type(self._key).__qualname__,
+                f"the serialized key has {len(kb)} bytes, more than {MAX_VALUE_BYTES}",
+            )
+        self._kb = kb
+        return kb
+
+    def get_current_key(self) -> Any:
+        return self._key
+
+    # ------------------------------------------------------------------- registration
+    def _serializers_for(self, descriptor: StateDescriptor) -> StateSerializers:
+        kind = descriptor.kind
+        if kind == "list":
+            value = serializer_for_type_info(descriptor.elem_type_info)  # type: ignore[attr-defined]
+        elif kind == "map":
+            value = serializer_for_type_info(descriptor.value_type_info)  # type: ignore[attr-defined]
+        else:
+            value = serializer_for_type_info(descriptor.type_info)
+        user_key = (
+            serializer_for_type_info(descriptor.key_type_info)  # type: ignore[attr-defined]
+            if kind == "map"
+            else None
+        )
+        return StateSerializers(self.key_serializer, VoidNamespaceSerializer(), value, user_key)
+
+    def _column(self, name: str, kind: str, sers: StateSerializers) -> StateColumn:
+        try:
+            cf = self._db.create_column_family(name, self._opts)
+            cf.set_write_options(self._wopts)
+            if self._raw_options:
+                cf.set_options(self._raw_options)
+        except Exception as e:
+            raise self._io_error(f"create the column family of state {name!r}", e) from e
+        col = StateColumn(self, name, kind, cf, sers)
+        self._columns[name] = col
+        return col
+
+    def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
+        self._check_alive()
+        name = descriptor.name
+        entry = self._handles.get(name)
+        if entry is not None:
+            existing, handle = entry
+            if existing is descriptor or existing.is_compatible_with(descriptor):
+                return handle
+            raise StateDescriptorConflictError(
+                f"operator {self.operator_name!r}: state {name!r} is already registered as "
+                f"{existing!r}; it cannot be registered again as {descriptor!r}. Use another "
+                f"state name or the same kind and type information."
+            )
+        kind = descriptor.kind
+        if kind not in STATE_CLASSES:
+            raise StateAccessError(f"unsupported state descriptor {descriptor!r}")
+        sers = self._serializers_for(descriptor)
+        col = self._columns.get(name)
+        if col is None:
+            col = self._column(name, kind, sers)
+        else:  # restored (or created by a delta) and not yet registered
+            self._check_migration(col, descriptor, sers)
+            if col.serializers.to_meta() != sers.to_meta():
+                self._migrate(col, sers)
+            col.serializers = sers
+        state: Any = STATE_CLASSES[kind](self, col, descriptor)
+        self._handles[name] = (descriptor, state)
+        return state  # type: ignore[no-any-return]
+
+    def _check_migration(
+        self, col: StateColumn, descriptor: StateDescriptor, sers: StateSerializers
+    ) -> None:
+        if col.kind != descriptor.kind:
+            raise StateMigrationError(
+                f"operator {self.operator_name!r}: state {col.name!r} was restored as "
+                f"{col.kind} state but is now registered as {descriptor.kind} state "
+                f"({descriptor!r}). Keep the kind of a state, or give the new state a new name."
+            )
+        meta = col.restored_meta
+        if meta is None:
+            return
+        check_serializer_compatibility(col.name, "value", sers.value, meta["value_serializer"])
+        if sers.user_key is not None and "user_key_serializer" in meta:
+            check_serializer_compatibility(
+                col.name, "map key", sers.user_key, meta["user_key_serializer"]
+            )
+
+    def _migrate(self, col: StateColumn, new: StateSerializers) -> None:
+        """Rewrite every stored value of ``col`` from its serializers to ``new``."""
+        old = col.serializers
+        batch: list[tuple[bytes, bytes | None]] = []
+        for rk, v in list(col._scan(b"", None)):
+            if col.kind == "map":
+                kb, _ = col.decode_key(rk)
+                uk = old.user_key.deserialize(rk[len(kb) : len(rk) - 4])  # type: ignore[union-attr]
+                ukb = new.user_key.serialize(uk)  # type: ignore[union-attr]
+                batch.append((rk, None))
+                batch.append(
+                    (kb + ukb + _U32.pack(len(ukb)), new.value.serialize(old.value.deserialize(v)))
+                )
+            else:
+                obj = col.decode(v)
+                col.serializers = new
+                batch.append((rk, col.encode(obj)))
+                col.serializers = old
+        self._apply(col, batch)
+
+    def get_keys(self, state_name: str) -> Iterator[Any]:
+        """Keys with a value in ``state_name`` (void namespace); empty for unknown states."""
+        col = self._columns.get(state_name)
+        return iter(col.keys() if col is not None else [])
+
+    def registered_state_names(self) -> list[str]:
+        """Names of all states held (registered or restored)."""
+        return list(self._columns)
+
+    def _apply(self, col: StateColumn, batch: list[tuple[bytes, bytes | None]]) -> None:
+        """Write ``(key, value or None for delete)`` pairs into ``col`` in order."""
+        put, delete = col.cf.put, col.cf.delete
+        try:
+            for k, v in batch:
+                if v is None:
+                    delete(k)
+                else:
+                    put(k, v)
+        except Exception as e:
+            raise self._io_error("write", e) from e
+
+    # ------------------------------------------------------------------- snapshots
+    def snapshot(self) -> KeyedSnapshot:
+        """Full snapshot in the heap backend's format (``streamstate-heap-keyed``)."""
+        self._check_alive()
+        cols = list(self._columns.values())
+        data, offsets, meta = fmt.write_full(cols, self._start, self._n, self.operator_name)  # type: ignore[arg-type]
+        for c in cols:
+            c.clear_dirty()
+        return KeyedSnapshot(data, offsets, meta)
+
+    def snapshot_delta(self) -> bytes:
+        """Changes since the last snapshot/delta in the heap delta format."""
+        self._check_alive()
+        cols = list(self._columns.values())
+        data = fmt.write_delta(cols, self._start, self.operator_name)  # type: ignore[arg-type]
+        for c in cols:
+            c.clear_dirty()
+        return data
+
+    # ------------------------------------------------------------------- restore
+    def restore(self, handles: Sequence[KeyGroupsStateHandle]) -> None:
+        self._check_alive()
+        if self._handles:
+            raise StateAccessError(
+                f"operator {self.operator_name!r}: restore() must run before any state is "
+                f"registered (registered: {sorted(self._handles)})"
+            )
+        for handle in handles:
+            inter = handle.key_group_range.intersection(self.key_group_range)
+            if not len(inter):
+                continue
+            fmt.check_meta(handle.meta)
+            resolved = self._resolve_states(handle.meta["states"])
+            kgs = sorted(kg for kg in handle.offsets if kg in inter)
+            if not kgs:
+                continue
+            blob, base = self._read_span(handle, kgs)
+            view = memoryview(blob)
+
+            def resolve(sid: int, _r: list[tuple[StateColumn, Any]] = resolved) -> Any:
+                if sid >= len(_r):
+                    raise CorruptCheckpointError(f"keyed state refers to unknown state id {sid}")
+                return _r[sid]
+
+            for kg in kgs:
+                off, ln = handle.offsets[kg]
+                section = view[off - base : off - base + ln]
+                if len(section) != ln:
+                    raise CorruptCheckpointError(
+                        f"keyed state of key group {kg} lies outside its state file"
+                    )
+                fmt.read_section(section, kg, resolve, kg - self._start)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _read_span(handle: KeyGroupsStateHandle, kgs: list[int]) -> tuple[bytes, int]:
+        """The bytes holding key groups ``kgs`` (only those) and the offset they start at."""
+        if len(kgs) == len(handle.offsets):
+            return handle.stream.read(), 0
+        first = min(handle.offsets[kg][0] for kg in kgs)
+        end = max(handle.offsets[kg][0] + handle.offsets[kg][1] for kg in kgs)
+        return handle.stream.read_range(first, end - first), first
+
+    def _resolve_states(self, states_meta: list[dict[str, Any]]) -> list[tuple[StateColumn, Any]]:
+        """Per state id of a checkpoint: (column to fill, serializers to read with)."""
+        out: list[tuple[StateColumn, Any]] = []
+        key_checked: set[str] = set()
+        for sm in states_meta:
+            try:
+                name, kind = sm["name"], sm["kind"]
+                key_snap = sm["key_serializer"]
+            except (KeyError, TypeError) as e:
+                raise CorruptCheckpointError(f"keyed state meta is damaged: {e!r}") from e
+            if kind not in STATE_KINDS:
+                raise CorruptCheckpointError(f"state {name!r} has unknown kind {kind!r}")
+            read_sers = self._read_serializers(name, sm)
+            token = json.dumps(key_snap, sort_keys=True)
+            if token not in key_checked:
+                check_serializer_compatibility(
+                    name, "key", self.key_serializer, key_snap, require_as_is=True
+                )
+                key_checked.add(token)
+            col = self._columns.get(name)
+            if col is None:
+                write_sers = StateSerializers(
+                    self.key_serializer, read_sers.namespace, read_sers.value, read_sers.user_key
+                )
+                col = self._column(name, kind, write_sers)
+                col.restored_meta = sm
+            elif col.kind != kind:
+                if name in self._handles:
+                    raise StateMigrationError(
+                        f"operator {self.operator_name!r}: state {name!r} is registered as "
+                        f"{col.kind} state but the checkpoint holds {kind} state"
+                    )
+                raise CorruptCheckpointError(
+                    f"state {name!r} is {col.kind} state in one handle and {kind} in another"
+                )
+            out.append((col, read_sers))
+        return out
+
+    def _read_serializers(self, name: str, sm: dict[str, Any]) -> StateSerializers:
+        """Serializers to read state ``name``: a live column's if identical, else restored."""
+        col = self._columns.get(name)
+        live = col.serializers.to_meta() if col is not None else {}
+
+        def get(field: str) -> TypeSerializer:
+            snap = sm[field]
+            if live.get(field) == snap:
+                return getattr(col.serializers, _FIELDS[field])  # type: ignore[union-attr]
+            return restore_serializer(snap, name)
+
+        try:
+            user_key = get("user_key_serializer") if sm["kind"] == "map" else None
+            return StateSerializers(
+                get("key_serializer"),
+                get("namespace_serializer"),
+                get("value_serializer"),
+                user_key,
+            )
+        except KeyError as e:
+            raise CorruptCheckpointError(f"state {name!r}: meta lacks {e}") from e
+
+    def apply_delta(self, data: bytes) -> None:
+        self._check_alive()
+        start, n = self._start, self._n
+
+        def kg_index(kg: int) -> int | None:
+            kgi = kg - start
+            return kgi if 0 <= kgi < n else None
+
+        fmt.read_delta(data, self._resolve_states, kg_index)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------- lifecycle
+    def dispose(self) -> None:
+        """Close the database and delete its directory (idempotent)."""
+        if self._disposed:
+            return
+        self._disposed = True
+        # Release every column family reference first: the database really closes
+        # only with its last handle, and must do so before its directory goes.
+        for _, handle in self._handles.values():
+            handle.release()
+        for col in self._columns.values():
+            col.cf = None
+        self._handles.clear()
+        self._columns.clear()
+        self._key, self._kgi, self._kb = None, self._n, None
+        try:
+            self._db.close()
+        finally:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def _check_alive(self) -> None:
+        if self._disposed:
+            raise StateAccessError(
+                f"the keyed state backend of operator {self.operator_name!r} is disposed"
+            )
+
+    def __repr__(self) -> str:
+        r = self.key_group_range
+        return (
+            f"RocksDBKeyedStateBackend({self.operator_name!r}, key groups [{r.start}, {r.end}], "
+            f"path {self.path!r}, states {sorted(self._columns)})"
+        )
+
+
+_FIELDS = {
+    "key_serializer": "key",
+    "namespace_serializer": "namespace",
+    "value_serializer": "value",
+    "user_key_serializer": "user_key",
+}
+
+register_keyed_backend("rocksdb", RocksDBKeyedStateBackend)

@@ -1,0 +1,550 @@
+"""Column families and state handles of the RocksDB keyed state backend.
+
+Storage layout (one column family per state, raw bytes, no WAL)::
+
+    value / reducing / aggregating:  kg(u16 BE) + key + ns  ->  value bytes
+    list:                            kg(u16 BE) + key + ns  ->  frame(elem) frame(elem) ...
+    map:       kg(u16 BE) + key + ns + user key + u32(len(user key))  ->  value bytes
+
+``key`` is the backend's key serializer's bytes, ``ns`` the namespace
+serializer's (the void namespace is empty bytes, and the only namespace
+supported). A key group is therefore a contiguous key range.
+
+List state is stored as one value: the elements framed (``u32 length`` +
+element bytes) one after the other, so ``add``/``add_all`` append bytes to the
+stored value (one read and one write, no merge operator, existing elements are
+never deserialized). Map state keeps one entry per user key; the trailing
+user-key length makes every RocksDB key decodable on its own and different
+(key, user key) pairs never collide, even when the key serializer is not
+prefix-free (``"a"`` + ``"bX"`` vs ``"ab"`` + ``"X"``). A per-key prefix scan
+checks that length, so entries of a longer key sharing the prefix are skipped.
+
+Unlike the heap backend, reads return *copies* (deserialized on every access)
+and writes serialize at once: a value the state's serializer cannot handle
+raises ``StateSerializationError`` from ``update``/``add``/``put`` itself, and a
+serialized key or value longer than :data:`MAX_VALUE_BYTES` (2^31 - 1, the
+limit RocksDB's JNI layer has in Flink) raises it too. Every mutation records
+``dirty[key] = kgi`` exactly as the heap backend does, for delta snapshots.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from streamstate.datastream.state import (
+    AggregatingState,
+    ListState,
+    MapState,
+    ReducingState,
+    StateDescriptor,
+    ValueState,
+)
+from streamstate.runtime.errors import (
+    KeySerializationError,
+    StateAccessError,
+    StateSerializationError,
+)
+from streamstate.runtime.state.base import VOID_NAMESPACE
+
+if TYPE_CHECKING:
+    from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend
+
+__all__ = [
+    "MISSING",
+    "DirtyValues",
+    "Entries",
+    "Sinks",
+    "MAX_VALUE_BYTES",
+    "STATE_CLASSES",
+    "RocksDBAggregatingState",
+    "RocksDBListState",
+    "RocksDBMapState",
+    "RocksDBReducingState",
+    "RocksDBValueState",
+]
+
+#: the largest serialized key or value a state accepts (bytes)
+MAX_VALUE_BYTES = 2**31 - 1
+
+_U32 = struct.Struct(">I")
+_pack_u32 = _U32.pack
+_MISSING: Any = object()
+#: "absent" marker of StateColumn.read (shared with the backend module)
+MISSING = _MISSING
+_KG_PACK = struct.Struct(">H").pack
+
+
+def too_large(state: str, operator: str, value: Any, size: int) -> StateSerializationError:
+    return StateSerializationError(
+        state,
+        operator,
+        type(value).__qualname__,
+        f"its serialized form has {size} bytes, more than the {MAX_VALUE_BYTES} bytes "
+        f"(2^31 - 1) a RocksDB state value may have; split it (e.g. use MapState or ListState)",
+    )
+
+
+def frame_elements(ser: Any, values: Iterable[Any]) -> bytes:
+    """The list-state encoding of ``values``: ``u32 length`` + bytes, per element."""
+    parts: list[bytes] = []
+    for v in values:
+        b = ser.serialize(v)
+        parts.append(_pack_u32(len(b)))
+        parts.append(b)
+    return b"".join(parts)
+
+
+def unframe_elements(ser: Any, data: bytes) -> list[Any]:
+    """Inverse of :func:`frame_elements`."""
+    out: list[Any] = []
+    mv = memoryview(data)
+    pos, n = 0, len(data)
+    loads = ser.deserialize
+    while pos < n:
+        (ln,) = _U32.unpack_from(data, pos)
+        pos += 4
+        out.append(loads(bytes(mv[pos : pos + ln])))
+        pos += ln
+    return out
+
+
+def map_key_matches(rk: bytes, prefix_len: int) -> int:
+    """The user key's start in map entry key ``rk`` if it belongs to a prefix of that length.
+
+    Returns ``-1`` when the entry belongs to another (longer) key sharing the prefix.
+    """
+    (ulen,) = _U32.unpack_from(rk, len(rk) - 4)
+    return prefix_len if len(rk) - 4 - ulen == prefix_len else -1
+
+
+class _RocksState:
+    """Shared plumbing: the column family's bound get/put/delete and the dirty dict."""
+
+    def __init__(
+        self, backend: RocksDBKeyedStateBackend, column: Any, descriptor: StateDescriptor
+    ) -> None:
+        self._backend = backend
+        self._col = column
+        self._name = column.name
+        self._descriptor = descriptor
+        cf = column.cf
+        self._get = cf.get
+        self._put = cf.put
+        self._delete = cf.delete
+        self._iter = cf.iter
+        sers = column.serializers
+        self._dumps = sers.value.serialize
+        self._loads = sers.value.deserialize
+        self._dirty = column.dirty[VOID_NAMESPACE]
+
+    def release(self) -> None:
+        """Drop this handle's references to the column family (the backend is disposed).
+
+        RocksDB closes a database only when the last column family handle is gone;
+        a handle kept alive by user code would otherwise close it later, after
+        its directory was deleted, where the failing shutdown flush stalls ~1 s.
+        """
+
+        def disposed(*_a: Any, **_k: Any) -> NoReturn:
+            raise StateAccessError(
+                f"state {self._name!r}: the keyed state backend of operator "
+                f"{self._backend.operator_name!r} is disposed"
+            )
+
+        self._get = self._put = self._delete = self._iter = disposed
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        """Only the void namespace is supported by this backend (no window state yet)."""
+        if namespace is not VOID_NAMESPACE:
+            raise StateAccessError(
+                f"state {self._name!r}: the RocksDB backend supports the void namespace only "
+                f"(got {namespace!r})"
+            )
+
+    def _no_key(self) -> NoReturn:
+        raise StateAccessError(
+            f"state {self._name!r} of operator {self._backend.operator_name!r} was "
+            f"accessed without a current key: keyed state is only available while processing "
+            f"an element of a keyed stream (or in a keyed timer)"
+        ) from None
+
+    def _kb(self) -> bytes:
+        """RocksDB key of the current key (key group + key bytes), serialized once per key."""
+        kb = self._backend._kb
+        if kb is None:
+            kb = self._backend._serialize_current_key(self._name)
+            if kb is None:
+                self._no_key()
+        return kb
+
+    def _ser(self, value: Any, dumps: Any = None) -> bytes:
+        try:
+            data = (dumps or self._dumps)(value)
+        except Exception as e:
+            raise StateSerializationError(
+                self._name,
+                self._backend.operator_name,
+                type(value).__qualname__,
+                f"{type(e).__name__}: {e}",
+            ) from e
+        if len(data) > MAX_VALUE_BYTES:
+            raise too_large(self._name, self._backend.operator_name, value, len(data))
+        return data
+
+    def _write(self, kb: bytes, data: bytes) -> None:
+        try:
+            self._put(kb, data)
+        except Exception as e:
+            raise self._backend._io_error("write", e) from e
+
+    def _remove(self, kb: bytes) -> None:
+        try:
+            self._delete(kb)
+        except Exception as e:
+            raise self._backend._io_error("write", e) from e
+
+    def clear(self) -> None:
+        kb = self._kb()
+        if self._get(kb) is not None:
+            self._remove(kb)
+            b = self._backend
+            self._dirty[b._key] = b._kgi
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._name!r})"
+
+
+class RocksDBValueState(_RocksState, ValueState):
+    """``value()`` is a fresh copy or ``None``; ``update(None)`` removes the entry."""
+
+    def value(self) -> Any:
+        kb = self._backend._kb or self._kb()
+        data = self._get(kb)
+        return None if data is None else self._loads(data)
+
+    def update(self, value: Any) -> None:
+        b = self._backend
+        kb = b._kb or self._kb()
+        if value is None:
+            self._remove(kb)
+        else:
+            self._write(kb, self._ser(value))
+        self._dirty[b._key] = b._kgi
+
+
+class RocksDBListState(_RocksState, ListState):
+    """``get()`` is a new list of copies; ``add`` appends bytes; ``None`` elements raise."""
+
+    def get(self) -> Iterable[Any]:
+        data = self._get(self._kb())
+        return [] if data is None else unframe_elements(self._col.serializers.value, data)
+
+    def _frames(self, values: list[Any]) -> bytes:
+        parts: list[bytes] = []
+        for v in values:
+            b = self._ser(v)
+            parts.append(_pack_u32(len(b)))
+            parts.append(b)
+        return b"".join(parts)
+
+    def _append(self, values: list[Any]) -> None:
+        kb = self._kb()
+        add = self._frames(values)
+        cur = self._get(kb)
+        data = add if cur is None else cur + add
+        if len(data) > MAX_VALUE_BYTES:
+            raise too_large(self._name, self._backend.operator_name, values, len(data))
+        self._write(kb, data)
+        b = self._backend
+        self._dirty[b._key] = b._kgi
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError(f"You cannot add None to ListState {self._name!r}.")
+        self._append([value])
+
+    def _checked(self, values: Any, what: str) -> list[Any]:
+        if values is None:
+            raise ValueError(f"List of values to {what} ListState {self._name!r} is None.")
+        lst = list(values)
+        if any(v is None for v in lst):
+            raise ValueError(f"You cannot add None to ListState {self._name!r}.")
+        return lst
+
+    def update(self, values: list[Any]) -> None:
+        lst = self._checked(values, "update")
+        kb = self._kb()
+        if lst:
+            data = self._frames(lst)
+            if len(data) > MAX_VALUE_BYTES:
+                raise too_large(self._name, self._backend.operator_name, values, len(data))
+            self._write(kb, data)
+        elif self._get(kb) is None:
+            return
+        else:
+            self._remove(kb)
+        b = self._backend
+        self._dirty[b._key] = b._kgi
+
+    def add_all(self, values: list[Any]) -> None:
+        lst = self._checked(values, "add to")
+        if lst:
+            self._append(lst)
+
+
+class RocksDBMapState(_RocksState, MapState):
+    """One RocksDB entry per user key; removing the last mapping leaves no entry."""
+
+    def __init__(
+        self, backend: RocksDBKeyedStateBackend, column: Any, descriptor: StateDescriptor
+    ) -> None:
+        super().__init__(backend, column, descriptor)
+        self._uk_dumps = column.serializers.user_key.serialize
+        self._uk_loads = column.serializers.user_key.deserialize
+
+    def _user_key_error(self, key: Any) -> KeySerializationError:
+        return KeySerializationError(
+            f"MapState {self._name!r}: a user key of type {type(key).__name__!r} is not "
+            f"hashable; use a hashable key such as a tuple"
+        )
+
+    def _entry_key(self, key: Any) -> bytes:
+        try:
+            hash(key)
+        except TypeError:
+            raise self._user_key_error(key) from None
+        ukb = self._ser(key, self._uk_dumps)
+        return self._kb() + ukb + _pack_u32(len(ukb))
+
+    def _scan(self) -> Iterator[tuple[bytes, int, bytes]]:
+        """``(rocksdb key, user key start, value bytes)`` of the current key's entries."""
+        kb = self._kb()
+        n = len(kb)
+        it = self._iter()
+        it.seek(kb)
+        while it.valid():
+            rk = it.key()
+            if not rk.startswith(kb):
+                break
+            if map_key_matches(rk, n) >= 0:
+                yield rk, n, it.value()
+            it.next()
+
+    def get(self, key: Any) -> Any:
+        data = self._get(self._entry_key(key))
+        return None if data is None else self._loads(data)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._write(self._entry_key(key), self._ser(value))
+        b = self._backend
+        self._dirty[b._key] = b._kgi
+
+    def put_all(self, dict_value: dict[Any, Any]) -> None:
+        if not dict_value:
+            return
+        entries = [(self._entry_key(k), self._ser(v)) for k, v in dict_value.items()]
+        for rk, data in entries:
+            self._write(rk, data)
+        b = self._backend
+        self._dirty[b._key] = b._kgi
+
+    def remove(self, key: Any) -> None:
+        rk = self._entry_key(key)
+        if self._get(rk) is None:
+            return
+        self._remove(rk)
+        b = self._backend
+        self._dirty[b._key] = b._kgi
+
+    def contains(self, key: Any) -> bool:
+        return self._get(self._entry_key(key)) is not None
+
+    def _user_key(self, rk: bytes, start: int) -> Any:
+        return self._uk_loads(rk[start : len(rk) - 4])
+
+    def items(self) -> Iterable[tuple[Any, Any]]:
+        return [(self._user_key(rk, s), self._loads(v)) for rk, s, v in self._scan()]
+
+    def keys(self) -> Iterable[Any]:
+        return [self._user_key(rk, s) for rk, s, _ in self._scan()]
+
+    def values(self) -> Iterable[Any]:
+        return [self._loads(v) for _, _, v in self._scan()]
+
+    def is_empty(self) -> bool:
+        return next(self._scan(), None) is None
+
+    def clear(self) -> None:
+        found = [rk for rk, _, _ in self._scan()]
+        if not found:
+            return
+        for rk in found:
+            self._remove(rk)
+        b = self._backend
+        self._dirty[b._key] = b._kgi
+
+
+class RocksDBReducingState(_RocksState, ReducingState):
+    """``add(v)`` stores ``reduce(current, v)``; ``add(None)`` clears (as the heap backend)."""
+
+    def __init__(
+        self, backend: RocksDBKeyedStateBackend, column: Any, descriptor: StateDescriptor
+    ) -> None:
+        super().__init__(backend, column, descriptor)
+        self._reduce = descriptor.get_reduce_function().reduce  # type: ignore[attr-defined]
+
+    def get(self) -> Any:
+        data = self._get(self._kb())
+        return None if data is None else self._loads(data)
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            self.clear()
+            return
+        kb = self._kb()
+        data = self._get(kb)
+        new = value if data is None else self._reduce(self._loads(data), value)
+        if new is None:
+            self._remove(kb)
+        else:
+            self._write(kb, self._ser(new))
+        b = self._backend
+        self._dirty[b._key] = b._kgi
+
+
+class RocksDBAggregatingState(_RocksState, AggregatingState):
+    """Stores the accumulator; ``get()`` is ``get_result(acc)`` or ``None``; ``add(None)`` clears."""
+
+    def __init__(
+        self, backend: RocksDBKeyedStateBackend, column: Any, descriptor: StateDescriptor
+    ) -> None:
+        super().__init__(backend, column, descriptor)
+        self._agg = descriptor.get_agg_function()  # type: ignore[attr-defined]
+
+    def get(self) -> Any:
+        data = self._get(self._kb())
+        return None if data is None else self._agg.get_result(self._loads(data))
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            self.clear()
+            return
+        kb = self._kb()
+        data = self._get(kb)
+        acc = self._agg.create_accumulator() if data is None else self._loads(data)
+        acc = self._agg.add(value, acc)
+        if acc is None:
+            self._remove(kb)
+        else:
+            self._write(kb, self._ser(acc))
+        b = self._backend
+        self._dirty[b._key] = b._kgi
+
+
+# ------------------------------------------------------------ heap-format adapters
+
+
+class Entries:
+    """``(keys, values)`` of one key group, shaped as the dict the heap writer iterates."""
+
+    __slots__ = ("keys", "vals")
+
+    def __init__(self) -> None:
+        self.keys: list[Any] = []
+        self.vals: list[Any] = []
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.keys)
+
+    def values(self) -> list[Any]:
+        return self.vals
+
+    def __bool__(self) -> bool:
+        return bool(self.keys)
+
+
+class DirtyValues:
+    """``namespaces[ns][kgi]`` for the heap delta writer: current objects of dirty keys."""
+
+    def __init__(self, col: Any) -> None:
+        self.col = col
+
+    def __getitem__(self, kgi: int) -> _KgView:
+        return _KgView(self.col, kgi)
+
+
+class _KgView:
+    __slots__ = ("col", "prefix", "cache")
+
+    def __init__(self, col: Any, kgi: int) -> None:
+        self.col = col
+        self.prefix = _KG_PACK(col.backend._start + kgi)
+        self.cache: dict[Any, Any] = {}
+
+    def _get(self, key: Any) -> Any:
+        v = self.cache.get(key, _MISSING)
+        if v is _MISSING:
+            try:
+                kb = self.prefix + self.col.serializers.key.serialize(key)
+            except Exception as e:
+                raise StateSerializationError(
+                    self.col.name, self.col.backend.operator_name, type(key).__qualname__, str(e)
+                ) from e
+            v = self.cache[key] = self.col.read(kb)
+        return v
+
+    def __contains__(self, key: Any) -> bool:
+        return self._get(key) is not _MISSING
+
+    def __getitem__(self, key: Any) -> Any:
+        v = self._get(key)
+        if v is _MISSING:
+            raise KeyError(key)
+        return v
+
+
+class Sinks:
+    __slots__ = ("col",)
+
+    def __init__(self, col: Any) -> None:
+        self.col = col
+
+    def __getitem__(self, kgi: int) -> _KgSink:
+        return _KgSink(self.col, kgi)
+
+
+class _KgSink:
+    """Writes restored/replayed ``{key: object}`` of one key group into RocksDB."""
+
+    __slots__ = ("col", "prefix")
+
+    def __init__(self, col: Any, kgi: int) -> None:
+        self.col = col
+        self.prefix = _KG_PACK(col.backend._start + kgi)
+
+    def _kb(self, key: Any) -> bytes:
+        return self.prefix + self.col.serializers.key.serialize(key)
+
+    def update(self, pairs: Any) -> None:
+        batch: list[tuple[bytes, bytes | None]] = []
+        for key, obj in pairs:
+            self.col.write(batch, self._kb(key), obj)
+        self.col.backend._apply(self.col, batch)
+
+    def pop(self, key: Any, default: Any = None) -> Any:
+        batch: list[tuple[bytes, bytes | None]] = []
+        self.col.delete(batch, self._kb(key))
+        self.col.backend._apply(self.col, batch)
+        return default
+
+
+#: state kind -> handle class
+STATE_CLASSES: dict[str, type[_RocksState]] = {
+    "value": RocksDBValueState,
+    "list": RocksDBListState,
+    "map": RocksDBMapState,
+    "reducing": RocksDBReducingState,
+    "aggregating": RocksDBAggregatingState,
+}

@@ -1,0 +1,153 @@
+"""RocksDB specifics: layout, limits, local directory errors, disposal, registry."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import test_heap_backend as H
+from keyed_backends import Made, made_backends
+
+from streamstate.datastream.state import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ValueStateDescriptor,
+)
+from streamstate.runtime.errors import StateSerializationError
+from streamstate.runtime.keygroups import KeyGroupRange
+from streamstate.runtime.serializers.base import PickleSerializer
+from streamstate.runtime.state.registry import create_keyed_backend
+from streamstate.runtime.state.rocksdb import states as rstates
+from streamstate.runtime.state.rocksdb.backend import (
+    RocksDBKeyedStateBackend,
+    RocksDBStorageError,
+)
+
+
+@pytest.fixture
+def rocks() -> Iterator[Made]:
+    yield from made_backends("rocksdb")
+
+
+# ------------------------------------------------------------------------ RocksDB specifics
+
+
+def test_reads_are_copies_and_writes_serialize_eagerly(rocks: Made) -> None:
+    b = rocks.backend(op="my-operator")
+    v = b.get_partitioned_state(ValueStateDescriptor("counts"))
+    H.at(b, "k")
+    obj = [1]
+    v.update(obj)
+    assert v.value() == [1] and v.value() is not obj
+    with pytest.raises(StateSerializationError) as e:
+        v.update(lambda: 1)  # pickle cannot serialize a lambda: fails at once
+    err = e.value
+    assert err.state_name == "counts" and err.operator == "my-operator"
+    assert "counts" in str(err) and "my-operator" in str(err)
+    assert v.value() == [1]  # the failed write changed nothing
+
+
+def test_unserializable_key_is_typed(rocks: Made) -> None:
+    class Local:  # hashable but not picklable (local class)
+        pass
+
+    b = rocks.backend()
+    v = b.get_partitioned_state(H.V)
+    b.set_current_key(Local(), 0)
+    with pytest.raises(StateSerializationError, match="Local"):
+        v.update(1)
+
+
+def test_value_over_the_limit_is_a_typed_error(
+    rocks: Made, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rstates, "MAX_VALUE_BYTES", 1000)
+    b = rocks.backend(op="big")
+    v = b.get_partitioned_state(H.V)
+    lst = b.get_partitioned_state(ListStateDescriptor("big-list"))
+    m = b.get_partitioned_state(MapStateDescriptor("big-map"))
+    H.at(b, "k")
+    with pytest.raises(StateSerializationError, match=r"2\^31"):
+        v.update(b"x" * 2000)
+    lst.add(b"x" * 600)
+    with pytest.raises(StateSerializationError, match="big-list"):
+        lst.add(b"y" * 600)  # the appended value would pass the limit
+    assert [len(x) for x in lst.get()] == [600]
+    with pytest.raises(StateSerializationError, match="big-map"):
+        m.put("a", "z" * 2000)
+    assert v.value() is None and m.is_empty()
+
+
+def test_map_keys_do_not_collide_when_key_bytes_are_not_prefix_free(rocks: Made) -> None:
+    key_mod = pytest.importorskip("streamstate.runtime.serializers.key")
+    ks = key_mod.default_key_serializer()
+    assert ks.serialize("ab").startswith(ks.serialize("a"))  # not prefix-free
+    b = rocks("op", KeyGroupRange(0, 0), 1, ks)
+    m = b.get_partitioned_state(MapStateDescriptor("m"))
+    uk = PickleSerializer()
+    b.set_current_key("ab", 0)
+    m.put("X", 2)
+    b.set_current_key("a", 0)
+    m.put("b" + "X", 1)  # ("a", "bX") vs ("ab", "X")
+    assert dict(m.items()) == {"bX": 1}
+    b.set_current_key("ab", 0)
+    assert dict(m.items()) == {"X": 2}
+    assert sorted(b.get_keys("m")) == ["a", "ab"]
+    assert uk.serialize("X")  # user keys are pickled
+
+
+def test_layout_key_group_prefix_and_column_families(rocks: Made) -> None:
+    b = rocks.backend()
+    for d in H.ALL:
+        b.get_partitioned_state(d)
+    H.fill(b, H.KEYS[:20])
+    assert set(b._db.list_cf(b.path)) >= {"v", "l", "m", "r", "a"}
+    col = b._columns["v"]
+    for rk, _ in col._scan(b"", None):
+        kg = int.from_bytes(rk[:2], "big")
+        assert kg in b.key_group_range
+        assert PickleSerializer().deserialize(rk[2:]) in H.KEYS
+    keys = [rk for rk, _ in col._scan(b"", None)]
+    assert keys == sorted(keys)  # a key group range is a contiguous key range
+
+
+def test_local_dir_and_dispose(tmp_path: Any, rocks: Made) -> None:
+    b = rocks("op", KeyGroupRange(0, 127), 128, PickleSerializer(), local_dir=str(tmp_path))
+    assert os.path.dirname(b.path) == str(tmp_path) and os.path.isdir(b.path)
+    b.dispose()
+    assert not os.path.exists(b.path)
+    b.dispose()  # idempotent
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_unwritable_local_dir_names_the_path(tmp_path: Any) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        with pytest.raises(RocksDBStorageError, match=str(ro)):
+            RocksDBKeyedStateBackend("op", KeyGroupRange(0, 1), 2, PickleSerializer(), str(ro))
+    finally:
+        ro.chmod(stat.S_IRWXU)
+
+
+def test_local_dir_that_is_a_file_names_the_path(tmp_path: Any) -> None:
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    with pytest.raises(RocksDBStorageError, match="a-file"):
+        RocksDBKeyedStateBackend("op", KeyGroupRange(0, 1), 2, PickleSerializer(), str(f))
+
+
+def test_registered_as_rocksdb(rocks: Made) -> None:
+    b = create_keyed_backend(
+        "rocksdb",
+        operator_name="op",
+        key_group_range=KeyGroupRange(0, 127),
+        max_parallelism=128,
+        key_serializer=PickleSerializer(),
+    )
+    rocks.made.append(b)
+    assert isinstance(b, RocksDBKeyedStateBackend)
