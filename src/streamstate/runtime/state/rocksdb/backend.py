@@ -48,6 +48,7 @@ from streamstate.runtime.errors import (
 )
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import TypeSerializer
+from streamstate.runtime.state import ttl
 from streamstate.runtime.state.base import (
     VOID_NAMESPACE,
     KeyedSnapshot,
@@ -261,6 +262,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._key_dumps = key_serializer.serialize
         self._columns: dict[str, StateColumn] = {}
         self._handles: dict[str, tuple[StateDescriptor, Any]] = {}
+        #: every raw state handle created (released on dispose)
+        self._raw_states: list[Any] = []
         self._disposed = False
         self.local_dir = local_dir if local_dir is not None else tempfile.gettempdir()
         self.incremental = bool(incremental)
@@ -333,6 +336,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._key = key
         self._kgi = kgi
         self._kb = None
+        if self.key_selection_listeners:
+            for listener in self.key_selection_listeners:
+                listener()
 
     def _serialize_current_key(self, state_name: str) -> bytes | None:
         """Serialize the current key into ``_kb`` (``None`` when no key is set)."""
@@ -359,6 +365,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def get_current_key(self) -> Any:
         return self._key
+
+    def get_current_key_group(self) -> int:
+        if self._kgi >= self._n:
+            raise StateAccessError(
+                f"operator {self.operator_name!r}: no current key (keyed state and timers are "
+                f"only available while processing an element of a keyed stream or a timer)"
+            )
+        return self._start + self._kgi
 
     # ------------------------------------------------------------------- registration
     def _serializers_for(self, descriptor: StateDescriptor) -> StateSerializers:
@@ -399,8 +413,15 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             raise StateDescriptorConflictError(
                 f"operator {self.operator_name!r}: state {name!r} is already registered as "
                 f"{existing!r}; it cannot be registered again as {descriptor!r}. Use another "
-                f"state name or the same kind and type information."
+                f"state name or the same kind, type information and TTL configuration."
             )
+        created = ttl.create_state(self, descriptor, self._create_raw)
+        self._handles[name] = (descriptor, created)
+        return created
+
+    def _create_raw(self, descriptor: StateDescriptor) -> State:
+        """The RocksDB state of ``descriptor`` (the raw state under a TTL wrapper, if any)."""
+        name = descriptor.name
         kind = descriptor.kind
         if kind not in STATE_CLASSES:
             raise StateAccessError(f"unsupported state descriptor {descriptor!r}")
@@ -414,7 +435,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 self._migrate(col, sers)
             col.serializers = sers
         state: Any = STATE_CLASSES[kind](self, col, descriptor)
-        self._handles[name] = (descriptor, state)
+        self._raw_states.append(state)
         return state  # type: ignore[no-any-return]
 
     def _check_migration(
@@ -480,6 +501,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def snapshot(self) -> KeyedSnapshot:
         """Full snapshot in the heap backend's format (``streamstate-heap-keyed``)."""
         self._check_alive()
+        self.run_snapshot_cleanups()
         cols = list(self._columns.values())
         data, offsets, meta = fmt.write_full(cols, self._start, self._n, self.operator_name)  # type: ignore[arg-type]
         for c in cols:
@@ -616,8 +638,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._disposed = True
         # Release every column family reference first: the database really closes
         # only with its last handle, and must do so before its directory goes.
-        for _, handle in self._handles.values():
-            handle.release()
+        for raw in self._raw_states:
+            raw.release()
+        self._raw_states.clear()
+        self.snapshot_cleanups.clear()
+        self.key_selection_listeners.clear()
         for col in self._columns.values():
             col.cf = None
         self._handles.clear()
