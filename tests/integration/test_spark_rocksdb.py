@@ -7,7 +7,6 @@ and compares output and final state with a failure-free run.
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import tempfile
@@ -22,10 +21,9 @@ from streamstate.datastream import (
     HashMapStateBackend,
 )
 from streamstate.datastream.state import ValueStateDescriptor
-from streamstate.runtime import executor as executor_mod
-from streamstate.runtime.state_reader import list_checkpoints, read_keyed_state
+from streamstate.runtime.state_reader import read_keyed_state
 from streamstate.testing import FailOnce
-from tests.integration.jobs import CountPerKey, count_job, final_counts, make_env, records
+from tests.integration.jobs import count_job, final_counts, make_env, records
 from tests.integration.test_spark_jobs import AllPrimitives
 
 pytestmark = pytest.mark.spark
@@ -93,34 +91,60 @@ def test_all_primitives_on_rocksdb(spark, local_dir, name):
 DATA = records(240, 17)
 
 
-def _run(spark, where, local_dir, name, failure=None):
-    env = make_env(spark, epoch_records=30)
+def _run(spark, where, local_dir, name, failure=None, data=DATA, **conf):
+    env = make_env(spark, epoch_records=30, **conf)
     env.set_state_backend(backend_of(name, local_dir))
-    env.enable_checkpointing(2500)
+    env.enable_checkpointing(1)  # a checkpoint every epoch
     cc = env.get_checkpoint_config()
     cc.set_checkpoint_storage_dir(str(where))
     cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
-    ds = env.from_collection(DATA).key_by(lambda v: v[0]).process(CountPerKey()).uid("counter")
-    if failure is not None:
-        ds = ds.map(failure).name("fail-once")
-    out = list(ds.execute_and_collect(name))
-    chks = [c for c in list_checkpoints(str(where)) if c.valid]
-    latest = max(chks, key=lambda c: c.checkpoint_id)
-    state = read_keyed_state(latest.path, "counter", ValueStateDescriptor("count", Types.LONG()))
-    return out, state
+    sink = count_job(env, data, pre=failure)
+    acc = env.execute(name).get_all_accumulator_results()
+    state = read_keyed_state(
+        acc["latest-checkpoint"], "counter", ValueStateDescriptor("count", Types.LONG())
+    )
+    return sink.get_results(), state, acc
 
 
 @pytest.mark.parametrize("name", BACKENDS[1:])
-def test_rocksdb_failure_injection_matches_failure_free_run(
-    spark, tmp_path, local_dir, monkeypatch, name
-):
-    ticks = itertools.count(1)
-    monkeypatch.setattr(executor_mod, "_now_ms", lambda: next(ticks) * 1000)
-    base_out, base_state = _run(spark, tmp_path / "base", local_dir, name)
-    ticks2 = itertools.count(1)
-    monkeypatch.setattr(executor_mod, "_now_ms", lambda: next(ticks2) * 1000)
+def test_rocksdb_failure_injection_matches_failure_free_run(spark, tmp_path, local_dir, name):
+    base_out, base_state, base_acc = _run(spark, tmp_path / "base", local_dir, name)
     fail = FailOnce(str(tmp_path), epoch=5, subtask=1, mode="exit", after_records=3)
-    out, state = _run(spark, tmp_path / "faulty", local_dir, name, failure=fail)
-    assert fail.fired
+    out, state, acc = _run(spark, tmp_path / "faulty", local_dir, name, failure=fail)
+    assert fail.fired and acc["restarts"] == 1
     assert state == base_state == dict(Counter(k for k, _ in DATA))
     assert Counter(out) == Counter(base_out)
+    # the failure-free run kept its databases open between epochs: nothing was read back
+    assert base_acc.get("state_restores_reused", 0) > 0
+    if name.endswith("incremental"):
+        # after the failure, the restarted subtasks found the checkpoint's local copies
+        assert acc.get("state_restores_local", 0) >= 1
+        assert _shared_files(tmp_path / "faulty")
+
+
+def _shared_files(where):
+    return [p for p in where.rglob("shared/*") if p.is_file()]
+
+
+def test_incremental_checkpoint_restores_remotely_on_a_fresh_worker_disk(spark, tmp_path):
+    """Resume a job from its retained incremental checkpoint with an empty local directory:
+    the files come from checkpoint storage (the remote path), and the counts continue."""
+    dirs = [tempfile.mkdtemp(prefix="streamstate-it-rocksdb-") for _ in range(2)]
+    try:
+        _, state1, acc1 = _run(spark, tmp_path / "one", dirs[0], "rocksdb-incremental")
+        assert _shared_files(tmp_path / "one")
+        extra = records(60, 17)
+        _, state2, acc2 = _run(
+            spark,
+            tmp_path / "two",
+            dirs[1],
+            "rocksdb-incremental",
+            data=DATA + extra,
+            **{"execution.state-recovery.path": acc1["latest-checkpoint"]},
+        )
+        assert acc2.get("state_restores_remote", 0) >= 1
+        assert state2 == dict(Counter(k for k, _ in DATA + extra))
+        assert state1 == dict(Counter(k for k, _ in DATA))
+    finally:
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)

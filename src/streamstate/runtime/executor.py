@@ -528,6 +528,9 @@ class JobExecutor:
             for a in sacks:
                 i = a["subtask"]
                 self.stats["cache_hits" if a["cache_hit"] else "cache_misses"] += 1
+                for path, n in a.get("state_restores", {}).items():
+                    k = f"state_restores_{path}"
+                    self.stats[k] = self.stats.get(k, 0) + n
                 self.workers.setdefault(f"{st.id}/{i}", set()).add(a.get("worker", "?"))
                 for k, v in a.get("timings", {}).items():
                     self.timings[k] = self.timings.get(k, 0.0) + v
@@ -538,7 +541,7 @@ class JobExecutor:
                     lin = self.lineages[(uid, i)]
                     token = tuple(a["token"])
                     if kind == "full":
-                        superseded.extend(x.stream for x in lin.base)
+                        superseded.extend(s for x in lin.base for s in x.stream_handles())
                         superseded.extend(lin.deltas)
                         self.lineages[(uid, i)] = Lineage(token, (h,), ())
                     elif kind == "delta":
@@ -628,7 +631,7 @@ class JobExecutor:
         handles = [
             h
             for lin in self.lineages.values()
-            for h in (*[b.stream for b in lin.base], *lin.deltas)
+            for h in (*[s for b in lin.base for s in b.stream_handles()], *lin.deltas)
         ]
         handles += [ol.handle for ol in self.op_lineages.values() if ol.handle is not None]
         try:

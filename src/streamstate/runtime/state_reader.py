@@ -259,8 +259,10 @@ def iter_keyed_state(
     read_descriptor = ttl.stored_form_descriptor(descriptor) if with_ttl else descriptor
     key_serializer = restore_serializer(sm["key_serializer"], name)
     max_p = ops.max_parallelism
+    # incremental RocksDB checkpoints are read by the RocksDB backend, others by the heap
+    kinds = {getattr(h, "backend", "hashmap") for h in handles}
     backend = create_keyed_backend(
-        "hashmap",
+        "rocksdb" if "rocksdb" in kinds else "hashmap",
         operator_name=operator_uid,
         key_group_range=KeyGroupRange(0, max_p - 1),
         max_parallelism=max_p,

@@ -560,6 +560,7 @@ def run_stage_partition(
         if not cache_hit:
             inst = _build_instance(spec, index, epoch_spec, sub)
         assert inst is not None
+        restores = _restore_paths(inst, cache_hit)
         _INSTANCES[key] = inst
         t_restore = time.perf_counter() - t0
         for ctx in inst.contexts:
@@ -687,6 +688,7 @@ def run_stage_partition(
             "counts": counts,
             "watermarks": _watermark_states(st, inst),
             "cache_hit": cache_hit,
+            "state_restores": restores,
             "worker": _WORKER_ID,
             "timings": {
                 "restore": t_restore,
@@ -786,6 +788,22 @@ def _watermark_states(st: Stage, inst: _SubtaskInstance) -> dict[str, Any]:
     return states
 
 
+def _restore_paths(inst: _SubtaskInstance, cache_hit: bool) -> dict[str, int]:
+    """How each keyed backend got its state this epoch: ``reused`` (its database or
+    objects were still open in this process: nothing read), ``local`` (from a local copy
+    on this worker: nothing downloaded) or ``remote`` (read from checkpoint storage /
+    per-epoch versions)."""
+    out: dict[str, int] = {}
+    for b in inst.backends.values():
+        if cache_hit:
+            path: str | None = "reused"
+        else:
+            path = getattr(b, "restore_source", None)
+        if path is not None:
+            out[path] = out.get(path, 0) + 1
+    return out
+
+
 def _meta_stage(stages_meta: dict[int, tuple[int, int]], sid: int) -> Stage:
     p, mp = stages_meta[sid]
     return Stage(sid, p, mp)
@@ -800,7 +818,17 @@ def _commit_state(
     tag = f"a{es.attempt}-e{es.epoch}"
     for uid, backend in inst.backends.items():
         rng = backend.key_group_range
-        if es.checkpoint_id is not None or es.full_version:
+        native = None
+        if es.checkpoint_id is not None:
+            # an incremental native checkpoint (RocksDB) is also the lineage base
+            incremental = getattr(backend, "snapshot_incremental", None)
+            if incremental is not None:
+                scope = f"{getattr(storage, 'job_id', None) or spec.job_id}-{uid}-{index}"
+                native = incremental(storage, es.checkpoint_id, scope)
+        if native is not None:
+            checkpoint[uid] = native
+            versions[uid] = ("full", native)
+        elif es.checkpoint_id is not None or es.full_version:
             snap = backend.snapshot()
             if es.checkpoint_id is not None:
                 stream = storage.write_state(es.checkpoint_id, f"{uid}-{index}-keyed", snap.data)

@@ -317,6 +317,7 @@ class CheckpointCoordinator:
         self.latest_completed = metadata
         if not pending.is_savepoint:
             self._prune()
+            self._cleanup_shared_state(pending.checkpoint_id)
         return metadata
 
     def abort(
@@ -364,6 +365,34 @@ class CheckpointCoordinator:
             )
         return expired
 
+    def _cleanup_shared_state(self, up_to_checkpoint_id: int) -> None:
+        """Delete ``shared/`` files that no retained checkpoint refers to.
+
+        The reference count of a shared file is the number of retained checkpoints
+        whose metadata names it; files at zero are deleted (as are leftovers of killed
+        uploads), but only those uploaded by checkpoints up to ``up_to_checkpoint_id``.
+        When a retained checkpoint's metadata cannot be read, nothing is deleted.
+        """
+        from streamstate.runtime.checkpoint.handles import FileStateHandle
+        from streamstate.runtime.checkpoint.incremental import shared_file_checkpoint_id
+
+        try:
+            if not self.storage.shared_state_files():
+                return
+            referenced: set[str] = set()
+            for cid in self.storage.list_checkpoints():
+                md = self.storage.load_metadata(cid, verify=False)
+                referenced.update(
+                    h.path for h in md.stream_handles() if isinstance(h, FileStateHandle)
+                )
+            self.storage.cleanup_shared_state(
+                referenced, up_to_checkpoint_id, shared_file_checkpoint_id
+            )
+        except Exception as e:  # cleanup must not fail the job; the next one retries
+            log.warning(
+                "shared state cleanup after checkpoint %d failed: %s", up_to_checkpoint_id, e
+            )
+
     def _prune(self) -> None:
         ids = self.storage.list_checkpoints()
         for cid in ids[: max(0, len(ids) - self.num_retained)]:
@@ -388,4 +417,5 @@ class CheckpointCoordinator:
         ids = self.storage.list_checkpoints()
         for cid in ids:
             self.storage.discard_checkpoint(cid)
+        self._cleanup_shared_state(2**62)  # the job is over: no upload is in flight
         return ids

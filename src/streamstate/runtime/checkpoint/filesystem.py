@@ -8,10 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamstate.runtime.checkpoint.handles import ByteStreamStateHandle, StreamStateHandle
+from streamstate.runtime.checkpoint.handles import (
+    ByteStreamStateHandle,
+    FileStateHandle,
+    StreamStateHandle,
+)
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.checkpoint.storage import (
     EPOCHS_DIR,
+    SHARED_DIR,
     CheckpointDirectory,
     CheckpointStorageAccess,
     _check_relative_name,
@@ -85,6 +90,20 @@ class FileSystemCheckpointStorageAccess(CheckpointStorageAccess):
             return ByteStreamStateHandle.of(bytes(data))
         d = self._directory()
         return d.write_file(_join(d.checkpoint_path(checkpoint_id), name), bytes(data))
+
+    def write_shared_state(self, name: str, data: bytes) -> FileStateHandle | None:
+        _check_relative_name(name, "shared state name")
+        d = self._directory()
+        return d.write_file(_join(d.job_path, SHARED_DIR, name), bytes(data))
+
+    def shared_state_files(self) -> list[str]:
+        d = self._directory()
+        root = _join(d.job_path, SHARED_DIR)
+        try:
+            found = d.fs.find(root)
+        except FileNotFoundError:
+            return []
+        return [d.fs.unstrip_protocol(p) for p in found]
 
     def _epoch_fs(self) -> tuple[Any, str]:
         d = self._directory()

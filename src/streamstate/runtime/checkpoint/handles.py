@@ -9,6 +9,7 @@ index so a rescaled subtask reads only the key groups it owns.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = [
     "StreamStateHandle",
     "checksum",
     "handle_from_dict",
+    "register_handle_type",
 ]
 
 
@@ -119,6 +121,10 @@ class KeyGroupsStateHandle:
     def intersects(self, kg_range: KeyGroupRange) -> bool:
         return len(self.key_group_range.intersection(kg_range)) > 0
 
+    def stream_handles(self) -> tuple[StreamStateHandle, ...]:
+        """Every stream this handle needs (verified before a restore, discarded with it)."""
+        return (self.stream,)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "type": "key-groups",
@@ -146,4 +152,28 @@ def handle_from_dict(d: dict[str, Any]) -> Any:
             {int(k): (int(v[0]), int(v[1])) for k, v in d["offsets"].items()},
             dict(d.get("meta", {})),
         )
+    decoder = _decoder(t)
+    if decoder is not None:
+        return decoder(d)
     raise CorruptCheckpointError(f"unknown state handle type {t!r} in checkpoint metadata")
+
+
+#: other handle types: type name -> decoder (``register_handle_type``)
+_DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {}
+#: built-in handle types registered on first use: type name -> module registering it
+_BUILTIN_HANDLES: dict[str, str] = {
+    "rocksdb-incremental": "streamstate.runtime.checkpoint.incremental",
+}
+
+
+def register_handle_type(type_name: str, decoder: Callable[[dict[str, Any]], Any]) -> None:
+    """Make :func:`handle_from_dict` decode ``{"type": type_name, ...}`` with ``decoder``."""
+    _DECODERS[type_name] = decoder
+
+
+def _decoder(type_name: Any) -> Callable[[dict[str, Any]], Any] | None:
+    if type_name not in _DECODERS and type_name in _BUILTIN_HANDLES:
+        import importlib
+
+        importlib.import_module(_BUILTIN_HANDLES[type_name])
+    return _DECODERS.get(type_name)

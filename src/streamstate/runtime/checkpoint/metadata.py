@@ -53,7 +53,7 @@ class SubtaskState:
 
     def stream_handles(self) -> Iterator[StreamStateHandle]:
         for kh in self.keyed:
-            yield kh.stream
+            yield from kh.stream_handles()
         yield from self.operator
 
     def to_dict(self) -> dict[str, Any]:

@@ -392,6 +392,45 @@ class CheckpointStorageAccess(ABC):
                 n += 1
         return n
 
+    def write_shared_state(self, name: str, data: bytes) -> FileStateHandle | None:
+        """Atomically write ``shared/<name>`` (files several checkpoints refer to).
+
+        Returns ``None`` when this storage has no shared folder (in-memory storage):
+        the caller then writes a self-contained snapshot instead.
+        """
+        return None
+
+    def shared_state_files(self) -> list[str]:
+        """URLs of every file under ``shared/`` (empty when there is no shared folder)."""
+        return []
+
+    def cleanup_shared_state(
+        self, referenced: set[str], up_to_checkpoint_id: int, checkpoint_id_of: Any
+    ) -> list[str]:
+        """Delete ``shared/`` files no retained checkpoint refers to; returns their URLs.
+
+        ``referenced``: URLs named by the retained checkpoints. ``checkpoint_id_of(basename)``
+        is the id of the checkpoint that uploaded a file (``None``: not a file this
+        cleanup manages). Only files uploaded by checkpoints ``<= up_to_checkpoint_id``
+        are deleted, so uploads of a younger, still running checkpoint survive; leftover
+        ``*.inprogress`` temp files of killed uploads go the same way.
+        """
+        deleted: list[str] = []
+        files = self.shared_state_files()
+        if not files:
+            return deleted
+        for url in files:
+            cid = checkpoint_id_of(url.rstrip("/").rsplit("/", 1)[-1])
+            if cid is None or cid > up_to_checkpoint_id or url in referenced:
+                continue
+            try:
+                fs, path = _url_to_fs(url)
+                fs.rm(path)
+                deleted.append(url)
+            except FileNotFoundError:
+                pass
+        return deleted
+
     @abstractmethod
     def _epoch_fs(self) -> tuple[Any, str]:
         """(file system, root path) under which epoch states live."""

@@ -30,6 +30,7 @@ import os
 import shutil
 import struct
 import tempfile
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ from rocksdict import Rdict, WriteOptions
 
 from streamstate.datastream.state import State, StateDescriptor
 from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
+from streamstate.runtime.checkpoint.incremental import IncrementalKeyedStateHandle
 from streamstate.runtime.errors import (
     ConfigurationError,
     CorruptCheckpointError,
@@ -61,6 +63,10 @@ from streamstate.runtime.state.base import (
 from streamstate.runtime.state.heap import snapshot as fmt
 from streamstate.runtime.state.heap.table import STATE_KINDS, StateSerializers
 from streamstate.runtime.state.registry import register_keyed_backend
+from streamstate.runtime.state.rocksdb.incremental import (
+    restore_incremental,
+    snapshot_incremental,
+)
 from streamstate.runtime.state.rocksdb.options import build_options
 from streamstate.runtime.state.rocksdb.states import (
     MAX_VALUE_BYTES,
@@ -273,6 +279,16 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._wopts.disable_wal = True  # type: ignore[method-assign,assignment]
         self.path = self._make_dir(self.local_dir, operator_name)
         self._db = self._open(self.path, {})
+        #: column families present in the opened database (non-empty after adopt)
+        self._cf_names: set[str] = set()
+        #: unique per database instance: names its uploads and local copies
+        self.instance_id = uuid.uuid4().hex[:12]
+        #: local SST file name -> its uploaded copy in shared/ (incremental checkpoints)
+        self.uploaded_files: dict[str, Any] = {}
+        self.bytes_uploaded = 0
+        self.bytes_downloaded = 0
+        #: how the last restore got its files: "local", "remote" or None (no restore)
+        self.restore_source: str | None = None
 
     def _open(self, path: str, column_families: dict[str, Any]) -> Rdict:
         """Open (or create) the database at ``path``; I/O errors name the path."""
@@ -392,7 +408,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _column(self, name: str, kind: str, sers: StateSerializers) -> StateColumn:
         try:
-            cf = self._db.create_column_family(name, self._opts)
+            if name in self._cf_names:  # opened from a checkpoint
+                cf = self._db.get_column_family(name)
+            else:
+                cf = self._db.create_column_family(name, self._opts)
             cf.set_write_options(self._wopts)
             if self._raw_options:
                 cf.set_options(self._raw_options)
@@ -518,13 +537,20 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return data
 
     # ------------------------------------------------------------------- restore
-    def restore(self, handles: Sequence[KeyGroupsStateHandle]) -> None:
+    def restore(self, handles: Sequence[Any]) -> None:
+        """Restore heap-format handles and incremental RocksDB handles (any mix)."""
         self._check_alive()
         if self._handles:
             raise StateAccessError(
                 f"operator {self.operator_name!r}: restore() must run before any state is "
                 f"registered (registered: {sorted(self._handles)})"
             )
+        native = [h for h in handles if isinstance(h, IncrementalKeyedStateHandle)]
+        if native:
+            restore_incremental(self, native)
+            handles = [h for h in handles if not isinstance(h, IncrementalKeyedStateHandle)]
+        if any(h.intersects(self.key_group_range) for h in handles):
+            self.restore_source = "remote"
         for handle in handles:
             inter = handle.key_group_range.intersection(self.key_group_range)
             if not len(inter):
@@ -622,6 +648,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def apply_delta(self, data: bytes) -> None:
         self._check_alive()
+        if self.restore_source is None:
+            self.restore_source = "remote"
         start, n = self._start, self._n
 
         def kg_index(kg: int) -> int | None:
@@ -629,6 +657,32 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             return kgi if 0 <= kgi < n else None
 
         fmt.read_delta(data, self._resolve_states, kg_index)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------- incremental
+    def snapshot_incremental(self, storage: Any, checkpoint_id: int, scope: str) -> Any:
+        """An incremental checkpoint handle, or ``None`` (not enabled / storage without
+        a shared folder: the caller takes a full :meth:`snapshot`)."""
+        self._check_alive()
+        if not self.incremental:
+            return None
+        return snapshot_incremental(self, storage, checkpoint_id, scope)
+
+    def dirty_clear(self) -> None:
+        """Forget the changes recorded for the next delta (a snapshot covered them)."""
+        for c in self._columns.values():
+            c.clear_dirty()
+
+    def adopt(self, path: str, handle: IncrementalKeyedStateHandle) -> None:
+        """Make the checkpoint materialised at ``path`` this backend's database."""
+        states = handle.meta.get("states", [])
+        names = [sm["name"] for sm in states]
+        self._db.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+        os.rename(path, self.path)
+        self._db = self._open(self.path, {n: self._opts for n in names})
+        self._cf_names = set(names)
+        self._resolve_states(states)
+        self.uploaded_files = dict(handle.shared)
 
     # ------------------------------------------------------------------- lifecycle
     def dispose(self) -> None:
