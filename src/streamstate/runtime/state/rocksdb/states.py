@@ -160,7 +160,8 @@ class _RocksState:
         if namespace is not VOID_NAMESPACE:
             raise StateAccessError(
                 f"state {self._name!r}: the RocksDB backend supports the void namespace only "
-                f"(got {namespace!r})"
+                f"(got {namespace!r}), so it cannot hold window state yet; use "
+                f"HashMapStateBackend for jobs with windows"
             )
 
     def _no_key(self) -> NoReturn:
