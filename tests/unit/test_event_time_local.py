@@ -19,6 +19,7 @@ from streamstate.common import Configuration, Duration, Types, WatermarkStrategy
 from streamstate.common.restart_strategy import RestartStrategies
 from streamstate.datastream import (
     ExternalizedCheckpointCleanup,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
@@ -27,7 +28,7 @@ from streamstate.datastream import (
     TimeDomain,
 )
 from streamstate.datastream.connectors import CollectSink
-from streamstate.datastream.state import ValueStateDescriptor
+from streamstate.datastream.state import MapStateDescriptor, ValueStateDescriptor
 from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.errors import ConfigurationError, JobExecutionError, StateAccessError
 from streamstate.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK
@@ -555,3 +556,51 @@ def test_from_source_with_a_watermark_strategy():
 class SeeWatermarkAndTimestamp(KeyedProcessFunction):
     def process_element(self, value, ctx):
         yield value, ctx.timestamp(), ctx.timer_service().current_watermark()
+
+
+class ThresholdRules(KeyedBroadcastProcessFunction):
+    """Broadcast side: thresholds per key; keyed side: a reading above its threshold goes to
+    the ``high`` side output, and an event-time timer 5 ms later reports the key with the
+    threshold seen (read-only broadcast state) from ``on_timer``."""
+
+    RULES = MapStateDescriptor("rules", Types.STRING(), Types.INT())
+    HIGH = OutputTag("high")
+
+    def process_broadcast_element(self, value, ctx):
+        ctx.get_broadcast_state(self.RULES).put(value[0], value[1])
+
+    def process_element(self, value, ctx):
+        limit = ctx.get_broadcast_state(self.RULES).get(value[0])
+        if limit is not None and value[1] > limit:
+            ctx.output(self.HIGH, (value[0], value[1], ctx.timestamp()))
+        ctx.timer_service().register_event_time_timer(ctx.timestamp() + 5)
+
+    def on_timer(self, timestamp, ctx):
+        limit = ctx.get_broadcast_state(self.RULES).get(ctx.get_current_key())
+        yield ctx.get_current_key(), timestamp, limit, ctx.time_domain().name
+
+
+def test_keyed_broadcast_process_timers_and_side_outputs():
+    env = make_env(1, max_records=4)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(
+        lambda v, t: v[2]
+    )
+    readings_ = [("a", 5, 0), ("b", 50, 10), ("a", 30, 20), ("b", 70, 30)]
+    rules = env.from_collection([("a", 10), ("b", 60)]).broadcast(ThresholdRules.RULES)
+    ds = (
+        env.from_collection(readings_)
+        .assign_timestamps_and_watermarks(strategy)
+        .key_by(lambda r: r[0])
+        .connect(rules)
+        .process(ThresholdRules())
+    )
+    main = collect(ds)
+    high = collect(ds.get_side_output(ThresholdRules.HIGH))
+    env.execute()
+    assert sorted(high.get_results()) == [("a", 30, 20), ("b", 70, 30)]
+    assert sorted(main.get_results()) == [
+        ("a", 5, 10, "EVENT_TIME"),
+        ("a", 25, 10, "EVENT_TIME"),
+        ("b", 15, 60, "EVENT_TIME"),
+        ("b", 35, 60, "EVENT_TIME"),
+    ]

@@ -16,13 +16,16 @@ from collections.abc import Callable
 from typing import Any
 
 from streamstate.datastream.functions import KeyedBroadcastProcessFunction
+from streamstate.datastream.time_domain import TimeDomain
 from streamstate.runtime.errors import StateAccessError
 from streamstate.runtime.operators.base import (
     StreamOperator,
     as_callable,
     close_function,
     open_function,
+    split_yielded_side_outputs,
 )
+from streamstate.runtime.operators.timing import KeyedTimersMixin
 
 __all__ = ["BroadcastProcessOperator", "KeyedBroadcastProcessOperator"]
 
@@ -40,15 +43,24 @@ class _Context(
         self.read_only = read_only
 
     def timestamp(self) -> int | None:
-        return None
+        # set per record by StreamOperator.process_batch_ts / process_batch2_ts
+        return self.op.current_timestamp
 
     def current_processing_time(self) -> int:
+        assert self.op.ctx is not None
+        now = self.op.ctx.processing_time  # the epoch's driver time, set by the task
+        if now:
+            return int(now)
         import time
 
         return time.time_ns() // 1_000_000
 
     def current_watermark(self) -> int:
-        return -(2**63)
+        assert self.op.ctx is not None
+        return int(self.op.ctx.current_watermark)
+
+    def output(self, output_tag: Any, value: Any) -> None:
+        self.op.emit_side(output_tag.tag_id, value, self.timestamp())
 
     def get_broadcast_state(self, state_descriptor: Any) -> Any:
         return self.op.broadcast_state(state_descriptor, self.read_only)
@@ -72,6 +84,21 @@ class _Context(
                 "apply_to_keyed_state() is only available in process_broadcast_element()"
             )
         self.op.apply_to_keyed_state(state_descriptor, function)
+
+
+class _OnTimerContext(_Context, KeyedBroadcastProcessFunction.OnTimerContext):
+    __slots__ = ("event_time", "ts")
+
+    def __init__(self, op: _BroadcastOperator, event_time: bool) -> None:
+        super().__init__(op, True)
+        self.event_time = event_time
+        self.ts: int | None = None
+
+    def timestamp(self) -> int | None:
+        return self.ts
+
+    def time_domain(self) -> TimeDomain:
+        return TimeDomain.EVENT_TIME if self.event_time else TimeDomain.PROCESSING_TIME
 
 
 class _BroadcastOperator(StreamOperator):
@@ -129,7 +156,7 @@ class _BroadcastOperator(StreamOperator):
             r = f(v, ctx)
             if r is not None:
                 out.extend(r)
-        return out
+        return split_yielded_side_outputs(self, out, None)[0] if self.side_tags else out
 
 
 class BroadcastProcessOperator(_BroadcastOperator):
@@ -140,11 +167,21 @@ class BroadcastProcessOperator(_BroadcastOperator):
             r = f(v, ctx)
             if r is not None:
                 out.extend(r)
-        return out
+        return split_yielded_side_outputs(self, out, None)[0] if self.side_tags else out
 
 
-class KeyedBroadcastProcessOperator(_BroadcastOperator):
+class KeyedBroadcastProcessOperator(KeyedTimersMixin, _BroadcastOperator):
+    """Timers (``KeyedTimersMixin``) on the keyed side: ``on_timer`` gets a read-only
+    broadcast-state context with ``time_domain()``."""
+
     keyed = True
+
+    def open(self) -> None:
+        super().open()
+        self.open_timers()
+
+    def on_timer_context(self, event_time: bool) -> Any:
+        return _OnTimerContext(self, event_time)
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         f, ctx = self.call1, self._ro
@@ -155,7 +192,7 @@ class KeyedBroadcastProcessOperator(_BroadcastOperator):
             r = f(v, ctx)
             if r is not None:
                 out.extend(r)
-        return out
+        return split_yielded_side_outputs(self, out, None)[0] if self.side_tags else out
 
     def apply_to_keyed_state(self, descriptor: Any, function: Callable[[Any, Any], None]) -> None:
         """Call ``function(key, state)`` for every key of this subtask with state ``descriptor``."""
