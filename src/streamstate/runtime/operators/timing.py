@@ -58,10 +58,15 @@ class KeyedTimerService(QueryOnlyTimerService):
         self.internal = internal
 
     def register_processing_time_timer(self, timestamp: int) -> None:
-        self.internal.register_processing_time_timer(None, _ts(timestamp))
+        self.internal.register_processing_time_timer(
+            None, timestamp if type(timestamp) is int else _ts(timestamp)
+        )
 
     def register_event_time_timer(self, timestamp: int) -> None:
-        self.internal.register_event_time_timer(None, _ts(timestamp))
+        # the hot call of timer-heavy functions: the type check inline, the helper on misses
+        self.internal.register_event_time_timer(
+            None, timestamp if type(timestamp) is int else _ts(timestamp)
+        )
 
     def delete_processing_time_timer(self, timestamp: int) -> None:
         self.internal.delete_processing_time_timer(None, _ts(timestamp))
