@@ -13,13 +13,14 @@ timestamp)`` to ``True``. The map is ordinary keyed state, so it is written by
 the backend's full and delta snapshots, restored by key group and split on
 rescale by ANY registered backend, with no timer-specific code in the backend.
 
-In memory (why firing is cheap): per time domain a binary heap of ``(timestamp,
-key group, sequence, key, namespace)`` plus a set of live ``(key, namespace,
-timestamp)`` for deduplication and lazy deletion. It is rebuilt from the map
-state when the service is created (an operator instance is always opened after
-its backend was restored), via ``backend.get_keys``. Registering a timer that
-exists is one set lookup; advancing time when nothing is due is one comparison
-with the heap's head.
+In memory (why firing is cheap): per time domain, buckets ``timestamp ->
+{(key, namespace): key group}`` of the live timers and a binary heap of the
+distinct timestamps. A window's timers (one per key, all at the window's end)
+share one heap entry. The buckets are rebuilt from the map state when the
+service is created (an operator instance is always opened after its backend
+was restored), via ``backend.get_keys``. Registering a timer that exists is one
+dict lookup; advancing time when nothing is due is one comparison with the
+heap's head.
 
 Ordering: timers fire in timestamp order; ties break by key group, then by
 registration order (after a restore: by the order the backend lists keys and
@@ -34,11 +35,10 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Iterator
-from itertools import count
 from typing import Any, NamedTuple
 
 from streamstate.datastream.state import MapStateDescriptor
-from streamstate.runtime.errors import StateAccessError
+from streamstate.runtime.errors import KeySerializationError, StateAccessError
 from streamstate.runtime.state.base import KeyedStateBackend
 
 __all__ = [
@@ -80,17 +80,23 @@ def _wall_clock_ms() -> int:
 
 
 class _TimerQueue:
-    """One time domain: the map state (durable) plus heap and set (in memory)."""
+    """One time domain: the map state (durable) plus timestamp buckets (in memory).
 
-    __slots__ = ("state", "state_name", "heap", "live", "seq")
+    ``buckets[ts]`` maps ``(key, namespace) -> key group`` of the live timers at
+    ``ts`` (insertion ordered); ``heap`` holds the distinct timestamps (lazily:
+    a timestamp whose bucket emptied stays until it reaches the head). Timers
+    sharing a timestamp (every key's timer of a window) cost one heap entry.
+    """
+
+    __slots__ = ("state", "state_name", "heap", "buckets", "size")
 
     def __init__(self, backend: KeyedStateBackend, state_name: str) -> None:
         self.state_name = state_name
         self.state: Any = backend.get_partitioned_state(MapStateDescriptor(state_name))
-        self.heap: list[tuple[int, int, int, Any, Any]] = []
-        #: live timers: (key, namespace, timestamp)
-        self.live: set[tuple[Any, Any, int]] = set()
-        self.seq = count()
+        self.heap: list[int] = []
+        self.buckets: dict[int, dict[tuple[Any, Any], int]] = {}
+        #: number of live timers
+        self.size = 0
         self._rebuild(backend)
 
     def _rebuild(self, backend: KeyedStateBackend) -> None:
@@ -98,75 +104,104 @@ class _TimerQueue:
         if not keys:
             return
         key_group_of = backend.key_group_of
-        heap, live, seq, state = self.heap, self.live, self.seq, self.state
+        buckets, state = self.buckets, self.state
         for key in keys:
             kg = key_group_of(key)
             backend.set_current_key(key, kg)
             for ns, ts in state.keys():
-                live.add((key, ns, ts))
-                heap.append((ts, kg, next(seq), key, ns))
-        heapq.heapify(heap)
+                b = buckets.get(ts)
+                if b is None:
+                    b = buckets[ts] = {}
+                b[(key, ns)] = kg
+                self.size += 1
+        self.heap = list(buckets)
+        heapq.heapify(self.heap)
 
     def add(self, backend: KeyedStateBackend, namespace: Any, timestamp: int) -> None:
         key = backend.get_current_key()
-        tid = (key, namespace, timestamp)
+        b = self.buckets.get(timestamp)
         try:
-            if tid in self.live:
+            if b is not None and (key, namespace) in b:
                 return
         except TypeError:
             raise StateAccessError(
                 f"a timer's namespace must be hashable, got {type(namespace).__name__!r}"
             ) from None
         # the state first: it raises (no current key) before the queue is touched
-        self.state.put((namespace, timestamp), True)
-        self.live.add(tid)
-        heapq.heappush(
-            self.heap, (timestamp, backend.get_current_key_group(), next(self.seq), key, namespace)
-        )
+        try:
+            self.state.put((namespace, timestamp), True)
+        except KeySerializationError:
+            raise StateAccessError(
+                f"a timer's namespace must be hashable, got {type(namespace).__name__!r}"
+            ) from None
+        kg = backend.get_current_key_group()
+        if b is None:
+            self.buckets[timestamp] = {(key, namespace): kg}
+            heapq.heappush(self.heap, timestamp)
+        else:
+            b[(key, namespace)] = kg
+        self.size += 1
 
     def remove(self, backend: KeyedStateBackend, namespace: Any, timestamp: int) -> None:
-        tid = (backend.get_current_key(), namespace, timestamp)
-        if tid not in self.live:
+        b = self.buckets.get(timestamp)
+        if b is None:
             return
-        # lazy deletion: the heap entry is skipped when it reaches the head
-        self.live.discard(tid)
+        if b.pop((backend.get_current_key(), namespace), None) is None:
+            return
+        self.size -= 1
         self.state.remove((namespace, timestamp))
-        if len(self.heap) > 2 * len(self.live) + _COMPACT_SLACK:
-            self.compact()
+        if not b:
+            # lazy deletion: the heap entry is skipped when it reaches the head
+            del self.buckets[timestamp]
+            if len(self.heap) > 2 * len(self.buckets) + _COMPACT_SLACK:
+                self.compact()
 
     def compact(self) -> None:
-        """Drop deleted entries from the heap (amortised: runs when most entries are stale)."""
-        live = self.live
-        seen: set[tuple[Any, Any, int]] = set()
-        kept = []
-        for e in self.heap:
-            tid = (e[3], e[4], e[0])
-            if tid in live and tid not in seen:
-                seen.add(tid)
-                kept.append(e)
-        heapq.heapify(kept)
-        self.heap = kept
+        """Drop timestamps without timers from the heap (amortised: when most are stale)."""
+        self.heap = list(self.buckets)
+        heapq.heapify(self.heap)
 
     def fire(self, backend: KeyedStateBackend, until: Callable[[], int]) -> Iterator[InternalTimer]:
-        """Pop and yield due timers while ``head.timestamp <= until()``."""
-        live = self.live
-        pop = heapq.heappop
+        """Yield due timers (timestamp order; ties by key group) while ``head <= until()``."""
+        buckets = self.buckets
+        set_key = backend.set_current_key
+        remove = self.state.remove
         # self.heap is re-read every round: a handler's delete may compact (replace) it
-        while self.heap and self.heap[0][0] <= until():
-            ts, kg, _, key, ns = pop(self.heap)
-            tid = (key, ns, ts)
-            if tid not in live:
-                continue  # deleted (or a duplicate push after delete + re-register)
-            live.discard(tid)
-            backend.set_current_key(key, kg)
-            self.state.remove((ns, ts))
-            yield InternalTimer(key, kg, ns, ts)
+        while self.heap and self.heap[0] <= until():
+            ts = self.heap[0]
+            b = buckets.get(ts)
+            if not b:
+                heapq.heappop(self.heap)
+                buckets.pop(ts, None)
+                continue
+            # a snapshot of the bucket, by key group (stable: registration order within)
+            for (key, ns), kg in sorted(b.items(), key=_by_key_group):
+                if b.pop((key, ns), None) is None:
+                    continue  # deleted by an earlier handler
+                self.size -= 1
+                set_key(key, kg)
+                remove((ns, ts))
+                yield InternalTimer(key, kg, ns, ts)
+                if self.heap and self.heap[0] < ts:
+                    break  # a handler registered an earlier due timer: fire that first
+            # loop again: handlers may have added timers to this bucket (they are due too)
 
     def drop_stale_head(self) -> None:
-        """Pop deleted entries off the head so ``peek`` sees a live timer."""
-        heap, live = self.heap, self.live
-        while heap and (heap[0][3], heap[0][4], heap[0][0]) not in live:
-            heapq.heappop(heap)
+        """Pop timestamps without timers off the head so ``peek`` sees a live timer."""
+        heap, buckets = self.heap, self.buckets
+        while heap and not buckets.get(heap[0]):
+            buckets.pop(heapq.heappop(heap), None)
+
+    def sorted_timers(self) -> list[InternalTimer]:
+        out: list[InternalTimer] = []
+        for ts in sorted(self.buckets):
+            for (key, ns), kg in sorted(self.buckets[ts].items(), key=_by_key_group):
+                out.append(InternalTimer(key, kg, ns, ts))
+        return out
+
+
+def _by_key_group(item: tuple[tuple[Any, Any], int]) -> int:
+    return item[1]
 
 
 class InternalTimerService:
@@ -264,7 +299,7 @@ class InternalTimerService:
         if watermark > self._watermark:
             self._watermark = int(watermark)
         q = self._event
-        if not q.heap or q.heap[0][0] > self._watermark:
+        if not q.heap or q.heap[0] > self._watermark:
             return iter(())
         return q.fire(self.backend, self.current_watermark)
 
@@ -273,34 +308,34 @@ class InternalTimerService:
         if self._processing_time is None or now > self._processing_time:
             self._processing_time = int(now)
         q = self._processing
-        if not q.heap or q.heap[0][0] > self._processing_time:
+        if not q.heap or q.heap[0] > self._processing_time:
             return iter(())
         return q.fire(self.backend, self.current_processing_time)
 
     # ----------------------------------------------------------------- inspection
     def num_event_time_timers(self) -> int:
-        return len(self._event.live)
+        return self._event.size
 
     def num_processing_time_timers(self) -> int:
-        return len(self._processing.live)
+        return self._processing.size
 
     def next_event_time_timer(self) -> int | None:
         """The smallest registered event-time timestamp (``None`` when there is none)."""
         self._event.drop_stale_head()
-        return self._event.heap[0][0] if self._event.heap else None
+        return self._event.heap[0] if self._event.heap else None
 
     def next_processing_time_timer(self) -> int | None:
         """The smallest registered processing-time timestamp (``None`` when there is none)."""
         self._processing.drop_stale_head()
-        return self._processing.heap[0][0] if self._processing.heap else None
+        return self._processing.heap[0] if self._processing.heap else None
 
     def event_time_timers(self) -> list[InternalTimer]:
         """All registered event-time timers, in firing order (a copy; for tests and tools)."""
-        return _sorted_timers(self._event)
+        return self._event.sorted_timers()
 
     def processing_time_timers(self) -> list[InternalTimer]:
         """All registered processing-time timers, in firing order (a copy)."""
-        return _sorted_timers(self._processing)
+        return self._processing.sorted_timers()
 
     def __repr__(self) -> str:
         return (
@@ -308,14 +343,3 @@ class InternalTimerService:
             f"processing timers {self.num_processing_time_timers()}, "
             f"watermark {self._watermark})"
         )
-
-
-def _sorted_timers(q: _TimerQueue) -> list[InternalTimer]:
-    seen: set[tuple[Any, Any, int]] = set()
-    out: list[InternalTimer] = []
-    for ts, kg, _, key, ns in sorted(q.heap, key=lambda e: (e[0], e[1], e[2])):
-        tid = (key, ns, ts)
-        if tid in q.live and tid not in seen:
-            seen.add(tid)
-            out.append(InternalTimer(key, kg, ns, ts))
-    return out

@@ -27,7 +27,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamstate.datastream._window_base import MAX_LONG_VALUE, MergingWindowAssigner
+from streamstate.datastream._window_base import (
+    MAX_LONG_VALUE,
+    MIN_LONG_VALUE,
+    MergingWindowAssigner,
+    TimeWindow,
+)
 from streamstate.datastream.state import MapStateDescriptor
 from streamstate.runtime.errors import ConfigurationError, StateAccessError
 from streamstate.runtime.operators.base import StreamOperator
@@ -81,6 +86,13 @@ class WindowOperator(StreamOperator):
                 f"does not support merging ({trigger!r}): its can_merge() returns False"
             )
         self.event_time = bool(assigner.is_event_time())
+        from streamstate.datastream._window_triggers import EventTimeTrigger
+        from streamstate.datastream.window import TumblingEventTimeWindows
+
+        #: the bulk path for the most common windows (exact types: subclasses may override)
+        self._fast_tumbling = (
+            type(assigner) is TumblingEventTimeWindows and type(trigger) is EventTimeTrigger
+        )
         #: late elements dropped (no late-data side output): Flink's numLateRecordsDropped
         self.num_late_records_dropped = 0
 
@@ -121,11 +133,65 @@ class WindowOperator(StreamOperator):
         out: list[Any] = []
         out_ts: list[Any] = []
         set_key = self.backend.set_current_key
+        if self._fast_tumbling:
+            batch, timestamps = self._tumbling_batch(batch, timestamps)
         element = self._merging_element if self.merging else self._element
         for (kg, key, value), ts in zip(batch, timestamps, strict=True):
             set_key(key, kg)
             element(key, value, ts, out, out_ts)
         return self._split_side(out, out_ts)
+
+    def _tumbling_batch(
+        self, batch: list[Any], timestamps: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        """Tumbling event-time windows with the default trigger, in bulk.
+
+        Elements whose window has not reached the watermark only add to the window
+        contents and register the window's timers (deduplicated), exactly what the
+        generic path does for them; they are grouped per window so the state's
+        namespace is set once per window and each (key, window) registers its
+        timers once. Per (key, window) the elements keep their order, and windows
+        are independent, so the result is the generic path's. Returns the rest
+        (late elements, windows firing at once, missing timestamps) for it.
+        """
+        size, offset = self.assigner._size, self.assigner._offset
+        wm = self.timers.current_watermark()
+        groups: dict[int, list[Any]] = {}
+        rest: list[Any] = []
+        rest_ts: list[Any] = []
+        for rec, ts in zip(batch, timestamps, strict=True):
+            if ts is not None and ts > MIN_LONG_VALUE:
+                start = ts - (ts - offset + size) % size
+                if start + size - 1 > wm:
+                    g = groups.get(start)
+                    if g is None:
+                        groups[start] = [rec]
+                    else:
+                        g.append(rec)
+                    continue
+            rest.append(rec)
+            rest_ts.append(ts)
+        if groups:
+            set_key = self.backend.set_current_key
+            ws = self.window_state
+            add = ws.add
+            register = self.timers.register_event_time_timer
+            lateness = self.allowed_lateness
+            for start, recs in groups.items():
+                window = TimeWindow(start, start + size)
+                max_ts = start + size - 1
+                cleanup = min(max_ts + lateness, MAX_LONG_VALUE)
+                ws.set_current_namespace(window)
+                seen: set[Any] = set()
+                for kg, key, value in recs:
+                    set_key(key, kg)
+                    add(value)
+                    if key not in seen:
+                        seen.add(key)
+                        register(window, max_ts)
+                        if cleanup != max_ts and cleanup < MAX_LONG_VALUE:
+                            register(window, cleanup)
+        return rest, rest_ts
 
     def _element(self, key: Any, value: Any, ts: Any, out: list[Any], out_ts: list[Any]) -> None:
         windows = self.assigner.assign_windows(value, ts, self.assigner_ctx)
@@ -227,8 +293,9 @@ class WindowOperator(StreamOperator):
     def process_watermark(self, watermark_ms: int) -> list[Any]:
         out: list[Any] = []
         out_ts: list[Any] = []
+        on_timer = self._on_tumbling_timer if self._fast_tumbling else self._on_timer
         for timer in self.timers.advance_watermark(watermark_ms):
-            self._on_timer(timer, True, out, out_ts)
+            on_timer(timer, True, out, out_ts)
         out, out_ts = self._split_side(out, out_ts)
         self.hook_timestamps = out_ts
         return out
@@ -271,6 +338,32 @@ class WindowOperator(StreamOperator):
             self._clear_all_state(window, state_window, mws)
         if mws is not None:
             mws.persist()
+
+    def _on_tumbling_timer(
+        self, timer: Any, event: bool, out: list[Any], out_ts: list[Any]
+    ) -> None:
+        """``_on_timer`` for tumbling event-time windows with the default trigger.
+
+        ``EventTimeTrigger`` registers only the timer at ``max_timestamp`` and fires
+        on it; the cleanup timer is ``max_timestamp + allowed_lateness``. At
+        cleanup the trigger's only timer has fired already (timers fire in
+        order), so clearing the trigger deletes nothing and is skipped.
+        """
+        window = timer.namespace
+        t = timer.timestamp
+        max_ts = window.end - 1
+        ws = self.window_state
+        if t == max_ts:
+            self._fire(timer.key, window, window, out, out_ts)
+            if self.window_function.kind in ("process", "process_all"):
+                ws.set_current_namespace(window)  # the user function may have used state
+        else:
+            ws.set_current_namespace(window)
+        if t == min(max_ts + self.allowed_lateness, MAX_LONG_VALUE):
+            ws.clear()
+            if self.window_function.kind in ("process", "process_all"):
+                self.process_ctx._window = window
+                self.window_function.clear(window, self.process_ctx)
 
     # ------------------------------------------------------------------ helpers
     def _fire(

@@ -62,8 +62,12 @@ class _HeapState:
     def set_current_namespace(self, namespace: Any) -> None:
         """Scope the handle to ``namespace`` (the void namespace by default)."""
         self._namespace = namespace
-        self._maps = self._table.maps(namespace)
-        self._dirty = self._table.dirty_of(namespace)
+        table = self._table
+        maps = table.namespaces.get(namespace)
+        if maps is None:
+            maps = table.maps(namespace)
+        self._maps = maps
+        self._dirty = table.dirty[namespace]
 
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
         """Merge the current key's values in ``sources`` into ``target`` and remove them.
