@@ -556,3 +556,43 @@ def test_heap_merge_namespaces_for_list_reducing_aggregating() -> None:
     assert r2.get() == 6
     r2.set_current_namespace(w3)
     assert r2.get() is None
+
+
+class _GenericTumbling(TumblingEventTimeWindows):
+    """A subclass: the operator takes the generic (per-element) path for it."""
+
+
+@pytest.mark.parametrize("lateness", [0, 7])
+def test_tumbling_fast_path_equals_the_generic_path(lateness: int) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    tag = Tag("late")
+
+    def configure(ws: Any) -> Any:
+        return (
+            ws.allowed_lateness(lateness)
+            .side_output_late_data(tag)
+            .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        )
+
+    events = st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 120)), max_size=60
+    )
+
+    @settings(max_examples=40, deadline=None)
+    @given(events, st.lists(st.integers(0, 130), min_size=1, max_size=6))
+    def check(evs: list[tuple[str, int]], wms: list[int]) -> None:
+        runs = []
+        for assigner in (TumblingEventTimeWindows(10, 0), _GenericTumbling(10, 0)):
+            h = Harness(windowed(assigner, configure))
+            assert h.op._fast_tumbling is (type(assigner) is TumblingEventTimeWindows)
+            chunks = [evs[i::len(wms)] for i in range(len(wms))]
+            for chunk, wm in zip(chunks, wms, strict=True):
+                h.elements([(k, (k, 1), t) for k, t in chunk])
+                h.watermark(wm)
+            h.watermark(1 << 40)
+            runs.append((sorted(h.out), sorted(h.side), h.op.num_late_records_dropped))
+        assert runs[0] == runs[1]
+
+    check()
