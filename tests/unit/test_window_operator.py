@@ -89,6 +89,7 @@ class Harness:
         self.out.extend(zip(out, self.op.hook_timestamps, strict=True))
 
     def processing_time(self, now: int) -> None:
+        self.ctx.processing_time = now  # as the task: the epoch's driver time
         out = self.op.on_processing_time(now)
         self.out.extend(zip(out, self.op.hook_timestamps, strict=True))
 
@@ -408,14 +409,14 @@ def test_processing_time_windows_and_sessions() -> None:
     h.processing_time(1099)
     assert h.out == [(("a", 3), 1099)]
     s = Harness(windowed(ProcessingTimeSessionWindows.with_gap(50), session_counts))
-    s.processing_time(0)
+    s.processing_time(1000)
     s.elements([("a", 1, None)])
-    s.processing_time(30)
+    s.processing_time(1030)
     s.elements([("a", 2, None)])
-    s.processing_time(78)
+    s.processing_time(1078)
     assert s.out == []
-    s.processing_time(79)
-    assert s.out == [(("a", 0, 80, [1, 2]), 79)]
+    s.processing_time(1079)
+    assert s.out == [(("a", 1000, 1080, [1, 2]), 1079)]
 
 
 # ------------------------------------------------------------------ restore and rescale

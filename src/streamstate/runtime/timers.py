@@ -285,10 +285,14 @@ class InternalTimerService:
         return self._watermark
 
     def current_processing_time(self) -> int:
-        """The last time passed to :meth:`advance_processing_time`, else the clock's time."""
-        if self._processing_time is None:
-            return int(self._clock())
-        return self._processing_time
+        """The clock's time, but never less than the last :meth:`advance_processing_time`.
+
+        (With ``for_operator`` the clock is the epoch's driver time, which moves on at
+        the start of each epoch, after the previous epoch's advance.)
+        """
+        now = int(self._clock())
+        pt = self._processing_time
+        return now if pt is None or now > pt else pt
 
     def advance_watermark(self, watermark: int) -> Iterator[InternalTimer]:
         """Set the watermark (it never goes back) and iterate the event-time timers now due.
