@@ -19,14 +19,21 @@ from tests.integration.opstate_jobs import (
     read_buffering_output,
 )
 
+from streamstate.common import Types
 from streamstate.common.restart_strategy import RestartStrategies
 from streamstate.datastream import (
+    BroadcastProcessFunction,
     ExternalizedCheckpointCleanup,
+    KeyedBroadcastProcessFunction,
     ListCheckpointed,
     MapFunction,
     StreamExecutionEnvironment,
 )
-from streamstate.datastream.state import ListStateDescriptor, MapStateDescriptor
+from streamstate.datastream.state import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ValueStateDescriptor,
+)
 from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.errors import (
     JobExecutionError,
@@ -363,3 +370,151 @@ def test_large_operator_state_versions_go_through_epoch_files(tmp_path, monkeypa
     records, _ = read_buffering_output(str(out))
     assert Counter(records) == Counter(big)
     assert "ByteStreamStateHandle" in written and "FileStateHandle" in written
+
+
+# -- non-keyed broadcast, apply_to_keyed_state, timers on the keyed side ------------------------
+
+THRESHOLDS = MapStateDescriptor("thresholds", None, None)
+
+
+class Threshold(BroadcastProcessFunction):
+    """Non-keyed: numbers pass when >= the broadcast threshold."""
+
+    def process_broadcast_element(self, value, ctx):
+        ctx.get_broadcast_state(THRESHOLDS).put("min", value)
+
+    def process_element(self, value, ctx):
+        t = ctx.get_broadcast_state(THRESHOLDS).get("min")
+        if t is not None and value >= t:
+            yield value
+
+
+def test_non_keyed_broadcast_process_function(tmp_path, clock):
+    def run(name: str, fail: bool) -> list[Any]:
+        env = make_env(3, max_records=4)
+        checkpointing(env, tmp_path / name)
+        nums = env.from_collection(list(range(30))).map(
+            FailOnce(str(tmp_path), epoch=5 if fail else -1, after_records=1)
+        )
+        out, _ = run_collect(
+            nums.rebalance()
+            .connect(env.from_collection([10, 20]).broadcast(THRESHOLDS))
+            .process(Threshold())
+        )
+        return out
+
+    base = run("base", False)
+    # both thresholds arrive in epoch 1, before any number: the last one (20) wins
+    assert sorted(base) == list(range(20, 30))
+    assert Counter(run("failed", True)) == Counter(base)
+
+
+COUNT = ValueStateDescriptor("count", Types.LONG())
+
+
+class ResetOnCommand(KeyedBroadcastProcessFunction):
+    """Counts per key; a broadcast "reset" clears every key's count (apply_to_keyed_state)
+    and reports the counts it cleared."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(COUNT)
+
+    def process_element(self, value, ctx):
+        self.count.update((self.count.value() or 0) + 1)
+        yield "count", ctx.get_current_key(), self.count.value()
+
+    def process_broadcast_element(self, value, ctx):
+        cleared = []
+
+        def reset(key, state):
+            cleared.append((key, state.value()))
+            state.clear()
+
+        ctx.apply_to_keyed_state(COUNT, reset)
+        yield "reset", tuple(sorted(cleared))
+
+
+def test_apply_to_keyed_state_visits_every_key_of_the_subtask():
+    env = make_env(1, max_records=3)
+    items = env.from_collection([("a", 1), ("b", 1), ("a", 1)] * 2).key_by(lambda v: v[0])
+    # 3 records per epoch and source: epoch 1 brings three commands and a, b, a; epoch 2
+    # brings the 4th command (processed first: broadcast side first) and a, b, a again
+    cmds = env.from_collection(["c1", "c2", "c3", "c4"]).broadcast(
+        MapStateDescriptor("c", None, None)
+    )
+    out, _ = run_collect(items.connect(cmds).process(ResetOnCommand()))
+    resets = [r for r in out if r[0] == "reset"]
+    counts = [r[1:] for r in out if r[0] == "count"]
+    assert resets == [("reset", ())] * 3 + [("reset", (("a", 2), ("b", 1)))]
+    assert counts == [("a", 1), ("b", 1), ("a", 2)] * 2
+
+
+class TimerOnKeyedSide(KeyedBroadcastProcessFunction):
+    def process_broadcast_element(self, value, ctx):
+        ctx.get_broadcast_state(RULE_STATE).put("delay", value)
+
+    def process_element(self, value, ctx):
+        delay = ctx.get_broadcast_state(RULE_STATE).get("delay") or 0
+        ctx.timer_service().register_event_time_timer(ctx.timestamp() + delay)
+
+    def on_timer(self, timestamp, ctx):
+        yield ctx.get_current_key(), timestamp, ctx.get_broadcast_state(RULE_STATE).get("delay")
+
+
+def test_keyed_broadcast_timers_fire_with_key_and_read_only_broadcast_state():
+    from streamstate.common import WatermarkStrategy
+
+    env = make_env(2, max_records=10)
+    items = env.from_collection(
+        [("a", 1000), ("b", 2000), ("a", 3000)]
+    ).assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda v, t: v[1])
+    )
+    delays = env.from_collection([5]).broadcast(RULE_STATE)
+    out, _ = run_collect(items.key_by(lambda v: v[0]).connect(delays).process(TimerOnKeyedSide()))
+    assert sorted(out) == [("a", 1005, 5), ("a", 3005, 5), ("b", 2005, 5)]
+
+
+class SeenUnion(MapFunction):
+    """Remembers every value it saw in union list state: after a restore, each subtask
+    starts from what all subtasks had seen."""
+
+    def initialize_state(self, context):
+        self.seen_state = context.get_operator_state_store().get_union_list_state(
+            ListStateDescriptor("seen", Types.LONG())
+        )
+        self.seen = set(self.seen_state.get())
+        self.restored_with = len(self.seen)
+
+    def snapshot_state(self, context):
+        self.seen_state.update(sorted(self.seen))
+
+    def map(self, value):
+        self.seen.add(value)
+        return value, self.restored_with
+
+
+def test_union_list_state_goes_to_every_subtask_across_rescaling(tmp_path, clock):
+    from streamstate.datastream import CheckpointedFunction
+
+    fn = type("SeenUnionCF", (SeenUnion, CheckpointedFunction), {})
+    data = list(range(60))
+    seen_before: set[int] = set()
+    restore = None
+    for parallelism, max_epochs in [(1, 3), (3, 6), (2, None)]:
+        conf = {"execution_epoch_max-epochs": str(max_epochs)} if max_epochs else {}
+        env = make_env(parallelism, max_records=5, **conf)
+        checkpointing(env, tmp_path, retain=True)
+        if restore is not None:
+            env.set_restore_path(restore)
+        out, result = run_collect(
+            env.from_collection(data).rebalance().map(fn()).uid("seen").set_parallelism(parallelism)
+        )
+        # every subtask of this run was restored with everything seen before
+        assert {n for _, n in out} == {len(seen_before)}
+        seen_before |= {v for v, _ in out}
+        restore = result.get_accumulator_result("latest-checkpoint")
+        state = read_operator_state(restore, "seen")["seen"]
+        assert state["mode"] == "union" and len(state["subtasks"]) == parallelism
+        assert set().union(*map(set, state["subtasks"])) == seen_before
+    assert seen_before == set(data)

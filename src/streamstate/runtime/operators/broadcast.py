@@ -112,6 +112,8 @@ class _BroadcastOperator(StreamOperator):
         self.descriptors = {d.name: d for d in descriptors}
         self.call1 = as_callable(fn, "process_element")
         self.call2 = as_callable(fn, "process_broadcast_element")
+        #: (id(descriptor), read_only) -> (descriptor, state handle)
+        self._handles: dict[tuple[int, bool], tuple[Any, Any]] = {}
 
     def open(self) -> None:
         assert self.ctx is not None
@@ -132,6 +134,15 @@ class _BroadcastOperator(StreamOperator):
         return self.ctx.keyed_backend
 
     def broadcast_state(self, descriptor: Any, read_only: bool) -> Any:
+        # hot path (once per record): the same descriptor object gets the cached handle
+        hit = self._handles.get((id(descriptor), read_only))
+        if hit is not None and hit[0] is descriptor:
+            return hit[1]
+        state = self._resolve(descriptor, read_only)
+        self._handles[(id(descriptor), read_only)] = (descriptor, state)
+        return state
+
+    def _resolve(self, descriptor: Any, read_only: bool) -> Any:
         assert self.ctx is not None
         name = getattr(descriptor, "name", None)
         if name not in self.descriptors:

@@ -158,14 +158,16 @@ class ReadOnlyBroadcastStateView(ReadOnlyBroadcastState):
     def contains(self, key: Any) -> bool:
         return self._state.contains(key)
 
+    # live views, not copies: nothing can change the map while the non-broadcast side
+    # iterates (writes through this view raise), and this is read once per record
     def items(self) -> Iterable[tuple[Any, Any]]:
-        return self._state.items()
+        return self._state.map.items()
 
     def keys(self) -> Iterable[Any]:
-        return self._state.keys()
+        return self._state.map.keys()
 
     def values(self) -> Iterable[Any]:
-        return self._state.values()
+        return self._state.map.values()
 
     def is_empty(self) -> bool:
         return self._state.is_empty()
