@@ -174,6 +174,9 @@ def _spec(spec_blob: Any) -> StageTaskSpec:
         _SPECS[key] = spec
         for k in [k for k in _SPECS if k[0] != job_id]:
             del _SPECS[k]  # one job per worker at a time: drop older jobs' specs
+        for ik in [ik for ik in _INSTANCES if ik[0] != job_id]:
+            # and their subtask instances (closing stops e.g. a SourceFunction's thread)
+            _INSTANCES.pop(ik).close()
     return spec
 
 
