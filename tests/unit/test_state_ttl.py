@@ -390,6 +390,11 @@ def test_full_snapshot_cleanup_drops_expired_entries(be: Backend) -> None:
     assert keep.value() == 7  # not cleaned: returned once more
 
 
+def _incremental(be: Backend, name: str) -> bool:
+    entries = be.b.state_entry_transformer(name)
+    return entries is not None and entries.supports_incremental
+
+
 def test_incremental_cleanup_on_access_and_per_record(be: Backend) -> None:
     c = (
         StateTtlConfig.new_builder(Time.milliseconds(TTL))
@@ -398,7 +403,7 @@ def test_incremental_cleanup_on_access_and_per_record(be: Backend) -> None:
         .build()
     )
     s = be.b.get_partitioned_state(with_ttl(ValueStateDescriptor("v"), c))
-    if be.b.state_entry_transformer("v") is None:
+    if not _incremental(be, "v"):
         pytest.skip(f"{be.name} has no incremental cleanup")
     keys = list(range(30))
     for k in keys:
@@ -426,7 +431,7 @@ def test_incremental_cleanup_reaches_restored_and_old_entries(be: Backend) -> No
     # age) and entries that age while the state is busy must still be reached
     c = StateTtlConfig.new_builder(TTL).cleanup_incrementally(5, False).build()
     s = be.b.get_partitioned_state(with_ttl(ValueStateDescriptor("v"), c))
-    if be.b.state_entry_transformer("v") is None:
+    if not _incremental(be, "v"):
         pytest.skip(f"{be.name} has no incremental cleanup")
     for k in range(50):
         be.key(k)
@@ -463,7 +468,7 @@ def test_incremental_cleanup_default_is_on_access_only(be: Backend) -> None:
     s = be.b.get_partitioned_state(
         with_ttl(ListStateDescriptor("l"), StateTtlConfig.new_builder(TTL).build())
     )
-    if be.b.state_entry_transformer("l") is None:
+    if not _incremental(be, "l"):
         pytest.skip(f"{be.name} has no incremental cleanup")
     for k in range(20):
         be.key(k)
@@ -569,6 +574,42 @@ def test_compaction_filter_without_rocksdb_warns(be: Backend) -> None:
             be.b.get_partitioned_state(
                 with_ttl(ValueStateDescriptor("quiet"), StateTtlConfig.new_builder(TTL).build())
             )
+
+
+def test_compaction_filter_cleans_at_snapshots_where_supported(be: Backend) -> None:
+    c = (
+        StateTtlConfig.new_builder(TTL)
+        .return_expired_if_not_cleaned_up()
+        .disable_cleanup_in_background()
+        .cleanup_in_rocksdb_compact_filter(2)
+        .build()
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        v = be.b.get_partitioned_state(with_ttl(ValueStateDescriptor("v"), c))
+        m = be.b.get_partitioned_state(with_ttl(MapStateDescriptor("m"), c))
+    if any(issubclass(w.category, TtlCleanupWarning) for w in caught):
+        pytest.skip(f"{be.name} has no compaction filter")
+    for key in range(10):
+        be.key(key)
+        v.update(key)
+        m.put("old", key)
+    be.clock.set(50)
+    for key in range(3):
+        be.key(key)
+        v.update(-key)
+        m.put("new", key)
+    be.clock.set(TTL)
+    nb = be.restored()  # the snapshot runs the filter
+    try:
+        assert sorted(nb.get_keys("v")) == [0, 1, 2]
+        assert sorted(nb.get_keys("m")) == [0, 1, 2]
+    finally:
+        nb.dispose()
+    be.key(7)  # cleaned locally too: ReturnExpiredIfNotCleanedUp finds nothing
+    assert v.value() is None and m.get("old") is None
+    be.key(1)
+    assert v.value() == -1 and dict(m.items()) == {"new": 1}
 
 
 # ------------------------------------------------------------------------------ config API

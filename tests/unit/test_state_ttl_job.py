@@ -33,6 +33,7 @@ from streamstate.datastream.state import (
 from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.errors import JobExecutionError, StateMigrationError
 from streamstate.runtime.local_runner import LocalEpochRunner
+from streamstate.runtime.state.registry import registered_keyed_backends
 from streamstate.runtime.state_reader import (
     describe_checkpoint,
     passthrough_descriptor,
@@ -75,8 +76,9 @@ def run(env: Any, data: list[Any], fn: Any, uid: str = "probe") -> tuple[list[An
 DATA = events(60, keys=3, burst=5)
 
 
+@pytest.mark.parametrize("backend", registered_keyed_backends())
 def test_probe_matches_the_model_with_and_without_lineage_rebuilds(
-    tmp_path: Any, monkeypatch: Any
+    tmp_path: Any, monkeypatch: Any, backend: str
 ) -> None:
     outs = []
     for drop in (False, True):
@@ -87,7 +89,9 @@ def test_probe_matches_the_model_with_and_without_lineage_rebuilds(
                 lambda self, d=drop: LocalEpochRunner(drop_cache_each_epoch=d),
             )
             env = make_env(
-                tmp_path, f"probe-{drop}", **{"execution.epoch.full-snapshot-interval": "3"}
+                tmp_path,
+                f"probe-{backend}-{drop}",
+                **{"execution.epoch.full-snapshot-interval": "3", "state.backend.type": backend},
             )
             out, _ = run(env, DATA, TtlProbe())
         want = model(out)

@@ -138,6 +138,8 @@ class StateEntryTransformer(ABC):
     #: how many rounds the :meth:`transform_next` cursor has begun (-1: not tracked);
     #: lets TTL skip incremental cleanup while nothing can have expired
     rounds: int = -1
+    #: whether :meth:`transform_next` is offered (TTL incremental cleanup)
+    supports_incremental: bool = True
 
     @abstractmethod
     def transform_all(self, fn: Callable[[Any], Any]) -> int:

@@ -186,7 +186,7 @@ def install_cleanups(
 
     inc = strategies.get_incremental_cleanup_strategy()
     if inc is not None:
-        if entries is not None:
+        if entries is not None and entries.supports_incremental:
             cleanup = _IncrementalCleanup(entries, inc.get_cleanup_size(), kind, ttl, now)
             on_access = cleanup.run
             if inc.run_cleanup_for_every_record():

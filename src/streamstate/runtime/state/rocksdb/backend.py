@@ -54,6 +54,7 @@ from streamstate.runtime.state import ttl
 from streamstate.runtime.state.base import (
     KeyedSnapshot,
     KeyedStateBackend,
+    StateEntryTransformer,
     VoidNamespaceSerializer,
     check_serializer_compatibility,
     restore_serializer,
@@ -71,6 +72,10 @@ from streamstate.runtime.state.rocksdb.options import build_options
 from streamstate.runtime.state.rocksdb.states import (
     MAX_VALUE_BYTES,
     STATE_CLASSES,
+)
+from streamstate.runtime.state.rocksdb.ttl_entries import (
+    RocksDBStateEntries,
+    install_compaction_filter,
 )
 
 __all__ = ["RocksDBKeyedStateBackend", "RocksDBStorageError"]
@@ -347,6 +352,18 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """Keys with a value in ``state_name`` (void namespace); empty for unknown states."""
         col = self._columns.get(state_name)
         return iter(col.keys() if col is not None else [])
+
+    # ------------------------------------------------------------------- state TTL
+    def state_entry_transformer(self, state_name: str) -> StateEntryTransformer | None:
+        """Whole-state entry rewriting for TTL cleanup (``ttl_entries.py``)."""
+        col = self._columns.get(state_name)
+        return None if col is None else RocksDBStateEntries(self, col)
+
+    def configure_ttl_compaction_filter(
+        self, state_name: str, ttl_config: Any, time_provider: Any
+    ) -> bool:
+        """``cleanup_in_rocksdb_compact_filter``: a filter pass at every snapshot."""
+        return install_compaction_filter(self, state_name, ttl_config, time_provider)
 
     def registered_state_names(self) -> list[str]:
         """Names of all states held (registered or restored)."""
