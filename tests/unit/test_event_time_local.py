@@ -388,9 +388,34 @@ def test_late_readings_go_to_the_side_output():
     assert late.get_results() == [("s1", 1_000)]
 
 
-@pytest.mark.parametrize("epoch", [3, 6])
-def test_alerts_with_a_failure_equal_the_failure_free_run(tmp_path, clock, alert_baseline, epoch):
+@pytest.fixture
+def rocksdb_dir():
+    """RocksDB directories on tmpfs when there is one (each open syncs metadata files)."""
+    import os
+    import shutil
+    import tempfile
+
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    d = tempfile.mkdtemp(prefix="streamstate-et-rocksdb-", dir=base)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def use_backend(env, backend: str, rocksdb_dir: str) -> None:
+    if backend == "rocksdb":
+        from streamstate.datastream.state_backend import EmbeddedRocksDBStateBackend
+
+        b = EmbeddedRocksDBStateBackend()
+        b.set_db_storage_paths(rocksdb_dir)
+        env.set_state_backend(b)
+
+
+@pytest.mark.parametrize("epoch, backend", [(3, "hashmap"), (6, "hashmap"), (4, "rocksdb")])
+def test_alerts_with_a_failure_equal_the_failure_free_run(
+    tmp_path, clock, alert_baseline, epoch, backend, rocksdb_dir
+):
     env = make_env(max_records=10)
+    use_backend(env, backend, rocksdb_dir)
     env.enable_checkpointing(2500)  # every 2-3 epochs: the failure replays uncheckpointed epochs
     fail = FailOnce(str(tmp_path), epoch=epoch, subtask=0)
     main, late = alert_job(env, DATA, fail)
@@ -454,8 +479,12 @@ def test_checkpoint_metadata_holds_watermarks(tmp_path, clock):
     assert max(s["gen"]["max"] for s in gens[0]) == max(ts for _, _, ts in DATA)
 
 
-@pytest.mark.parametrize("parallelisms", [(2, 3), (3, 1)])
-def test_timers_rescale_with_their_keys(tmp_path, clock, alert_baseline, parallelisms):
+@pytest.mark.parametrize(
+    "parallelisms, backend", [((2, 3), "hashmap"), ((3, 1), "hashmap"), ((2, 3), "rocksdb")]
+)
+def test_timers_rescale_with_their_keys(
+    tmp_path, clock, alert_baseline, parallelisms, backend, rocksdb_dir
+):
     """Stop after a few epochs with a retained checkpoint, restore at another parallelism:
     pending timers (and the last readings) move with their key groups and fire there."""
     outputs = []
@@ -464,6 +493,7 @@ def test_timers_rescale_with_their_keys(tmp_path, clock, alert_baseline, paralle
         env = make_env(
             parallelism, max_records=10, **{"execution.epoch.max-epochs": str(max_epochs or 0)}
         )
+        use_backend(env, backend, rocksdb_dir)
         env.enable_checkpointing(1)
         cc = env.get_checkpoint_config()
         cc.set_checkpoint_storage_dir(str(tmp_path / "chk"))
