@@ -151,3 +151,49 @@ def test_registered_as_rocksdb(rocks: Made) -> None:
     )
     rocks.made.append(b)
     assert isinstance(b, RocksDBKeyedStateBackend)
+
+
+_WRITE_FAILS = """
+import os, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+from streamstate.datastream.state import ValueStateDescriptor
+from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
+from streamstate.runtime.keygroups import KeyGroupRange
+from streamstate.runtime.serializers.base import PickleSerializer
+from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend, RocksDBStorageError
+d = sys.argv[1]
+storage = FileSystemCheckpointStorageAccess(os.path.join(d, "chk"))
+storage.initialize_job("j")
+b = RocksDBKeyedStateBackend(
+    "op", KeyGroupRange(0, 127), 128, PickleSerializer(), local_dir=d, incremental=True
+)
+v = b.get_partitioned_state(ValueStateDescriptor("v"))
+# no file may grow beyond 200 kB from now on: the local disk "is full" for RocksDB
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+try:
+    for i in range(100_000):
+        b.set_current_key(i, i % 128)
+        v.update(os.urandom(100))
+    b.snapshot_incremental(storage, 1, "op-0")
+except RocksDBStorageError as e:
+    print("TYPED", e)
+else:
+    print("NO ERROR")
+"""
+
+
+def test_local_disk_write_failure_is_a_typed_error_naming_the_path(tmp_path: Any) -> None:
+    """A local directory that cannot take more bytes (RLIMIT_FSIZE stands in for a full
+    disk, in a child process) fails with RocksDBStorageError naming the directory."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _WRITE_FAILS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ},
+    )
+    assert out.stdout.startswith("TYPED"), out.stdout + out.stderr
+    assert str(tmp_path) in out.stdout and "free space" in out.stdout

@@ -4,8 +4,8 @@
 live files hard-linked) goes to ``<local_dir>/streamstate-local/<local id>``. Its SST
 files are immutable: each is uploaded to the checkpoint directory's ``shared/`` folder
 the first time a checkpoint of this database needs it; later checkpoints name the
-uploaded copy again. The small metadata files (``CURRENT``, ``MANIFEST-*``,
-``OPTIONS-*``) are packed into one private file in ``chk-<n>/``. The returned
+uploaded copy again. The small metadata files (``CURRENT``, ``MANIFEST-*``) are
+packed into one private file in ``chk-<n>/``. The returned
 :class:`IncrementalKeyedStateHandle` lists every file with size and CRC32.
 
 The local checkpoint directory is kept (the newest two per subtask scope) as the
@@ -133,7 +133,9 @@ def snapshot_incremental(
         raise backend._io_error("write a local checkpoint", e, target) from e
     names = sorted(os.listdir(target))
     ssts = [n for n in names if n.endswith(".sst")]
-    private = [n for n in names if not n.endswith(".sst")]
+    # OPTIONS-* are not needed to open a database (the backend passes its options) and
+    # are ~7 KB: leaving them out keeps a small incremental checkpoint small
+    private = [n for n in names if not n.endswith(".sst") and not n.startswith("OPTIONS-")]
     shared = []
     uploaded = backend.uploaded_files
     for name in ssts:

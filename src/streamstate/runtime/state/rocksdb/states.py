@@ -231,7 +231,17 @@ class RocksDBValueState(_RocksState, ValueState):
         if value is None:
             self._remove(kb)
         else:
-            self._write(kb, self._ser(value))
+            # the common case inlined (hot path): serialize, check the size, put
+            try:
+                data = self._dumps(value)
+            except Exception:
+                data = self._ser(value)  # raises the typed error
+            if len(data) > MAX_VALUE_BYTES:
+                raise too_large(self._name, b.operator_name, value, len(data))
+            try:
+                self._put(kb, data)
+            except Exception as e:
+                raise b._io_error("write", e) from e
         self._dirty[b._key] = b._kgi
 
 
