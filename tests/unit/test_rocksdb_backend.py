@@ -197,3 +197,21 @@ def test_local_disk_write_failure_is_a_typed_error_naming_the_path(tmp_path: Any
     )
     assert out.stdout.startswith("TYPED"), out.stdout + out.stderr
     assert str(tmp_path) in out.stdout and "free space" in out.stdout
+
+
+def test_default_local_dir_is_the_executors_spark_local_dir(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamstate.runtime.state.rocksdb.backend import default_local_dir
+
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{tmp_path}/a,{tmp_path}/b")
+    assert default_local_dir() == f"{tmp_path}/a"
+    b = RocksDBKeyedStateBackend("op", KeyGroupRange(0, 1), 2, PickleSerializer())
+    try:
+        assert os.path.dirname(b.path) == f"{tmp_path}/a"
+    finally:
+        b.dispose()
+    monkeypatch.delenv("SPARK_LOCAL_DIRS")
+    import tempfile
+
+    assert default_local_dir() == tempfile.gettempdir()

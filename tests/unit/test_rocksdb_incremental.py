@@ -288,3 +288,18 @@ def test_pack_round_trip_and_damage() -> None:
         inc.unpack_files(b"XXXX\x01\x00\x00\x00\x00")
     with pytest.raises(CorruptCheckpointError):
         inc.unpack_files(b"SS")
+
+
+def test_describe_counts_shared_files(
+    rocks: Made, storage: FileSystemCheckpointStorageAccess
+) -> None:
+    from streamstate.runtime.state_reader import describe_checkpoint, read_keyed_state
+
+    coord = CheckpointCoordinator(storage, interval_ms=1, num_retained=1)
+    b = incremental(rocks)
+    put(b, KEYS[:100], 5)
+    h = b.snapshot_incremental(storage, 1, "op-0")
+    md = complete(coord, {0: h})
+    info = describe_checkpoint(md)
+    assert info["operators"]["op"]["state_bytes"] == h.state_size
+    assert dict(read_keyed_state(md, "op", V)) == dict.fromkeys(KEYS[:100], 5)

@@ -577,9 +577,7 @@ def test_tumbling_fast_path_equals_the_generic_path(lateness: int) -> None:
             .reduce(lambda a, b: (a[0], a[1] + b[1]))
         )
 
-    events = st.lists(
-        st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 120)), max_size=60
-    )
+    events = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 120)), max_size=60)
 
     @settings(max_examples=40, deadline=None)
     @given(events, st.lists(st.integers(0, 130), min_size=1, max_size=6))
@@ -588,7 +586,7 @@ def test_tumbling_fast_path_equals_the_generic_path(lateness: int) -> None:
         for assigner in (TumblingEventTimeWindows(10, 0), _GenericTumbling(10, 0)):
             h = Harness(windowed(assigner, configure))
             assert h.op._fast_tumbling is (type(assigner) is TumblingEventTimeWindows)
-            chunks = [evs[i::len(wms)] for i in range(len(wms))]
+            chunks = [evs[i :: len(wms)] for i in range(len(wms))]
             for chunk, wm in zip(chunks, wms, strict=True):
                 h.elements([(k, (k, 1), t) for k, t in chunk])
                 h.watermark(wm)

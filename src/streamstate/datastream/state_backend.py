@@ -205,8 +205,8 @@ class EmbeddedRocksDBStateBackend(StateBackend):
     """Keyed state in an embedded RocksDB database per subtask, on the executor's local disk.
 
     State can be much larger than memory: it spills to the local directories
-    (:meth:`set_db_storage_paths`, ``state.backend.rocksdb.localdir``; default the system
-    temporary directory). Checkpoints go to the job's checkpoint storage; with
+    (:meth:`set_db_storage_paths`, ``state.backend.rocksdb.localdir``; default the first
+    of ``SPARK_LOCAL_DIRS``, else the system temporary directory). Checkpoints go to the job's checkpoint storage; with
     ``enable_incremental_checkpointing`` only the RocksDB files created since the previous
     checkpoint are uploaded (to the checkpoint directory's ``shared/`` folder).
     ``None`` means "not set" (the default: full checkpoints, or the configuration's

@@ -340,10 +340,11 @@ def describe_checkpoint(path_or_metadata: str | CheckpointMetadata) -> dict[str,
         size = 0
         for h in handles:
             kgs.update(kg for kg in h.offsets if kg in h.key_group_range)
-            key = h.stream.path if isinstance(h.stream, FileStateHandle) else id(h.stream)
-            if key not in seen:
-                seen.add(key)
-                size += h.stream.size
+            for stream in h.stream_handles():  # incremental handles: shared files too
+                key = stream.path if isinstance(stream, FileStateHandle) else id(stream)
+                if key not in seen:
+                    seen.add(key)
+                    size += stream.size
         n_op = 0
         for s in ops.subtasks:
             for oh in s.operator:

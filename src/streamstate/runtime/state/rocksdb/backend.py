@@ -89,6 +89,13 @@ class RocksDBStorageError(StateAccessError, OSError):
     """The local RocksDB directory cannot be created, opened or written (names the path)."""
 
 
+def default_local_dir() -> str:
+    """The executor's local disk: the first of Spark's ``SPARK_LOCAL_DIRS`` (set by the
+    cluster manager on executors), else the system temporary directory."""
+    dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d.strip()]
+    return dirs[0].strip() if dirs else tempfile.gettempdir()
+
+
 class RocksDBKeyedStateBackend(KeyedStateBackend):
     """Keyed state in an embedded RocksDB database (one per instance) under ``local_dir``.
 
@@ -124,7 +131,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         #: every raw state handle created (released on dispose)
         self._raw_states: list[Any] = []
         self._disposed = False
-        self.local_dir = local_dir if local_dir is not None else tempfile.gettempdir()
+        self.local_dir = local_dir if local_dir is not None else default_local_dir()
         self.incremental = bool(incremental)
         self._raw_options = dict(raw_options or {})
         self._opts = build_options(predefined_options, write_buffer_size, block_cache_size)
