@@ -595,3 +595,38 @@ def test_tumbling_fast_path_equals_the_generic_path(lateness: int) -> None:
         assert runs[0] == runs[1]
 
     check()
+
+
+def test_heap_add_many_equals_sequential_adds() -> None:
+    from streamstate.datastream.state import AggregatingStateDescriptor, ReducingStateDescriptor
+
+    class Agg(AggregateFunction):
+        def create_accumulator(self) -> Any:
+            return []
+
+        def add(self, value: Any, accumulator: Any) -> Any:
+            return [*accumulator, value]
+
+        def get_result(self, accumulator: Any) -> Any:
+            return accumulator
+
+        def merge(self, acc_a: Any, acc_b: Any) -> Any:
+            return acc_a + acc_b
+
+    values = [3, 1, None, 4, 1, 5]
+    results = []
+    for bulk in (False, True):
+        h = Harness(windowed(TumblingEventTimeWindows.of(10), count_reduce))
+        b = h.backend
+        b.set_current_key("k", b.key_group_of("k"))
+        red = b.get_partitioned_state(ReducingStateDescriptor("r", lambda x, y: x * 10 + y))
+        agg = b.get_partitioned_state(AggregatingStateDescriptor("a", Agg()))
+        for s in (red, agg):
+            s.add(9)
+            if bulk:
+                s.add_many(values)
+            else:
+                for v in values:
+                    s.add(v)
+        results.append((red.get(), agg.get(), b.snapshot_delta() != b""))
+    assert results[0] == results[1] == (415, [4, 1, 5], True)

@@ -156,7 +156,8 @@ class WindowOperator(StreamOperator):
         """
         size, offset = self.assigner._size, self.assigner._offset
         wm = self.timers.current_watermark()
-        groups: dict[int, list[Any]] = {}
+        #: window start -> key -> [key group, value, value, ...] (arrival order per key)
+        groups: dict[int, dict[Any, list[Any]]] = {}
         rest: list[Any] = []
         rest_ts: list[Any] = []
         for rec, ts in zip(batch, timestamps, strict=True):
@@ -165,9 +166,13 @@ class WindowOperator(StreamOperator):
                 if start + size - 1 > wm:
                     g = groups.get(start)
                     if g is None:
-                        groups[start] = [rec]
+                        g = groups[start] = {}
+                    key = rec[1]
+                    vals = g.get(key)
+                    if vals is None:
+                        g[key] = [rec[0], rec[2]]
                     else:
-                        g.append(rec)
+                        vals.append(rec[2])
                     continue
             rest.append(rec)
             rest_ts.append(ts)
@@ -175,22 +180,25 @@ class WindowOperator(StreamOperator):
             set_key = self.backend.set_current_key
             ws = self.window_state
             add = ws.add
+            # one state access per (key, window) where the backend offers it
+            add_many = ws.add_all if self.is_list else getattr(ws, "add_many", None)
             register = self.timers.register_event_time_timer
             lateness = self.allowed_lateness
-            for start, recs in groups.items():
+            for start, per_key in groups.items():
                 window = TimeWindow(start, start + size)
                 max_ts = start + size - 1
                 cleanup = min(max_ts + lateness, MAX_LONG_VALUE)
                 ws.set_current_namespace(window)
-                seen: set[Any] = set()
-                for kg, key, value in recs:
-                    set_key(key, kg)
-                    add(value)
-                    if key not in seen:
-                        seen.add(key)
-                        register(window, max_ts)
-                        if cleanup != max_ts and cleanup < MAX_LONG_VALUE:
-                            register(window, cleanup)
+                for key, vals in per_key.items():
+                    set_key(key, vals[0])
+                    if add_many is not None:
+                        add_many(vals[1:])
+                    else:
+                        for v in vals[1:]:
+                            add(v)
+                    register(window, max_ts)
+                    if cleanup != max_ts and cleanup < MAX_LONG_VALUE:
+                        register(window, cleanup)
         return rest, rest_ts
 
     def _element(self, key: Any, value: Any, ts: Any, out: list[Any], out_ts: list[Any]) -> None:

@@ -307,6 +307,24 @@ class HeapReducingState(_HeapState, ReducingState):
     def _merge_values(self, a: Any, b: Any) -> Any:
         return self._reduce(a, b)
 
+    def add_many(self, values: list[Any]) -> None:
+        """``add(v)`` for each of ``values`` in order, with one state access (internal)."""
+        b = self._backend
+        key = b._key
+        m = self._map()
+        cur = m.get(key)
+        red = self._reduce
+        for v in values:
+            if v is None:
+                cur = None
+            else:
+                cur = v if cur is None else red(cur, v)
+        if cur is None:
+            m.pop(key, None)
+        else:
+            m[key] = cur
+        self._dirty[key] = b._kgi
+
     def get(self) -> Any:
         return self._map().get(self._backend._key)
 
@@ -337,6 +355,26 @@ class HeapAggregatingState(_HeapState, AggregatingState):
 
     def _merge_values(self, a: Any, b: Any) -> Any:
         return self._agg.merge(a, b)
+
+    def add_many(self, values: list[Any]) -> None:
+        """``add(v)`` for each of ``values`` in order, with one state access (internal)."""
+        b = self._backend
+        key = b._key
+        m = self._map()
+        acc = m.get(key)
+        agg = self._agg
+        for v in values:
+            if v is None:
+                acc = None
+                continue
+            if acc is None:
+                acc = agg.create_accumulator()
+            acc = agg.add(v, acc)
+        if acc is None:
+            m.pop(key, None)
+        else:
+            m[key] = acc
+        self._dirty[key] = b._kgi
 
     def get(self) -> Any:
         acc = self._map().get(self._backend._key)
