@@ -94,11 +94,15 @@ def commit_operator_state(
     attempt: int,
     epoch: int,
     checkpoint_id: int | None,
+    force: bool = False,
 ) -> tuple[dict[str, Any], dict[str, StreamStateHandle]]:
     """Write this epoch's operator-state versions: ``(versions, checkpoint handles)`` by uid.
 
     ``versions[uid]`` is ``("full", handle)`` or ``("none", None)`` (unchanged).
-    ``crcs`` (uid -> CRC of the last version) is updated in place.
+    ``crcs`` (uid -> CRC of the last version) is updated in place. ``force`` (a
+    full-version epoch) writes a version even when unchanged, so that no lineage keeps
+    pointing at the files of a checkpoint that the driver may discard afterwards (an
+    aborted one).
     """
     versions: dict[str, Any] = {}
     checkpoint: dict[str, StreamStateHandle] = {}
@@ -111,7 +115,7 @@ def commit_operator_state(
             h = storage.write_state(checkpoint_id, f"{uid}-{index}-operator", data)
             checkpoint[uid] = h
             versions[uid] = ("full", h)
-        elif crc == crcs.get(uid):
+        elif crc == crcs.get(uid) and not force:
             versions[uid] = ("none", None)
         elif len(data) <= INLINE_LIMIT:
             versions[uid] = ("full", ByteStreamStateHandle.of(data))

@@ -671,6 +671,7 @@ def run_stage_partition(
             epoch_spec.attempt,
             epoch_spec.epoch,
             epoch_spec.checkpoint_id,
+            force=epoch_spec.full_version,
         )
         sinks = {}
         for tid, op in inst.ops.items():
