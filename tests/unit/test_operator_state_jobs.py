@@ -557,3 +557,18 @@ def test_unchanged_operator_state_survives_discarded_aborted_checkpoints(
     assert sorted(out) == list(range(30))
     assert result.get_accumulator_result("checkpoints_failed") >= 2
     assert result.get_accumulator_result("restarts") == 0
+
+
+def test_cli_state_prints_operator_state(tmp_path, clock, capsys):
+    from streamstate.cli.main import main
+
+    env = make_env(2, max_records=4)
+    checkpointing(env, tmp_path, retain=True)
+    out, result = run_collect(my_function_job(env))
+    path = result.get_accumulator_result("latest-checkpoint")
+    assert main(["state", path, "--operator", "my-function", "--state", "perPartitionCount"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(" (split) -> [" in line for line in lines)
+    assert sum(int(line.split("[")[1].rstrip("]")) for line in lines) == len(DATA)
+    assert main(["state", path, "-o", "my-function", "-n", "nope"]) == 2
+    assert "perPartitionCount (split)" in capsys.readouterr().err

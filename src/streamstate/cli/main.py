@@ -120,9 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser(
         "state",
-        help="print the keyed state of one operator",
+        help="print the keyed (or operator) state of one operator",
         description="Print `key -> value` for keyed state NAME of operator UID. Reducing and "
-        "aggregating state show the stored value / accumulator.",
+        "aggregating state show the stored value / accumulator. When NAME is operator state "
+        "(list, union list, broadcast), print `subtask <i> (<mode>) -> value` per subtask.",
     )
     s.add_argument("path", metavar="PATH", help="chk-<n> / savepoint directory or _metadata")
     s.add_argument("--operator", "-o", required=True, metavar="UID", help="operator uid")
@@ -314,6 +315,7 @@ def _cmd_state(args: argparse.Namespace, out: TextIO) -> int:
         load_checkpoint,
         passthrough_descriptor,
         read_keyed_state,
+        read_operator_state,
     )
 
     if args.limit is not None and args.limit < 0:
@@ -324,10 +326,14 @@ def _cmd_state(args: argparse.Namespace, out: TextIO) -> int:
         kinds = list_keyed_states(md, args.operator)
         kind = kinds.get(args.state)
         if kind is None:
+            op_states = read_operator_state(md, args.operator)
+            if args.state in op_states:
+                return _print_operator_state(args, op_states[args.state], out)
             known = ", ".join(f"{n} ({k})" for n, k in kinds.items()) or "none"
+            known_op = ", ".join(f"{n} ({o['mode']})" for n, o in op_states.items()) or "none"
             raise ConfigurationError(
                 f"operator {args.operator!r} has no keyed state named {args.state!r}; "
-                f"its keyed states: {known}"
+                f"its keyed states: {known}; its operator states: {known_op}"
             )
     values = read_keyed_state(md, args.operator, passthrough_descriptor(args.state, kind))
     items = _sorted_items(values)
@@ -339,6 +345,17 @@ def _cmd_state(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"{k!r} -> {v!r}\n")
     if len(shown) < len(items):
         print(f"... {len(items) - len(shown)} more keys (of {len(items)})", file=sys.stderr)
+    return 0
+
+
+def _print_operator_state(args: argparse.Namespace, state: dict[str, Any], out: TextIO) -> int:
+    """One line per subtask: ``subtask <i> (<mode>) -> <list or map>``."""
+    for i, value in enumerate(state["subtasks"]):
+        if args.json:
+            v = sorted(value.items(), key=repr) if isinstance(value, dict) else value
+            out.write(json.dumps([i, state["mode"], v], default=repr) + "\n")
+        else:
+            out.write(f"subtask {i} ({state['mode']}) -> {value!r}\n")
     return 0
 
 
