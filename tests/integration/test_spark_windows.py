@@ -3,18 +3,23 @@
 * a per-key event-time tumbling window count over out-of-order data with allowed
   lateness and a late-data side output (user error, then a crashed Python worker);
 * event-time session windows that merge (a crashed worker);
-* a count window (a user error).
+* a count window (a user error);
+* the tumbling window count on the RocksDB backend (full and incremental
+  checkpoints) with a crashed worker, equal to the failure-free heap run.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import shutil
+import tempfile
 from collections import Counter
 from typing import Any
 
 import pytest
 
-from streamstate.datastream import ExternalizedCheckpointCleanup
+from streamstate.datastream import EmbeddedRocksDBStateBackend, ExternalizedCheckpointCleanup
 from streamstate.datastream.connectors import CollectSink
 from streamstate.runtime import executor as executor_mod
 from streamstate.testing import FailOnce
@@ -129,3 +134,41 @@ def test_count_windows_after_a_failure(spark: Any, tmp_path: Any, epoch_clock: A
     fail = FailOnce(str(tmp_path), epoch=3, subtask=0, mode="raise", after_records=2)
     assert run(env, fail) == base
     assert fail.fired
+
+
+@pytest.fixture
+def rocksdb_dir() -> Any:
+    """RocksDB directories on tmpfs when there is one (each open syncs metadata files)."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    d = tempfile.mkdtemp(prefix="streamstate-it-rocksdb-win-", dir=base)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("incremental", [False, True], ids=["full", "incremental"])
+def test_tumbling_window_count_on_rocksdb_after_a_worker_crash(
+    spark: Any,
+    tmp_path: Any,
+    epoch_clock: Any,
+    tumbling_baseline: Any,
+    rocksdb_dir: str,
+    incremental: bool,
+) -> None:
+    def rocks_env() -> Any:
+        env = make_env(spark, epoch_records=20)
+        backend = EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=incremental)
+        backend.set_db_storage_paths(rocksdb_dir)
+        env.set_state_backend(backend)
+        return env
+
+    if not incremental:  # the failure-free run on RocksDB equals the heap one
+        out, late = run_tumbling(rocks_env())
+        assert Counter(out) == Counter(tumbling_baseline[0])
+        assert Counter(late) == Counter(tumbling_baseline[1])
+    env = rocks_env()
+    checkpointed(env, tmp_path, f"tumbling-rocksdb-{incremental}")
+    fail = FailOnce(str(tmp_path), epoch=5, subtask=0, mode="exit", after_records=4)
+    out, late = run_tumbling(env, fail)
+    assert fail.fired
+    assert Counter(out) == Counter(tumbling_baseline[0])
+    assert Counter(late) == Counter(tumbling_baseline[1])

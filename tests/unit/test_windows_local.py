@@ -1,4 +1,6 @@
-"""Windows end to end on the in-process runner: watermarks, side outputs, failures, rescale."""
+"""Windows end to end on the in-process runner: watermarks, side outputs, failures, rescale.
+
+Every job runs on every registered keyed backend (heap and RocksDB)."""
 
 from __future__ import annotations
 
@@ -33,14 +35,30 @@ from streamstate.datastream.window import (
 )
 from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.errors import JobExecutionError
+from streamstate.runtime.state.registry import registered_keyed_backends
 from streamstate.testing import FailOnce
 
 EVENTS = out_of_order_events(240)
+
+#: state backend configuration of the jobs (set per test by ``_each_backend``)
+_BACKEND_CONF: dict[str, str] = {}
+
+
+@pytest.fixture(autouse=True, params=registered_keyed_backends())
+def _each_backend(request: Any, tmp_path: Any) -> Any:
+    _BACKEND_CONF.clear()
+    _BACKEND_CONF["state.backend.type"] = request.param
+    if request.param == "rocksdb":
+        _BACKEND_CONF["state.backend.rocksdb.localdir"] = str(tmp_path / "rocksdb-local")
+    yield request.param
+    _BACKEND_CONF.clear()
 
 
 def make_env(parallelism: int = 2, max_records: int = 20, **conf_kv: str) -> Any:
     conf = Configuration()
     conf.set_string("execution.runner", "local")
+    for k, v in _BACKEND_CONF.items():
+        conf.set_string(k, v)
     conf.set_string("execution.epoch.max-records", str(max_records))
     for k, v in conf_kv.items():
         conf.set_string(k, v)

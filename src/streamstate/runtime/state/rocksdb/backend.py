@@ -18,7 +18,11 @@ A restored state registered with a serializer that is "compatible after
 migration" is rewritten (read with the checkpoint's serializer, written with
 the new one) when it is registered.
 
-Limits: only the void namespace; keys that are equal in Python but serialize
+Namespaces (window state) are supported as in the heap backend; a state's
+non-void namespaces live in a second column family (see ``states.py``), which
+checkpoints of both kinds carry.
+
+Limits: keys that are equal in Python but serialize
 differently (``1`` and ``True`` with the default key serializer) are two
 entries here but one in the heap backend, and a delta holding both keeps one.
 """
@@ -54,8 +58,8 @@ from streamstate.runtime.state import ttl
 from streamstate.runtime.state.base import (
     KeyedSnapshot,
     KeyedStateBackend,
+    NamespaceSerializer,
     StateEntryTransformer,
-    VoidNamespaceSerializer,
     check_serializer_compatibility,
     restore_serializer,
     serializer_for_type_info,
@@ -63,7 +67,7 @@ from streamstate.runtime.state.base import (
 from streamstate.runtime.state.heap import snapshot as fmt
 from streamstate.runtime.state.heap.table import STATE_KINDS, StateSerializers
 from streamstate.runtime.state.registry import register_keyed_backend
-from streamstate.runtime.state.rocksdb.columns import StateColumn
+from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX, StateColumn
 from streamstate.runtime.state.rocksdb.incremental import (
     restore_incremental,
     snapshot_incremental,
@@ -264,22 +268,43 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             if kind == "map"
             else None
         )
-        return StateSerializers(self.key_serializer, VoidNamespaceSerializer(), value, user_key)
+        return StateSerializers(self.key_serializer, NamespaceSerializer(), value, user_key)
 
-    def _column(self, name: str, kind: str, sers: StateSerializers) -> StateColumn:
+    def _column_family(self, cf_name: str, state_name: str) -> Any:
+        """Open (restored) or create the column family ``cf_name``."""
+        self._check_alive()
         try:
-            if name in self._cf_names:  # opened from a checkpoint
-                cf = self._db.get_column_family(name)
+            if cf_name in self._cf_names:  # opened from a checkpoint
+                cf = self._db.get_column_family(cf_name)
             else:
-                cf = self._db.create_column_family(name, self._opts)
+                cf = self._db.create_column_family(cf_name, self._opts)
+                self._cf_names.add(cf_name)
             cf.set_write_options(self._wopts)
             if self._raw_options:
                 cf.set_options(self._raw_options)
         except Exception as e:
-            raise self._io_error(f"create the column family of state {name!r}", e) from e
+            raise self._io_error(f"create the column family of state {state_name!r}", e) from e
+        return cf
+
+    def _column(self, name: str, kind: str, sers: StateSerializers) -> StateColumn:
+        if name.endswith(NS_CF_SUFFIX):
+            raise StateAccessError(
+                f"operator {self.operator_name!r}: state name {name!r} ends with "
+                f"{NS_CF_SUFFIX!r}, which the RocksDB backend reserves; rename the state"
+            )
+        cf = self._column_family(name, name)
+        if sers.namespace.name != NamespaceSerializer.name:
+            # void-namespace bytes are identical; write any namespace with the general one
+            sers = StateSerializers(sers.key, NamespaceSerializer(), sers.value, sers.user_key)
         col = StateColumn(self, name, kind, cf, sers)
         self._columns[name] = col
+        if col.ns_cf_name in self._cf_names:  # restored with window state
+            col.ns_cf = self._column_family(col.ns_cf_name, name)
         return col
+
+    def _ns_column_family(self, col: StateColumn) -> Any:
+        """The column family of ``col``'s non-void namespaces (created on first use)."""
+        return self._column_family(col.ns_cf_name, col.name)
 
     def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
         self._check_alive()
@@ -310,7 +335,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             col = self._column(name, kind, sers)
         else:  # restored (or created by a delta) and not yet registered
             self._check_migration(col, descriptor, sers)
-            if col.serializers.to_meta() != sers.to_meta():
+            old_meta = {**col.serializers.to_meta(), "namespace_serializer": None}
+            if old_meta != {**sers.to_meta(), "namespace_serializer": None}:
                 self._migrate(col, sers)
             col.serializers = sers
         state: Any = STATE_CLASSES[kind](self, col, descriptor)
@@ -338,22 +364,28 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def _migrate(self, col: StateColumn, new: StateSerializers) -> None:
         """Rewrite every stored value of ``col`` from its serializers to ``new``."""
         old = col.serializers
-        batch: list[tuple[bytes, bytes | None]] = []
-        for rk, v in list(col._scan(b"", None)):
-            if col.kind == "map":
-                kb, _ = col.decode_key(rk)
-                uk = old.user_key.deserialize(rk[len(kb) : len(rk) - 4])  # type: ignore[union-attr]
-                ukb = new.user_key.serialize(uk)  # type: ignore[union-attr]
-                batch.append((rk, None))
-                batch.append(
-                    (kb + ukb + _U32.pack(len(ukb)), new.value.serialize(old.value.deserialize(v)))
-                )
-            else:
-                obj = col.decode(v)
-                col.serializers = new
-                batch.append((rk, col.encode(obj)))
-                col.serializers = old
-        self._apply(col, batch)
+        for cf in (col.cf, col.ns_cf):
+            if cf is None:
+                continue
+            batch: list[tuple[bytes, bytes | None]] = []
+            for rk, v in list(col._scan(b"", None, cf)):
+                if col.kind == "map":
+                    kb = col.prefix_of(rk)
+                    uk = old.user_key.deserialize(rk[len(kb) : len(rk) - 4])  # type: ignore[union-attr]
+                    ukb = new.user_key.serialize(uk)  # type: ignore[union-attr]
+                    batch.append((rk, None))
+                    batch.append(
+                        (
+                            kb + ukb + _U32.pack(len(ukb)),
+                            new.value.serialize(old.value.deserialize(v)),
+                        )
+                    )
+                else:
+                    obj = col.decode(v)
+                    col.serializers = new
+                    batch.append((rk, col.encode(obj)))
+                    col.serializers = old
+            self._apply(col, batch, cf)
 
     def get_keys(self, state_name: str) -> Iterator[Any]:
         """Keys with a value in ``state_name`` (void namespace); empty for unknown states."""
@@ -376,9 +408,13 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """Names of all states held (registered or restored)."""
         return list(self._columns)
 
-    def _apply(self, col: StateColumn, batch: list[tuple[bytes, bytes | None]]) -> None:
-        """Write ``(key, value or None for delete)`` pairs into ``col`` in order."""
-        put, delete = col.cf.put, col.cf.delete
+    def _apply(
+        self, col: StateColumn, batch: list[tuple[bytes, bytes | None]], cf: Any = None
+    ) -> None:
+        """Write ``(key, value or None for delete)`` pairs into ``cf`` (default: the
+        void namespace's column family of ``col``) in order."""
+        cf = col.cf if cf is None else cf
+        put, delete = cf.put, cf.delete
         try:
             for k, v in batch:
                 if v is None:
@@ -548,6 +584,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """Make the checkpoint materialised at ``path`` this backend's database."""
         states = handle.meta.get("states", [])
         names = [sm["name"] for sm in states]
+        present = set(Rdict.list_cf(path))
+        names += [n + NS_CF_SUFFIX for n in names if n + NS_CF_SUFFIX in present]
         self._db.close()
         shutil.rmtree(self.path, ignore_errors=True)
         os.rename(path, self.path)
@@ -570,7 +608,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self.snapshot_cleanups.clear()
         self.key_selection_listeners.clear()
         for col in self._columns.values():
-            col.cf = None
+            col.cf = col.ns_cf = None
+            col.handles.clear()
         self._handles.clear()
         self._columns.clear()
         self._key, self._kgi, self._kb = None, self._n, None

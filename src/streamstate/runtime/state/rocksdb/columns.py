@@ -1,4 +1,9 @@
-"""One state's column family in the RocksDB backend (see ``states.py`` for the layout)."""
+"""One state's column families in the RocksDB backend (see ``states.py`` for the layout).
+
+A state has one column family for the void namespace (named as the state) and,
+created on the first access in another namespace (a window), a second one
+named ``<state name>`` + :data:`NS_CF_SUFFIX` for every other namespace.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from streamstate.runtime.errors import CorruptCheckpointError, StateSerializationError
+from streamstate.runtime.errors import StateSerializationError
 from streamstate.runtime.state.base import VOID_NAMESPACE
 from streamstate.runtime.state.heap.table import StateSerializers
 from streamstate.runtime.state.rocksdb.states import (
@@ -25,10 +30,26 @@ from streamstate.runtime.state.rocksdb.states import (
 if TYPE_CHECKING:
     from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend
 
-__all__ = ["StateColumn"]
+__all__ = ["NS_CF_SUFFIX", "StateColumn"]
 
 _KG = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+#: name suffix of a state's namespaced column family (RocksDB rejects NUL in names)
+NS_CF_SUFFIX = "\x1fnamespaces"
+#: bound of the per-column cache of serialized namespaces (cleared when full)
+_NS_CACHE_MAX = 4096
+
+
+class _Namespaces:
+    """``namespaces[ns]`` for the heap delta writer: :class:`DirtyValues` of any namespace."""
+
+    __slots__ = ("col",)
+
+    def __init__(self, col: StateColumn) -> None:
+        self.col = col
+
+    def __getitem__(self, namespace: Any) -> DirtyValues:
+        return DirtyValues(self.col, namespace)
 
 
 class StateColumn:
@@ -46,10 +67,78 @@ class StateColumn:
         self.name = name
         self.kind = kind
         self.cf = cf
+        #: the column family of every non-void namespace (``None`` until first needed)
+        self.ns_cf: Any = None
         self.serializers: StateSerializers = sers
+        #: namespace -> {key: kgi} changed since the last snapshot/delta
         self.dirty: dict[Any, dict[Any, int]] = {VOID_NAMESPACE: {}}
-        self.namespaces = {VOID_NAMESPACE: DirtyValues(self)}
+        self.namespaces = _Namespaces(self)
         self.restored_meta: dict[str, Any] | None = None
+        #: state handles bound to this column (re-bound when ``clear_dirty`` prunes)
+        self.handles: list[Any] = []
+        self._ns_suffix: dict[Any, bytes] = {}
+
+    @property
+    def ns_cf_name(self) -> str:
+        return self.name + NS_CF_SUFFIX
+
+    # ---------------------------------------------------------------- namespaces
+    def ns_suffix(self, namespace: Any) -> bytes:
+        """What follows ``kg + key`` in a RocksDB key of ``namespace``.
+
+        Empty for the void namespace; else the namespace serializer's bytes and
+        their length (``u32``), so every key of the namespaced column family
+        decodes on its own (the key serializer need not be prefix-free).
+        """
+        if namespace is VOID_NAMESPACE:
+            return b""
+        cache = self._ns_suffix
+        try:
+            sfx = cache.get(namespace)
+        except TypeError:  # unhashable namespace: serialize every time
+            sfx = None
+            cache = None  # type: ignore[assignment]
+        if sfx is None:
+            try:
+                nsb = self.serializers.namespace.serialize(namespace)
+            except Exception as e:
+                raise StateSerializationError(
+                    self.name,
+                    self.backend.operator_name,
+                    type(namespace).__qualname__,
+                    f"the namespace cannot be serialized ({type(e).__name__}: {e})",
+                ) from e
+            sfx = nsb + _U32.pack(len(nsb))
+            if cache is not None:
+                if len(cache) >= _NS_CACHE_MAX:
+                    cache.clear()
+                cache[namespace] = sfx
+        return sfx
+
+    def cf_for(self, namespace: Any) -> Any:
+        """The column family holding ``namespace`` (creates the namespaced one if needed)."""
+        if namespace is VOID_NAMESPACE:
+            return self.cf
+        return self.ns_cf if self.ns_cf is not None else self.namespaced_cf()
+
+    def namespaced_cf(self) -> Any:
+        """The column family of the non-void namespaces (created on first use)."""
+        if self.ns_cf is None:
+            self.ns_cf = self.backend._ns_column_family(self)
+        return self.ns_cf
+
+    def dirty_of(self, namespace: Any) -> dict[Any, int]:
+        d = self.dirty.get(namespace)
+        if d is None:
+            d = self.dirty[namespace] = {}
+        return d
+
+    def decode_ns_prefix(self, prefix: bytes) -> tuple[Any, Any]:
+        """``(key, namespace)`` of a namespaced column family's ``kg + key + ns + u32`` prefix."""
+        (nlen,) = _U32.unpack_from(prefix, len(prefix) - 4)
+        end = len(prefix) - 4 - nlen
+        ns = self.serializers.namespace.deserialize(prefix[end : len(prefix) - 4])
+        return self.serializers.key.deserialize(prefix[2:end]), ns
 
     # ---------------------------------------------------------------- encoding
     def encode(self, obj: Any) -> bytes:
@@ -70,8 +159,8 @@ class StateColumn:
             return unframe_elements(self.serializers.value, data)
         return self.serializers.value.deserialize(data)
 
-    def _scan(self, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        it = self.cf.iter()
+    def _scan(self, lo: bytes, hi: bytes | None, cf: Any = None) -> Iterator[tuple[bytes, bytes]]:
+        it = (self.cf if cf is None else cf).iter()
         it.seek(lo)
         while it.valid():
             rk = it.key()
@@ -82,90 +171,127 @@ class StateColumn:
             yield rk, it.value()
             it.next()
 
-    def read(self, kb: bytes) -> Any:
-        """The stored object of RocksDB key prefix ``kb`` (a dict for map state) or ``_MISSING``."""
+    def read(self, kb: bytes, cf: Any = None) -> Any:
+        """The stored object of RocksDB key prefix ``kb`` (a dict for map state) or ``_MISSING``.
+
+        ``cf``: the column family (default: the void namespace's).
+        """
+        cf = self.cf if cf is None else cf
         if self.kind != "map":
-            data = self.cf.get(kb)
+            data = cf.get(kb)
             return _MISSING if data is None else self.decode(data)
         uk, val = self.serializers.user_key.deserialize, self.serializers.value.deserialize  # type: ignore[union-attr]
         out = {}
-        for rk, v in self._scan(kb, None):
+        for rk, v in self._scan(kb, None, cf):
             if map_key_matches(rk, len(kb)) >= 0:
                 out[uk(rk[len(kb) : len(rk) - 4])] = val(v)
         return out if out else _MISSING
 
-    def write(self, batch: Any, kb: bytes, obj: Any) -> None:
-        """Replace the object at ``kb`` (used by restore and delta replay)."""
+    def write(self, batch: Any, kb: bytes, obj: Any, cf: Any = None) -> None:
+        """Replace the object at ``kb`` of ``cf`` (used by restore and delta replay)."""
         if self.kind != "map":
             batch.append((kb, self.encode(obj)))
             return
-        self.delete(batch, kb)
+        self.delete(batch, kb, cf)
         sers = self.serializers
         for k, v in obj.items():
             ukb = sers.user_key.serialize(k)  # type: ignore[union-attr]
             batch.append((kb + ukb + _U32.pack(len(ukb)), sers.value.serialize(v)))
 
-    def delete(self, batch: Any, kb: bytes) -> None:
+    def delete(self, batch: Any, kb: bytes, cf: Any = None) -> None:
         if self.kind != "map":
             batch.append((kb, None))
             return
-        for rk, _ in self._scan(kb, None):
+        for rk, _ in self._scan(kb, None, cf):
             if map_key_matches(rk, len(kb)) >= 0:
                 batch.append((rk, None))
 
-    def decode_key(self, rk: bytes) -> tuple[bytes, Any]:
-        """``(key bytes, key)`` of a stored RocksDB key."""
+    def prefix_of(self, rk: bytes) -> bytes:
+        """The (key group, key, namespace) prefix of a stored RocksDB key."""
         if self.kind == "map":
             (ulen,) = _U32.unpack_from(rk, len(rk) - 4)
-            kb = rk[: len(rk) - 4 - ulen]
-        else:
-            kb = rk
+            return rk[: len(rk) - 4 - ulen]
+        return rk
+
+    def decode_key(self, rk: bytes) -> tuple[bytes, Any]:
+        """``(key bytes, key)`` of a stored RocksDB key of the void namespace."""
+        kb = self.prefix_of(rk)
         return kb, self.serializers.key.deserialize(kb[2:])
 
     # ---------------------------------------------------------------- heap writer API
+    def _group_entries(self, rows: Iterator[tuple[bytes, bytes]], e: Entries, decode: Any) -> None:
+        """Fill ``e`` from the rows of one namespace (``decode(prefix) -> key``)."""
+        if self.kind != "map":
+            for rk, v in rows:
+                e.keys.append(decode(rk))
+                e.vals.append(self.decode(v))
+            return
+        sers = self.serializers
+        uk, val = sers.user_key.deserialize, sers.value.deserialize  # type: ignore[union-attr]
+        groups: dict[bytes, Any] = {}
+        for rk, v in rows:
+            kb = self.prefix_of(rk)
+            d = groups.get(kb)
+            if d is None:
+                d = groups[kb] = {}
+                e.keys.append(decode(kb))
+                e.vals.append(d)
+            d[uk(rk[len(kb) : len(rk) - 4])] = val(v)
+
     def entries(self, kgi: int) -> Iterator[tuple[Any, Entries]]:
         """``(namespace, entries)`` of key group index ``kgi`` (non-empty only)."""
         kg = self.backend._start + kgi
         lo = _KG.pack(kg)
         hi = _KG.pack(kg + 1) if kg < 0xFFFF else None
         e = Entries()
-        if self.kind != "map":
-            for rk, v in self._scan(lo, hi):
-                e.keys.append(self.decode_key(rk)[1])
-                e.vals.append(self.decode(v))
-        else:
-            sers = self.serializers
-            groups: dict[bytes, Any] = {}
-            for rk, v in self._scan(lo, hi):
-                kb, key = self.decode_key(rk)
-                d = groups.get(kb)
-                if d is None:
-                    d = groups[kb] = {}
-                    e.keys.append(key)
-                    e.vals.append(d)
-                d[sers.user_key.deserialize(rk[len(kb) : len(rk) - 4])] = sers.value.deserialize(v)  # type: ignore[union-attr]
+        key_of = self.serializers.key.deserialize
+        self._group_entries(self._scan(lo, hi), e, lambda kb: key_of(kb[2:]))
         if e:
             yield VOID_NAMESPACE, e
+        if self.ns_cf is None:
+            return
+        # namespaced rows: split per namespace (a namespace's rows are not contiguous)
+        per_ns: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        for rk, v in self._scan(lo, hi, self.ns_cf):
+            p = self.prefix_of(rk)
+            (nlen,) = _U32.unpack_from(p, len(p) - 4)
+            nsb = p[len(p) - 4 - nlen :]
+            rows = per_ns.get(nsb)
+            if rows is None:
+                rows = per_ns[nsb] = []
+            rows.append((rk, v))
+        for nsb, rows in per_ns.items():
+            ns = self.serializers.namespace.deserialize(nsb[:-4])
+            e = Entries()
+            self._group_entries(iter(rows), e, lambda kb, n=len(nsb): key_of(kb[2 : len(kb) - n]))
+            yield ns, e
 
     def has_changes(self) -> bool:
-        return bool(self.dirty[VOID_NAMESPACE])
+        return any(self.dirty.values())
 
     def clear_dirty(self) -> None:
-        self.dirty[VOID_NAMESPACE].clear()
+        """Forget the recorded changes; drops the dirty sets of non-void namespaces
+        (windows come and go) except those handles are bound to (kept, emptied)."""
+        void = self.dirty[VOID_NAMESPACE]
+        void.clear()
+        if len(self.dirty) > 1:
+            self.dirty = {VOID_NAMESPACE: void}
+            for h in self.handles:
+                if h._namespace is not VOID_NAMESPACE:
+                    h._dirty.clear()
+                    self.dirty[h._namespace] = h._dirty
+        if len(self._ns_suffix) > 64:
+            self._ns_suffix.clear()
 
     def meta(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, **self.serializers.to_meta()}
 
     # ---------------------------------------------------------------- heap reader API
     def maps(self, namespace: Any) -> Sinks:
-        if namespace is not VOID_NAMESPACE:
-            raise CorruptCheckpointError(
-                f"state {self.name!r}: the RocksDB backend supports the void namespace only "
-                f"(checkpoint has {namespace!r})"
-            )
-        return Sinks(self)
+        return Sinks(self, namespace)
 
     def keys(self) -> list[Any]:
+        """The keys with a value in the void namespace."""
         seen: dict[bytes, Any] = {}
         for rk, _ in self._scan(b"", None):
             kb, key = self.decode_key(rk)

@@ -38,6 +38,7 @@ from streamstate.runtime.checkpoint.incremental import (
     shared_file_name,
 )
 from streamstate.runtime.errors import CorruptCheckpointError
+from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX
 
 if TYPE_CHECKING:
     from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend
@@ -284,11 +285,16 @@ def _copy_key_groups(
     states = handle.meta.get("states", [])
     resolved = backend._resolve_states(states)
     names = [sm["name"] for sm in states]
+    present = set(Rdict.list_cf(path))
+    # (column family in the checkpoint, its column, whether it holds the non-void namespaces)
+    cfs = [(n, col, False) for n, (col, _) in zip(names, resolved, strict=True)]
+    cfs += [(n + NS_CF_SUFFIX, col, True) for n, col, _ in cfs if n + NS_CF_SUFFIX in present]
     opts = backend._opts
-    db = Rdict(path, opts, column_families={n: opts for n in names})
+    db = Rdict(path, opts, column_families={n: opts for n, _, _ in cfs})
     try:
-        for name, (col, _) in zip(names, resolved, strict=True):
+        for name, col, namespaced in cfs:
             src = db.get_column_family(name)
+            dst = col.namespaced_cf() if namespaced else col.cf
             batch = []
             it = src.iter()
             it.seek(lo)
@@ -298,12 +304,12 @@ def _copy_key_groups(
                     break
                 batch.append((k, it.value()))
                 if len(batch) >= 10_000:
-                    backend._apply(col, batch)
+                    backend._apply(col, batch, dst)
                     batch = []
                 it.next()
             del it
-            backend._apply(col, batch)
-            del src
+            backend._apply(col, batch, dst)
+            del src, dst
     finally:
         with contextlib.suppress(Exception):
             db.close()

@@ -7,8 +7,19 @@ Storage layout (one column family per state, raw bytes, no WAL)::
     map:       kg(u16 BE) + key + ns + user key + u32(len(user key))  ->  value bytes
 
 ``key`` is the backend's key serializer's bytes, ``ns`` the namespace
-serializer's (the void namespace is empty bytes, and the only namespace
-supported). A key group is therefore a contiguous key range.
+serializer's. The void namespace is empty bytes: its entries (all state that
+is not window state) live in the state's own column family, exactly as
+``kg + key``. Every other namespace (a window) lives in a second column family
+of the state (``columns.NS_CF_SUFFIX``), with ``ns`` followed by its length
+(``u32``) so a key decodes on its own whatever the key serializer; it is
+created on the first access in a namespace. In both, a key group is a
+contiguous key range.
+
+Window state: ``set_current_namespace`` binds a handle to a column family and
+a key suffix (the namespace's bytes are cached per column), and
+``merge_namespaces`` (list, reducing, aggregating state) merges the current
+key's values of several namespaces into one, as the heap backend does (lists
+are concatenated as stored bytes, without deserializing elements).
 
 List state is stored as one value: the elements framed (``u32 length`` +
 element bytes) one after the other, so ``add``/``add_all`` append bytes to the
@@ -129,15 +140,22 @@ class _RocksState:
         self._col = column
         self._name = column.name
         self._descriptor = descriptor
-        cf = column.cf
+        self._released = False
+        self._bind(column.cf)
+        sers = column.serializers
+        self._dumps = sers.value.serialize
+        self._loads = sers.value.deserialize
+        self._namespace: Any = VOID_NAMESPACE
+        #: what follows kg + key in this handle's RocksDB keys (b"": void namespace)
+        self._nsb = b""
+        self._dirty = column.dirty[VOID_NAMESPACE]
+        column.handles.append(self)
+
+    def _bind(self, cf: Any) -> None:
         self._get = cf.get
         self._put = cf.put
         self._delete = cf.delete
         self._iter = cf.iter
-        sers = column.serializers
-        self._dumps = sers.value.serialize
-        self._loads = sers.value.deserialize
-        self._dirty = column.dirty[VOID_NAMESPACE]
 
     def release(self) -> None:
         """Drop this handle's references to the column family (the backend is disposed).
@@ -154,15 +172,80 @@ class _RocksState:
             )
 
         self._get = self._put = self._delete = self._iter = disposed
+        self._released = True
+
+    #: methods with a void-namespace fast path, replaced per instance while the
+    #: handle is in another namespace (so the void path pays nothing for windows)
+    _VOID_FAST: tuple[str, ...] = ()
 
     def set_current_namespace(self, namespace: Any) -> None:
-        """Only the void namespace is supported by this backend (no window state yet)."""
-        if namespace is not VOID_NAMESPACE:
-            raise StateAccessError(
-                f"state {self._name!r}: the RocksDB backend supports the void namespace only "
-                f"(got {namespace!r}), so it cannot hold window state yet; use "
-                f"HashMapStateBackend for jobs with windows"
-            )
+        """Scope the handle to ``namespace`` (the void namespace by default)."""
+        if namespace is self._namespace:
+            return
+        col = self._col
+        if self._released:
+            self._get(b"")  # raises: the backend is disposed
+        nsb = col.ns_suffix(namespace)
+        self._bind(col.cf_for(namespace))
+        d = self.__dict__
+        if namespace is VOID_NAMESPACE:
+            for m in self._VOID_FAST:
+                d.pop(m, None)
+        elif not self._nsb:
+            for m in self._VOID_FAST:
+                d[m] = getattr(self, "_ns_" + m)
+        self._namespace = namespace
+        self._nsb = nsb
+        self._dirty = col.dirty_of(namespace)
+
+    def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
+        """Merge the current key's values in ``sources`` into ``target`` and remove them.
+
+        For list, reducing and aggregating state (Flink's ``InternalMergingState``):
+        lists are concatenated, reduced values reduced, accumulators merged with
+        the aggregate function's ``merge``. Used when session windows merge.
+        """
+        col = self._col
+        if col.kind == "map":  # one RocksDB entry per user key: never merged (as Flink)
+            self._merge_stored(b"", b"")
+        b = self._backend
+        base = b._kb or self._base_kb()
+        key, kgi = b._key, b._kgi
+        merged: Any = None
+        for ns in sources:
+            if ns == target:
+                continue
+            cf = col.cf_for(ns)
+            rk = base + col.ns_suffix(ns)
+            data = cf.get(rk)
+            if data is None:
+                continue
+            try:
+                cf.delete(rk)
+            except Exception as e:
+                raise b._io_error("write", e) from e
+            col.dirty_of(ns)[key] = kgi
+            merged = data if merged is None else self._merge_stored(merged, data)
+        if merged is None:
+            return
+        cf = col.cf_for(target)
+        rk = base + col.ns_suffix(target)
+        cur = cf.get(rk)
+        data = merged if cur is None else self._merge_stored(cur, merged)
+        if len(data) > MAX_VALUE_BYTES:
+            raise too_large(self._name, b.operator_name, data, len(data))
+        try:
+            cf.put(rk, data)
+        except Exception as e:
+            raise b._io_error("write", e) from e
+        col.dirty_of(target)[key] = kgi
+
+    def _merge_stored(self, a: bytes, b: bytes) -> bytes:
+        """The stored bytes of two stored values merged (merging state kinds override)."""
+        raise StateAccessError(
+            f"state {self._name!r} is {self._col.kind} state, which cannot be merged; "
+            f"merging windows need list, reducing or aggregating state"
+        )
 
     def _no_key(self) -> NoReturn:
         raise StateAccessError(
@@ -171,14 +254,19 @@ class _RocksState:
             f"an element of a keyed stream (or in a keyed timer)"
         ) from None
 
-    def _kb(self) -> bytes:
-        """RocksDB key of the current key (key group + key bytes), serialized once per key."""
+    def _base_kb(self) -> bytes:
+        """Key group + key bytes of the current key, serialized once per key."""
         kb = self._backend._kb
         if kb is None:
             kb = self._backend._serialize_current_key(self._name)
             if kb is None:
                 self._no_key()
         return kb
+
+    def _kb(self) -> bytes:
+        """RocksDB key prefix of the current key in the current namespace."""
+        kb = self._backend._kb or self._base_kb()
+        return kb + self._nsb if self._nsb else kb
 
     def _ser(self, value: Any, dumps: Any = None) -> bytes:
         try:
@@ -220,6 +308,21 @@ class _RocksState:
 class RocksDBValueState(_RocksState, ValueState):
     """``value()`` is a fresh copy or ``None``; ``update(None)`` removes the entry."""
 
+    _VOID_FAST = ("value", "update")
+
+    def _ns_value(self) -> Any:
+        data = self._get(self._kb())
+        return None if data is None else self._loads(data)
+
+    def _ns_update(self, value: Any) -> None:
+        kb = self._kb()
+        if value is None:
+            self._remove(kb)
+        else:
+            self._write(kb, self._ser(value))
+        b = self._backend
+        self._dirty[b._key] = b._kgi
+
     def value(self) -> Any:
         kb = self._backend._kb or self._kb()
         data = self._get(kb)
@@ -247,6 +350,9 @@ class RocksDBValueState(_RocksState, ValueState):
 
 class RocksDBListState(_RocksState, ListState):
     """``get()`` is a new list of copies; ``add`` appends bytes; ``None`` elements raise."""
+
+    def _merge_stored(self, a: bytes, b: bytes) -> bytes:
+        return a + b  # framed elements: concatenation is the merged list
 
     def get(self) -> Iterable[Any]:
         data = self._get(self._kb())
@@ -406,6 +512,28 @@ class RocksDBReducingState(_RocksState, ReducingState):
         super().__init__(backend, column, descriptor)
         self._reduce = descriptor.get_reduce_function().reduce  # type: ignore[attr-defined]
 
+    def _merge_stored(self, a: bytes, b: bytes) -> bytes:
+        return self._ser(self._reduce(self._loads(a), self._loads(b)))
+
+    def add_many(self, values: list[Any]) -> None:
+        """``add`` of every value in order, with one read and one write."""
+        kb = self._kb()
+        data = self._get(kb)
+        cur = None if data is None else self._loads(data)
+        for value in values:
+            if value is None:
+                cur = None
+            else:
+                cur = value if cur is None else self._reduce(cur, value)
+        if cur is None:
+            if data is None:
+                return
+            self._remove(kb)
+        else:
+            self._write(kb, self._ser(cur))
+        b = self._backend
+        self._dirty[b._key] = b._kgi
+
     def get(self) -> Any:
         data = self._get(self._kb())
         return None if data is None else self._loads(data)
@@ -433,6 +561,29 @@ class RocksDBAggregatingState(_RocksState, AggregatingState):
     ) -> None:
         super().__init__(backend, column, descriptor)
         self._agg = descriptor.get_agg_function()  # type: ignore[attr-defined]
+
+    def _merge_stored(self, a: bytes, b: bytes) -> bytes:
+        return self._ser(self._agg.merge(self._loads(a), self._loads(b)))
+
+    def add_many(self, values: list[Any]) -> None:
+        """``add`` of every value in order, with one read and one write."""
+        kb = self._kb()
+        data = self._get(kb)
+        acc = None if data is None else self._loads(data)
+        agg = self._agg
+        for value in values:
+            if value is None:
+                acc = None
+                continue
+            acc = agg.add(value, agg.create_accumulator() if acc is None else acc)
+        if acc is None:
+            if data is None:
+                return
+            self._remove(kb)
+        else:
+            self._write(kb, self._ser(acc))
+        b = self._backend
+        self._dirty[b._key] = b._kgi
 
     def get(self) -> Any:
         data = self._get(self._kb())
@@ -479,31 +630,34 @@ class Entries:
 class DirtyValues:
     """``namespaces[ns][kgi]`` for the heap delta writer: current objects of dirty keys."""
 
-    def __init__(self, col: Any) -> None:
+    def __init__(self, col: Any, namespace: Any = VOID_NAMESPACE) -> None:
         self.col = col
+        self.namespace = namespace
 
     def __getitem__(self, kgi: int) -> _KgView:
-        return _KgView(self.col, kgi)
+        return _KgView(self.col, kgi, self.namespace)
 
 
 class _KgView:
-    __slots__ = ("col", "prefix", "cache")
+    __slots__ = ("col", "prefix", "cache", "suffix", "cf")
 
-    def __init__(self, col: Any, kgi: int) -> None:
+    def __init__(self, col: Any, kgi: int, namespace: Any) -> None:
         self.col = col
         self.prefix = _KG_PACK(col.backend._start + kgi)
+        self.suffix = col.ns_suffix(namespace)
+        self.cf = col.cf_for(namespace)
         self.cache: dict[Any, Any] = {}
 
     def _get(self, key: Any) -> Any:
         v = self.cache.get(key, _MISSING)
         if v is _MISSING:
             try:
-                kb = self.prefix + self.col.serializers.key.serialize(key)
+                kb = self.prefix + self.col.serializers.key.serialize(key) + self.suffix
             except Exception as e:
                 raise StateSerializationError(
                     self.col.name, self.col.backend.operator_name, type(key).__qualname__, str(e)
                 ) from e
-            v = self.cache[key] = self.col.read(kb)
+            v = self.cache[key] = self.col.read(kb, self.cf)
         return v
 
     def __contains__(self, key: Any) -> bool:
@@ -517,37 +671,40 @@ class _KgView:
 
 
 class Sinks:
-    __slots__ = ("col",)
+    __slots__ = ("col", "namespace")
 
-    def __init__(self, col: Any) -> None:
+    def __init__(self, col: Any, namespace: Any = VOID_NAMESPACE) -> None:
         self.col = col
+        self.namespace = namespace
 
     def __getitem__(self, kgi: int) -> _KgSink:
-        return _KgSink(self.col, kgi)
+        return _KgSink(self.col, kgi, self.namespace)
 
 
 class _KgSink:
-    """Writes restored/replayed ``{key: object}`` of one key group into RocksDB."""
+    """Writes restored/replayed ``{key: object}`` of one key group and namespace into RocksDB."""
 
-    __slots__ = ("col", "prefix")
+    __slots__ = ("col", "prefix", "suffix", "cf")
 
-    def __init__(self, col: Any, kgi: int) -> None:
+    def __init__(self, col: Any, kgi: int, namespace: Any) -> None:
         self.col = col
         self.prefix = _KG_PACK(col.backend._start + kgi)
+        self.suffix = col.ns_suffix(namespace)
+        self.cf = col.cf_for(namespace)
 
     def _kb(self, key: Any) -> bytes:
-        return self.prefix + self.col.serializers.key.serialize(key)
+        return self.prefix + self.col.serializers.key.serialize(key) + self.suffix
 
     def update(self, pairs: Any) -> None:
         batch: list[tuple[bytes, bytes | None]] = []
         for key, obj in pairs:
-            self.col.write(batch, self._kb(key), obj)
-        self.col.backend._apply(self.col, batch)
+            self.col.write(batch, self._kb(key), obj, self.cf)
+        self.col.backend._apply(self.col, batch, self.cf)
 
     def pop(self, key: Any, default: Any = None) -> Any:
         batch: list[tuple[bytes, bytes | None]] = []
-        self.col.delete(batch, self._kb(key))
-        self.col.backend._apply(self.col, batch)
+        self.col.delete(batch, self._kb(key), self.cf)
+        self.col.backend._apply(self.col, batch, self.cf)
         return default
 
 

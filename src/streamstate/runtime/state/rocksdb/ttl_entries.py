@@ -48,27 +48,37 @@ class RocksDBStateEntries(StateEntryTransformer):
         self.backend = backend
         self.column = column
 
-    def _group(self, kgi: int) -> Iterator[tuple[bytes, Any, Any]]:
-        """``(key bytes, key, stored object)`` of every key of key group index ``kgi``."""
+    def _group(self, kgi: int, cf: Any) -> Iterator[tuple[bytes, Any, Any, Any]]:
+        """``(prefix, key, namespace, stored object)`` of every entry of key group index
+        ``kgi`` in column family ``cf`` (the void one or the namespaced one)."""
         col = self.column
         kg = self.backend._start + kgi
         lo = _KG.pack(kg)
         hi = _KG.pack(kg + 1) if kg < 0xFFFF else None
+        void = cf is col.cf
+
+        def who(prefix: bytes) -> tuple[Any, Any]:
+            if void:
+                return col.serializers.key.deserialize(prefix[2:]), VOID_NAMESPACE
+            return col.decode_ns_prefix(prefix)
+
         if col.kind != "map":
-            for rk, v in list(col._scan(lo, hi)):
-                yield rk, col.decode_key(rk)[1], col.decode(v)
+            for rk, v in list(col._scan(lo, hi, cf)):
+                key, ns = who(rk)
+                yield rk, key, ns, col.decode(v)
             return
         sers = col.serializers
         assert sers.user_key is not None
-        groups: dict[bytes, tuple[Any, dict[Any, Any]]] = {}
-        for rk, v in col._scan(lo, hi):
-            kb, key = col.decode_key(rk)
+        groups: dict[bytes, dict[Any, Any]] = {}
+        for rk, v in col._scan(lo, hi, cf):
+            kb = col.prefix_of(rk)
             g = groups.get(kb)
             if g is None:
-                g = groups[kb] = (key, {})
-            g[1][sers.user_key.deserialize(rk[len(kb) : len(rk) - 4])] = sers.value.deserialize(v)
-        for kb, (key, d) in groups.items():
-            yield kb, key, d
+                g = groups[kb] = {}
+            g[sers.user_key.deserialize(rk[len(kb) : len(rk) - 4])] = sers.value.deserialize(v)
+        for kb, d in groups.items():
+            key, ns = who(kb)
+            yield kb, key, ns, d
 
     def transform_all(self, fn: Callable[[Any], Any]) -> int:
         return self.transform_all_with(lambda _i: fn, 0)
@@ -79,27 +89,29 @@ class RocksDBStateEntries(StateEntryTransformer):
         """:meth:`transform_all` asking ``fn_for(entries seen)`` for a new filter every
         ``refresh_every`` entries (0: once)."""
         col = self.column
-        dirty = col.dirty[VOID_NAMESPACE]
         changed = 0
         seen = 0
         fn = fn_for(0)
-        for kgi in range(self.backend._n):
-            batch: list[tuple[bytes, bytes | None]] = []
-            for kb, key, stored in self._group(kgi):
-                seen += 1
-                if refresh_every and seen % refresh_every == 0:
-                    fn = fn_for(seen)
-                new = fn(stored)
-                if new is stored:
-                    continue
-                if new is None:
-                    col.delete(batch, kb)
-                else:
-                    col.write(batch, kb, new)
-                dirty[key] = kgi
-                changed += 1
-            if batch:
-                self.backend._apply(col, batch)
+        for cf in (col.cf, col.ns_cf):
+            if cf is None:
+                continue
+            for kgi in range(self.backend._n):
+                batch: list[tuple[bytes, bytes | None]] = []
+                for kb, key, ns, stored in self._group(kgi, cf):
+                    seen += 1
+                    if refresh_every and seen % refresh_every == 0:
+                        fn = fn_for(seen)
+                    new = fn(stored)
+                    if new is stored:
+                        continue
+                    if new is None:
+                        col.delete(batch, kb, cf)
+                    else:
+                        col.write(batch, kb, new, cf)
+                    col.dirty_of(ns)[key] = kgi
+                    changed += 1
+                if batch:
+                    self.backend._apply(col, batch, cf)
         return changed
 
     def transform_next(self, n: int, fn: Callable[[Any], Any]) -> None:
