@@ -1,0 +1,292 @@
+"""The shuffle between stages: how a subtask's output is partitioned into chunks, and
+how a receiving subtask decodes its chunks back into records, in a deterministic order.
+
+A payload is one of ``(DATA, src stage, src subtask, seq, blob, input)``,
+``(WATERMARK, src stage, src subtask, node, watermark, idle)`` or ``(ACK, ack)``.
+``blob`` is a memo-free pickle of ``("R", records[, timestamps])`` (forward,
+rebalance and broadcast edges) or ``("C", key groups, keys, values[, timestamps])``
+(hash edges: columns are cheaper to pickle than triples). Nothing here imports pyspark.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import mmh3
+
+from streamstate.runtime.errors import KeySerializationError
+from streamstate.runtime.graph import Edge, Partitioning, Stage
+from streamstate.runtime.operators.base import as_callable
+from streamstate.runtime.watermarks import ChannelWatermark
+
+__all__ = ["ACK", "DATA", "WATERMARK", "EdgeWriter", "decode_input", "dumps_chunk"]
+
+DATA, ACK, WATERMARK = "D", "A", "W"
+_KEY_CACHE_LIMIT = 200_000
+_PICKLE = 5
+
+
+class EdgeWriter:
+    """Partitions one node's output for one shuffle edge into per-target chunks."""
+
+    def __init__(
+        self, edge: Edge, dest: Stage, index: int, node_name: str, cache: dict[Any, Any]
+    ) -> None:
+        self.edge = edge
+        self.p = dest.parallelism
+        self.mp = dest.max_parallelism
+        self.index = index
+        self.node_name = node_name
+        self.buckets: list[list[Any]] = [[] for _ in range(self.p)]
+        #: hash edges keep columns per target: key groups, keys, values (cheaper to pickle)
+        self.cols: list[tuple[list[int], list[Any], list[Any]]] = [
+            ([], [], []) for _ in range(self.p)
+        ]
+        #: broadcast edges: one list, pickled once and sent to every target
+        self.everyone: list[Any] = []
+        self.cache = cache
+        self.rr = index  # rebalance starts at a subtask-dependent, deterministic position
+        #: per target timestamps parallel to buckets / cols (None until a timestamped batch)
+        self.ts: list[list[Any]] | None = None
+        self.cts: list[list[Any]] | None = None
+        self.ets: list[Any] | None = None  # broadcast edges
+        if edge.partitioning is Partitioning.HASH:
+            assert edge.keying is not None
+            self.key_of = as_callable(edge.keying.key_selector, "get_key")
+            self.ser = edge.keying.key_serializer.serialize
+
+    def add(self, batch: list[Any], timestamps: list[Any] | None = None) -> None:
+        if timestamps is not None or self.ts is not None:
+            self._add_timed(batch, timestamps)
+            return
+        part = self.edge.partitioning
+        if part is Partitioning.HASH:
+            self._add_hash(batch)
+        elif part is Partitioning.FORWARD:
+            self.buckets[self.index % self.p].extend(batch)
+        elif part is Partitioning.BROADCAST:
+            self.everyone.extend(batch)
+        else:
+            p, b = self.p, self.buckets
+            start = self.rr
+            for j, v in enumerate(batch):
+                b[(start + j) % p].append(v)
+            self.rr = (start + len(batch)) % p
+
+    def _add_timed(self, batch: list[Any], timestamps: list[Any] | None) -> None:
+        """The timestamped path: a timestamp column travels next to the records.
+
+        Kept apart so that untimestamped streams pay nothing for it. Records added
+        before the first timestamped batch get None timestamps (no timestamp).
+        """
+        if self.ts is None:
+            self.ts = [[None] * len(b) for b in self.buckets]
+            self.cts = [[None] * len(c[0]) for c in self.cols]
+            self.ets = [None] * len(self.everyone)
+        assert self.cts is not None and self.ets is not None
+        if timestamps is None:
+            timestamps = [None] * len(batch)
+        part = self.edge.partitioning
+        if part is Partitioning.HASH:
+            self._add_hash_timed(batch, timestamps)
+        elif part is Partitioning.BROADCAST:
+            self.everyone.extend(batch)
+            self.ets.extend(timestamps)
+        elif part is Partitioning.FORWARD:
+            i = self.index % self.p
+            self.buckets[i].extend(batch)
+            self.ts[i].extend(timestamps)
+        else:
+            p, b, tl = self.p, self.buckets, self.ts
+            start = self.rr
+            for j, v in enumerate(batch):
+                k = (start + j) % p
+                b[k].append(v)
+                tl[k].append(timestamps[j])
+            self.rr = (start + len(batch)) % p
+
+    def _add_hash(self, batch: list[Any]) -> None:
+        key_of, ser, mp, p = self.key_of, self.ser, self.mp, self.p
+        h = mmh3.hash
+        # Key group per str/int key is memoised: serializing + hashing is most of the cost
+        # of a shuffle. Only exact str/int types are cached: 1, 1.0 and True compare equal
+        # but serialize (and hash) differently.
+        cache = self.cache
+        cols = self.cols
+        kg_app = [c[0].append for c in cols]
+        k_app = [c[1].append for c in cols]
+        v_app = [c[2].append for c in cols]
+        try:
+            for v in batch:
+                k = key_of(v)
+                tk = type(k)
+                if tk is str or tk is int:
+                    t = cache.get((tk, k)) if tk is int else cache.get(k)
+                    if t is None:
+                        kg = h(ser(k), 0, False) % mp
+                        t = (kg, kg * p // mp)
+                        if len(cache) < _KEY_CACHE_LIMIT:
+                            cache[(tk, k) if tk is int else k] = t
+                    kg, target = t
+                else:
+                    {k: None}  # noqa: B018 - fails fast for unhashable keys (caught below)
+                    kg = h(ser(k), 0, False) % mp
+                    target = kg * p // mp
+                kg_app[target](kg)
+                k_app[target](k)
+                v_app[target](v)
+        except Exception as e:  # name the key and the operator, keep the cause
+            self._raise_key_error(batch, e)
+
+    def _add_hash_timed(self, batch: list[Any], timestamps: list[Any]) -> None:
+        """``_add_hash`` plus a timestamp column (a copy, so the untimed loop stays lean)."""
+        key_of, ser, mp, p, cache = self.key_of, self.ser, self.mp, self.p, self.cache
+        assert self.cts is not None
+        cols, cts = self.cols, self.cts
+        h = mmh3.hash
+        try:
+            for v, ts in zip(batch, timestamps, strict=True):
+                k = key_of(v)
+                tk = type(k)
+                if tk is str or tk is int:
+                    t = cache.get((tk, k)) if tk is int else cache.get(k)
+                    if t is None:
+                        kg = h(ser(k), 0, False) % mp
+                        t = (kg, kg * p // mp)
+                        if len(cache) < _KEY_CACHE_LIMIT:
+                            cache[(tk, k) if tk is int else k] = t
+                    kg, target = t
+                else:
+                    {k: None}  # noqa: B018 - fails fast for unhashable keys (caught below)
+                    kg = h(ser(k), 0, False) % mp
+                    target = kg * p // mp
+                c = cols[target]
+                c[0].append(kg)
+                c[1].append(k)
+                c[2].append(v)
+                cts[target].append(ts)
+        except Exception as e:  # noqa: BLE001 - name the key and the operator, keep the cause
+            self._raise_key_error(batch, e)
+
+    def _raise_key_error(self, batch: list[Any], e: Exception) -> None:
+        key_of, ser = self.key_of, self.ser
+        for v in batch:
+            try:
+                k = key_of(v)
+            except Exception:  # noqa: BLE001 - the key selector itself failed: user error
+                raise e from None
+            try:
+                {k: None}  # noqa: B018
+            except TypeError:
+                raise KeySerializationError(
+                    f"the key {k!r} (type {type(k).__name__}) for the key_by after "
+                    f"{self.node_name!r} is not hashable, so it cannot scope keyed state; "
+                    f"return a hashable key from the key selector, e.g. a tuple instead of a list"
+                ) from e
+            try:
+                ser(k)
+            except Exception as se:  # noqa: BLE001
+                raise KeySerializationError(
+                    f"the key of record {v!r} for the key_by after {self.node_name!r} cannot be "
+                    f"serialized ({type(se).__name__}: {se}); keys must be serializable by the key "
+                    f"type given to key_by (or be str/int/float/bool/bytes/tuples of these)"
+                ) from se
+        raise e
+
+    def chunks(self) -> Iterator[tuple[int, bytes]]:
+        ts, cts, ets = self.ts, self.cts, self.ets
+        if self.everyone:
+            if ets is None:
+                blob = dumps_chunk(("R", self.everyone))
+            else:
+                blob = dumps_chunk(("R", self.everyone, ets))
+            for target in range(self.p):
+                yield target, blob
+            self.everyone = []
+        for target, recs in enumerate(self.buckets):
+            if recs:
+                if ts is None:
+                    yield target, dumps_chunk(("R", recs))
+                else:
+                    yield target, dumps_chunk(("R", recs, ts[target]))
+        for target, (kgs, keys, vals) in enumerate(self.cols):
+            if kgs:
+                if cts is None:
+                    yield target, dumps_chunk(("C", kgs, keys, vals))
+                else:
+                    yield target, dumps_chunk(("C", kgs, keys, vals, cts[target]))
+        self.buckets = [[] for _ in range(self.p)]
+        self.cols = [([], [], []) for _ in range(self.p)]
+        self.ts = self.cts = self.ets = None
+
+    def watermark_targets(self) -> range:
+        """The subtasks this edge can send records to: the channels a watermark goes to."""
+        if self.edge.partitioning is Partitioning.FORWARD:
+            i = self.index % self.p
+            return range(i, i + 1)
+        return range(self.p)
+
+
+def dumps_chunk(obj: Any) -> bytes:
+    """Pickle without the memo: records are trees, and memoising every object is most of
+    the cost of pickling a large chunk. Falls back to a normal pickle for cyclic data."""
+    buf = io.BytesIO()
+    p = pickle.Pickler(buf, protocol=_PICKLE)
+    p.fast = True  # no memo (deprecated flag, still supported by CPython's pickler)
+    try:
+        p.dump(obj)
+    except (ValueError, RecursionError):
+        return pickle.dumps(obj, protocol=_PICKLE)
+    return buf.getvalue()
+
+
+def decode_input(
+    items: Iterable[Any],
+) -> tuple[
+    list[list[Any]],
+    list[dict[str, Any]],
+    list[list[Any] | None],
+    dict[tuple[int, int, int], ChannelWatermark],
+]:
+    """Decode shuffled chunks into the records of input 0 and input 1, plus forwarded acks,
+    the inputs' timestamps (None: no timestamps) and the watermark channels.
+
+    A data payload is ``(DATA, src stage, src subtask, seq, blob, input)``; chunks are
+    sorted by (src stage, src subtask, seq) so that the input order is deterministic.
+    """
+    data, acks = [], []
+    channels: dict[tuple[int, int, int], ChannelWatermark] = {}
+    for _part, payload in items:
+        kind = payload[0]
+        if kind == DATA:
+            data.append(payload)
+        elif kind == WATERMARK:
+            channels[(payload[1], payload[2], payload[3])] = ChannelWatermark(
+                payload[4], payload[5]
+            )
+        else:
+            acks.append(payload[1])
+    data.sort(key=lambda d: (d[1], d[2], d[3]))  # (src stage, src subtask, seq): deterministic
+    inputs: list[list[Any]] = [[], []]
+    tss: list[list[Any] | None] = [None, None]
+    for d in data:
+        records = inputs[d[5]]
+        chunk = pickle.loads(d[4])
+        n = len(records)
+        if chunk[0] == "C":
+            records.extend(zip(chunk[1], chunk[2], chunk[3], strict=True))
+            cts = chunk[4] if len(chunk) > 4 else None
+        else:
+            records.extend(chunk[1])
+            cts = chunk[2] if len(chunk) > 2 else None
+        ts = tss[d[5]]
+        if cts is not None:
+            if ts is None:
+                ts = tss[d[5]] = [None] * n
+            ts.extend(cts)
+        elif ts is not None:
+            ts.extend([None] * (len(records) - n))
+    return inputs, acks, tss, channels
