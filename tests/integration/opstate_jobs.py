@@ -260,3 +260,45 @@ class SlowSource(SourceFunction, CheckpointedFunction):
 
     def snapshot_state(self, context: Any) -> None:
         self.state.update([self.next])
+
+
+class SubtaskRuleMatcher(RuleMatcher):
+    """:class:`RuleMatcher` whose matches carry the subtask that found them:
+    ``(match, subtask)``, so a test sees that every subtask had the broadcast rules."""
+
+    def open(self, runtime_context: Any) -> None:
+        super().open(runtime_context)
+        self.subtask = runtime_context.get_index_of_this_subtask()
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        for match in super().process_element(value, ctx):
+            yield match, self.subtask
+
+
+class RescaleProbe(MapFunction, CheckpointedFunction):
+    """Keeps every value it maps in operator list state ``held`` (even-split on rescale)
+    and in union list state ``seen`` (every subtask gets all old lists on rescale).
+
+    Both lists are kept verbatim: what was restored first (in restore order), then the
+    values this subtask mapped since. A test reading two retained checkpoints can so
+    tell exactly what each new subtask restored. Emits ``(value, subtask)``.
+    """
+
+    def open(self, runtime_context: Any) -> None:
+        self.subtask = runtime_context.get_index_of_this_subtask()
+
+    def initialize_state(self, context: Any) -> None:
+        store = context.get_operator_state_store()
+        self.held_state = store.get_list_state(ListStateDescriptor("held", Types.LONG()))
+        self.seen_state = store.get_union_list_state(ListStateDescriptor("seen", Types.LONG()))
+        self.held = list(self.held_state.get())
+        self.seen = list(self.seen_state.get())
+
+    def snapshot_state(self, context: Any) -> None:
+        self.held_state.update(self.held)
+        self.seen_state.update(self.seen)
+
+    def map(self, value: Any) -> Any:
+        self.held.append(value)
+        self.seen.append(value)
+        return value, self.subtask

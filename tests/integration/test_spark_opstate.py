@@ -13,6 +13,7 @@ import pytest
 from streamstate.datastream import ExternalizedCheckpointCleanup
 from streamstate.datastream.connectors import CollectSink
 from streamstate.runtime import executor as executor_mod
+from streamstate.runtime.state_reader import read_operator_state
 from streamstate.testing import FailOnce
 from tests.integration.jobs import make_env
 from tests.integration.opstate_jobs import (
@@ -20,7 +21,9 @@ from tests.integration.opstate_jobs import (
     BufferingSink,
     CounterSource,
     MyFunction,
+    RescaleProbe,
     RuleMatcher,
+    SubtaskRuleMatcher,
     expected_matches,
     read_buffering_output,
 )
@@ -164,3 +167,88 @@ def test_counter_source_on_spark_with_a_killed_worker(spark, tmp_path, epoch_clo
     failed, result = run("failed", 3)
     assert result.get_accumulator_result("restarts") == 1
     assert Counter(failed) == Counter(base)
+
+
+COLOURS = ["red", "blue", "green", "cyan", "pink", "grey"]
+ITEMS6 = list(
+    zip(
+        itertools.islice(itertools.cycle(COLOURS), 48),
+        itertools.cycle(["rect", "tri", "circle", "tri", "rect"]),
+    )
+)
+
+
+def test_union_split_and_broadcast_state_rescale_1_3_2_on_spark(spark, tmp_path, epoch_clock):
+    """One job with broadcast state (rule matching; the rules arrive in the first run
+    only) and a probe with split and union list state, run at 1, restored from its
+    retained checkpoint at 3, then at 2, compared with a run that never rescales."""
+
+    def job(env) -> tuple[CollectSink, CollectSink]:
+        matches, probed = CollectSink(), CollectSink()
+        items = env.from_collection(ITEMS6).key_by(lambda v: v[0])
+        rules = env.from_collection(RULES).broadcast(RULE_STATE)
+        items.connect(rules).process(SubtaskRuleMatcher()).uid("matcher").sink_to(matches)
+        env.from_collection(list(range(48))).rebalance().map(RescaleProbe()).uid("probe").sink_to(
+            probed
+        )
+        return matches, probed
+
+    # 10 records per source and epoch: 5 epochs, the rescaled runs end after 2 and 4
+    env = env_for(spark, tmp_path, "base", epoch_records=10)
+    base_matches, base_probed = job(env)
+    env.execute("base")
+    expected = Counter(expected_matches(ITEMS6, RULES))
+    assert len(expected) > 10
+    assert Counter(m for m, _ in base_matches.get_results()) == expected
+    assert sorted(v for v, _ in base_probed.get_results()) == list(range(48))
+
+    rule_map = {name: (first, second) for name, first, second in RULES}
+    matches: list[Any] = []
+    probed: list[Any] = []
+    held_before: list[int] = []  # the old subtasks' split lists, concatenated in order
+    seen_before: list[int] = []  # the old subtasks' union lists, concatenated in order
+    restore = None
+    for p, max_epochs in [(1, 2), (3, 4), (2, 0)]:
+        conf = {"execution.epoch.max-epochs": str(max_epochs)}
+        env = env_for(spark, tmp_path, "rescale", p, epoch_records=10, **conf)
+        if restore is not None:
+            env.set_restore_path(restore)
+        m_sink, p_sink = job(env)
+        result = env.execute(f"rescale-{p}")
+        restore = result.get_accumulator_result("latest-checkpoint")
+        run_matches, run_probed = m_sink.get_results(), p_sink.get_results()
+        assert run_probed, f"no input left for the run at parallelism {p}"
+        matches += run_matches
+        probed += run_probed
+        if p != 1:  # the rules came in the first run: every new subtask restored them
+            assert {s for _, s in run_matches} == set(range(p))
+
+        # broadcast state: one copy per subtask, each with every rule
+        rules_state = read_operator_state(restore, "matcher")[RULE_STATE.name]
+        assert rules_state["mode"] == "broadcast"
+        assert [dict(c) for c in rules_state["subtasks"]] == [rule_map] * p
+
+        state = read_operator_state(restore, "probe")
+        held, seen = state["held"], state["seen"]
+        assert (held["mode"], seen["mode"]) == ("split", "union")
+        assert len(held["subtasks"]) == len(seen["subtasks"]) == p
+        mapped = [[v for v, s in run_probed if s == i] for i in range(p)]
+        old = set(held_before)
+        shares = [[v for v in h if v in old] for h in held["subtasks"]]
+        # split: contiguous, even shares of the old lists; nothing lost, nothing twice
+        assert [v for share in shares for v in share] == held_before
+        assert max(map(len, shares)) - min(map(len, shares)) <= 1
+        for i, h in enumerate(held["subtasks"]):
+            assert h == shares[i] + [v for v in h if v not in old]
+            assert sorted(h[len(shares[i]) :]) == sorted(mapped[i])
+        # union: every subtask restored all old subtasks' lists, then added its own
+        for i, u in enumerate(seen["subtasks"]):
+            assert u[: len(seen_before)] == seen_before
+            assert sorted(u[len(seen_before) :]) == sorted(mapped[i])
+        held_before = [v for h in held["subtasks"] for v in h]
+        seen_before = [v for u in seen["subtasks"] for v in u]
+
+    assert sorted(held_before) == list(range(48))
+    # the same outputs as the run that never rescaled
+    assert Counter(m for m, _ in matches) == expected
+    assert sorted(v for v, _ in probed) == list(range(48))
