@@ -21,7 +21,11 @@ micro-batch (so more rows over 10 batches) and, unlike ``append``, does not wait
 watermark. Spark's aggregation is compiled JVM code (no Python per record); streamstate
 runs the window operator, the assigner, the trigger and the AggregateFunction in Python.
 
-Run: ``python -m benchmarks.window_count [--records N] [--repeat 2] [--no-spark]``.
+``--state-backends hashmap,rocksdb`` runs streamstate on each keyed state backend
+(one row per backend; RocksDB databases under the system temp dir).
+
+Run: ``python -m benchmarks.window_count [--records N] [--repeat 2] [--no-spark]
+[--state-backends hashmap,rocksdb]``.
 """
 
 from __future__ import annotations
@@ -82,9 +86,12 @@ class KeyWindowCount(WindowFunction):
             yield key, window.start, c
 
 
-def run_streamstate(spark: Any, data: list[Any], epochs: int) -> tuple[float, dict[str, Any]]:
+def run_streamstate(
+    spark: Any, data: list[Any], epochs: int, backend: str = "hashmap"
+) -> tuple[float, dict[str, Any]]:
     conf = Configuration()
     conf.set_string("execution.epoch.max-records", str(-(-len(data) // epochs)))
+    conf.set_string("state.backend.type", backend)
     env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
     env.set_parallelism(2)
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(
@@ -198,7 +205,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--no-spark", action="store_true", help="skip Structured Streaming")
     p.add_argument("--json", help="also write the figures to this file")
+    p.add_argument(
+        "--state-backends", default="hashmap", help="comma-separated keyed state backends"
+    )
     args = p.parse_args(argv)
+    backends = [b.strip() for b in args.state_backends.split(",") if b.strip()]
 
     from benchmarks.peers import spark_stateful as peers
 
@@ -207,10 +218,12 @@ def main(argv: list[str] | None = None) -> None:
     data = workload(args.records, args.keys)
     verify_streamstate(spark, data[:100_000])  # correctness check + warm-up
     rows: dict[str, dict[str, float]] = {}
-    for epochs in (1, 10):
-        rows.setdefault("streamstate", {})[str(epochs)] = best_of(
-            args.repeat, lambda e=epochs: run_streamstate(spark, data, e)[0]
-        )
+    for backend in backends:
+        name = "streamstate" if backend == "hashmap" else f"streamstate ({backend})"
+        for epochs in (1, 10):
+            rows.setdefault(name, {})[str(epochs)] = best_of(
+                args.repeat, lambda e=epochs, b=backend: run_streamstate(spark, data, e, b)[0]
+            )
     if not args.no_spark:
         run_spark(spark, data[:50_000], 1)  # warm-up
         for batches in (1, 10):

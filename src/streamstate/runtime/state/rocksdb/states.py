@@ -323,14 +323,16 @@ class RocksDBValueState(_RocksState, ValueState):
         b = self._backend
         self._dirty[b._key] = b._kgi
 
+    # value()/update(): the void namespace's hot path (replaced per instance while
+    # the handle is in a window: see _VOID_FAST), so the key prefix is the key's alone
     def value(self) -> Any:
-        kb = self._backend._kb or self._kb()
+        kb = self._backend._kb or self._base_kb()
         data = self._get(kb)
         return None if data is None else self._loads(data)
 
     def update(self, value: Any) -> None:
         b = self._backend
-        kb = b._kb or self._kb()
+        kb = b._kb or self._base_kb()
         if value is None:
             self._remove(kb)
         else:
