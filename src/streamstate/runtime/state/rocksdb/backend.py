@@ -29,7 +29,6 @@ entries here but one in the heap backend, and a delta holding both keeps one.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import struct
@@ -41,31 +40,25 @@ from typing import Any
 from rocksdict import Rdict, WriteOptions
 
 from streamstate.datastream.state import State, StateDescriptor
-from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
 from streamstate.runtime.checkpoint.incremental import IncrementalKeyedStateHandle
 from streamstate.runtime.errors import (
     ConfigurationError,
-    CorruptCheckpointError,
     KeySerializationError,
     StateAccessError,
-    StateDescriptorConflictError,
-    StateMigrationError,
     StateSerializationError,
 )
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import TypeSerializer
+from streamstate.runtime.state import restore_meta as rm
 from streamstate.runtime.state import ttl
 from streamstate.runtime.state.base import (
     KeyedSnapshot,
     KeyedStateBackend,
     NamespaceSerializer,
     StateEntryTransformer,
-    check_serializer_compatibility,
-    restore_serializer,
-    serializer_for_type_info,
 )
 from streamstate.runtime.state.heap import snapshot as fmt
-from streamstate.runtime.state.heap.table import STATE_KINDS, StateSerializers
+from streamstate.runtime.state.heap.table import StateSerializers
 from streamstate.runtime.state.registry import register_keyed_backend
 from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX, StateColumn
 from streamstate.runtime.state.rocksdb.incremental import (
@@ -255,21 +248,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return self._start + self._kgi
 
     # ------------------------------------------------------------------- registration
-    def _serializers_for(self, descriptor: StateDescriptor) -> StateSerializers:
-        kind = descriptor.kind
-        if kind == "list":
-            value = serializer_for_type_info(descriptor.elem_type_info)  # type: ignore[attr-defined]
-        elif kind == "map":
-            value = serializer_for_type_info(descriptor.value_type_info)  # type: ignore[attr-defined]
-        else:
-            value = serializer_for_type_info(descriptor.type_info)
-        user_key = (
-            serializer_for_type_info(descriptor.key_type_info)  # type: ignore[attr-defined]
-            if kind == "map"
-            else None
-        )
-        return StateSerializers(self.key_serializer, NamespaceSerializer(), value, user_key)
-
     def _column_family(self, cf_name: str, state_name: str) -> Any:
         """Open (restored) or create the column family ``cf_name``."""
         self._check_alive()
@@ -308,20 +286,12 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
         self._check_alive()
-        name = descriptor.name
-        entry = self._handles.get(name)
-        if entry is not None:
-            existing, handle = entry
-            if existing is descriptor or existing.is_compatible_with(descriptor):
-                return handle
-            raise StateDescriptorConflictError(
-                f"operator {self.operator_name!r}: state {name!r} is already registered as "
-                f"{existing!r}; it cannot be registered again as {descriptor!r}. Use another "
-                f"state name or the same kind, type information and TTL configuration."
-            )
-        created = ttl.create_state(self, descriptor, self._create_raw)
-        self._handles[name] = (descriptor, created)
-        return created
+        return rm.registered_or_create(
+            self.operator_name,
+            self._handles,
+            descriptor,
+            lambda d: ttl.create_state(self, d, self._create_raw),
+        )
 
     def _create_raw(self, descriptor: StateDescriptor) -> State:
         """The RocksDB state of ``descriptor`` (the raw state under a TTL wrapper, if any)."""
@@ -329,12 +299,12 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         kind = descriptor.kind
         if kind not in STATE_CLASSES:
             raise StateAccessError(f"unsupported state descriptor {descriptor!r}")
-        sers = self._serializers_for(descriptor)
+        sers = rm.serializers_for(descriptor, self.key_serializer)
         col = self._columns.get(name)
         if col is None:
             col = self._column(name, kind, sers)
         else:  # restored (or created by a delta) and not yet registered
-            self._check_migration(col, descriptor, sers)
+            rm.check_migration(self.operator_name, col, descriptor, sers)
             old_meta = {**col.serializers.to_meta(), "namespace_serializer": None}
             if old_meta != {**sers.to_meta(), "namespace_serializer": None}:
                 self._migrate(col, sers)
@@ -342,24 +312,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         state: Any = STATE_CLASSES[kind](self, col, descriptor)
         self._raw_states.append(state)
         return state  # type: ignore[no-any-return]
-
-    def _check_migration(
-        self, col: StateColumn, descriptor: StateDescriptor, sers: StateSerializers
-    ) -> None:
-        if col.kind != descriptor.kind:
-            raise StateMigrationError(
-                f"operator {self.operator_name!r}: state {col.name!r} was restored as "
-                f"{col.kind} state but is now registered as {descriptor.kind} state "
-                f"({descriptor!r}). Keep the kind of a state, or give the new state a new name."
-            )
-        meta = col.restored_meta
-        if meta is None:
-            return
-        check_serializer_compatibility(col.name, "value", sers.value, meta["value_serializer"])
-        if sers.user_key is not None and "user_key_serializer" in meta:
-            check_serializer_compatibility(
-                col.name, "map key", sers.user_key, meta["user_key_serializer"]
-            )
 
     def _migrate(self, col: StateColumn, new: StateSerializers) -> None:
         """Rewrite every stored value of ``col`` from its serializers to ``new``."""
@@ -448,123 +400,31 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def restore(self, handles: Sequence[Any]) -> None:
         """Restore heap-format handles and incremental RocksDB handles (any mix)."""
         self._check_alive()
-        if self._handles:
-            raise StateAccessError(
-                f"operator {self.operator_name!r}: restore() must run before any state is "
-                f"registered (registered: {sorted(self._handles)})"
-            )
+        rm.check_restore_first(self.operator_name, self._handles)
         native = [h for h in handles if isinstance(h, IncrementalKeyedStateHandle)]
         if native:
             restore_incremental(self, native)
             handles = [h for h in handles if not isinstance(h, IncrementalKeyedStateHandle)]
         if any(h.intersects(self.key_group_range) for h in handles):
             self.restore_source = "remote"
-        for handle in handles:
-            inter = handle.key_group_range.intersection(self.key_group_range)
-            if not len(inter):
-                continue
-            fmt.check_meta(handle.meta)
-            resolved = self._resolve_states(handle.meta["states"])
-            kgs = sorted(kg for kg in handle.offsets if kg in inter)
-            if not kgs:
-                continue
-            blob, base = self._read_span(handle, kgs)
-            view = memoryview(blob)
-
-            def resolve(sid: int, _r: list[tuple[StateColumn, Any]] = resolved) -> Any:
-                if sid >= len(_r):
-                    raise CorruptCheckpointError(f"keyed state refers to unknown state id {sid}")
-                return _r[sid]
-
-            for kg in kgs:
-                off, ln = handle.offsets[kg]
-                section = view[off - base : off - base + ln]
-                if len(section) != ln:
-                    raise CorruptCheckpointError(
-                        f"keyed state of key group {kg} lies outside its state file"
-                    )
-                fmt.read_section(section, kg, resolve, kg - self._start)  # type: ignore[arg-type]
-
-    @staticmethod
-    def _read_span(handle: KeyGroupsStateHandle, kgs: list[int]) -> tuple[bytes, int]:
-        """The bytes holding key groups ``kgs`` (only those) and the offset they start at."""
-        if len(kgs) == len(handle.offsets):
-            return handle.stream.read(), 0
-        first = min(handle.offsets[kg][0] for kg in kgs)
-        end = max(handle.offsets[kg][0] + handle.offsets[kg][1] for kg in kgs)
-        return handle.stream.read_range(first, end - first), first
+        rm.restore_handles(handles, self.key_group_range, self._resolve_states)
 
     def _resolve_states(self, states_meta: list[dict[str, Any]]) -> list[tuple[StateColumn, Any]]:
         """Per state id of a checkpoint: (column to fill, serializers to read with)."""
-        out: list[tuple[StateColumn, Any]] = []
-        key_checked: set[str] = set()
-        for sm in states_meta:
-            try:
-                name, kind = sm["name"], sm["kind"]
-                key_snap = sm["key_serializer"]
-            except (KeyError, TypeError) as e:
-                raise CorruptCheckpointError(f"keyed state meta is damaged: {e!r}") from e
-            if kind not in STATE_KINDS:
-                raise CorruptCheckpointError(f"state {name!r} has unknown kind {kind!r}")
-            read_sers = self._read_serializers(name, sm)
-            token = json.dumps(key_snap, sort_keys=True)
-            if token not in key_checked:
-                check_serializer_compatibility(
-                    name, "key", self.key_serializer, key_snap, require_as_is=True
-                )
-                key_checked.add(token)
-            col = self._columns.get(name)
-            if col is None:
-                write_sers = StateSerializers(
-                    self.key_serializer, read_sers.namespace, read_sers.value, read_sers.user_key
-                )
-                col = self._column(name, kind, write_sers)
-                col.restored_meta = sm
-            elif col.kind != kind:
-                if name in self._handles:
-                    raise StateMigrationError(
-                        f"operator {self.operator_name!r}: state {name!r} is registered as "
-                        f"{col.kind} state but the checkpoint holds {kind} state"
-                    )
-                raise CorruptCheckpointError(
-                    f"state {name!r} is {col.kind} state in one handle and {kind} in another"
-                )
-            out.append((col, read_sers))
-        return out
-
-    def _read_serializers(self, name: str, sm: dict[str, Any]) -> StateSerializers:
-        """Serializers to read state ``name``: a live column's if identical, else restored."""
-        col = self._columns.get(name)
-        live = col.serializers.to_meta() if col is not None else {}
-
-        def get(field: str) -> TypeSerializer:
-            snap = sm[field]
-            if live.get(field) == snap:
-                return getattr(col.serializers, _FIELDS[field])  # type: ignore[union-attr]
-            return restore_serializer(snap, name)
-
-        try:
-            user_key = get("user_key_serializer") if sm["kind"] == "map" else None
-            return StateSerializers(
-                get("key_serializer"),
-                get("namespace_serializer"),
-                get("value_serializer"),
-                user_key,
-            )
-        except KeyError as e:
-            raise CorruptCheckpointError(f"state {name!r}: meta lacks {e}") from e
+        return rm.resolve_states(
+            self.operator_name,
+            self.key_serializer,
+            states_meta,
+            self._columns,
+            self._handles,
+            self._column,
+        )
 
     def apply_delta(self, data: bytes) -> None:
         self._check_alive()
         if self.restore_source is None:
             self.restore_source = "remote"
-        start, n = self._start, self._n
-
-        def kg_index(kg: int) -> int | None:
-            kgi = kg - start
-            return kgi if 0 <= kgi < n else None
-
-        fmt.read_delta(data, self._resolve_states, kg_index)  # type: ignore[arg-type]
+        rm.apply_delta(data, self.key_group_range, self._resolve_states)
 
     # ------------------------------------------------------------------- incremental
     def snapshot_incremental(self, storage: Any, checkpoint_id: int, scope: str) -> Any:
@@ -631,12 +491,5 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             f"path {self.path!r}, states {sorted(self._columns)})"
         )
 
-
-_FIELDS = {
-    "key_serializer": "key",
-    "namespace_serializer": "namespace",
-    "value_serializer": "value",
-    "user_key_serializer": "user_key",
-}
 
 register_keyed_backend("rocksdb", RocksDBKeyedStateBackend)

@@ -1,0 +1,274 @@
+"""Registering and restoring keyed states against a checkpoint's state meta.
+
+The heap and the RocksDB backend hold each state in a *holder* (the heap's
+``StateTable``, RocksDB's ``StateColumn``) with ``name``, ``kind``,
+``serializers`` and ``restored_meta``, and both read and write the heap
+backend's checkpoint formats (:mod:`streamstate.runtime.state.heap.snapshot`).
+The rules that do not depend on where the objects live are here, so both
+backends apply them identically:
+
+* which serializers a descriptor's state is written with (:func:`serializers_for`);
+* a repeated registration returns the first handle or raises
+  ``StateDescriptorConflictError`` (:func:`registered_or_create`);
+* a restored state registered again keeps its kind and a compatible serializer
+  (:func:`check_migration`, ``StateMigrationError``);
+* a checkpoint's per-state meta resolves to (holder to fill, serializers to read
+  with), checking the key serializer as-is (:func:`resolve_states`);
+* full handles are read for this backend's key groups only (:func:`restore_handles`)
+  and deltas skip other key groups (:func:`apply_delta`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any, TypeVar
+
+from streamstate.datastream.state import State, StateDescriptor
+from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
+from streamstate.runtime.errors import (
+    CorruptCheckpointError,
+    StateAccessError,
+    StateDescriptorConflictError,
+    StateMigrationError,
+)
+from streamstate.runtime.keygroups import KeyGroupRange
+from streamstate.runtime.serializers.base import TypeSerializer
+from streamstate.runtime.state.base import (
+    NamespaceSerializer,
+    check_serializer_compatibility,
+    restore_serializer,
+    serializer_for_type_info,
+)
+from streamstate.runtime.state.heap import snapshot as fmt
+from streamstate.runtime.state.heap.table import STATE_KINDS, StateSerializers
+
+__all__ = [
+    "apply_delta",
+    "check_migration",
+    "check_restore_first",
+    "read_serializers",
+    "registered_or_create",
+    "resolve_states",
+    "restore_handles",
+    "serializers_for",
+]
+
+#: a state holder: has ``name``, ``kind``, ``serializers`` and ``restored_meta``
+H = TypeVar("H")
+
+#: meta field -> attribute of :class:`StateSerializers`
+_FIELDS = {
+    "key_serializer": "key",
+    "namespace_serializer": "namespace",
+    "value_serializer": "value",
+    "user_key_serializer": "user_key",
+}
+
+
+def serializers_for(
+    descriptor: StateDescriptor, key_serializer: TypeSerializer
+) -> StateSerializers:
+    """The serializers a state of ``descriptor`` is written with (list: element, map:
+    value and user key)."""
+    kind = descriptor.kind
+    if kind == "list":
+        value = serializer_for_type_info(descriptor.elem_type_info)  # type: ignore[attr-defined]
+    elif kind == "map":
+        value = serializer_for_type_info(descriptor.value_type_info)  # type: ignore[attr-defined]
+    else:
+        value = serializer_for_type_info(descriptor.type_info)
+    user_key = (
+        serializer_for_type_info(descriptor.key_type_info)  # type: ignore[attr-defined]
+        if kind == "map"
+        else None
+    )
+    return StateSerializers(key_serializer, NamespaceSerializer(), value, user_key)
+
+
+def registered_or_create(
+    operator_name: str,
+    handles: dict[str, tuple[StateDescriptor, Any]],
+    descriptor: StateDescriptor,
+    create: Callable[[StateDescriptor], State],
+) -> State:
+    """The handle registered under ``descriptor.name`` if its descriptor is compatible,
+    else ``create(descriptor)`` recorded in ``handles``; an incompatible descriptor
+    under a registered name is ``StateDescriptorConflictError``."""
+    name = descriptor.name
+    entry = handles.get(name)
+    if entry is not None:
+        existing, handle = entry
+        if existing is descriptor or existing.is_compatible_with(descriptor):
+            return handle  # type: ignore[no-any-return]
+        raise StateDescriptorConflictError(
+            f"operator {operator_name!r}: state {name!r} is already registered as "
+            f"{existing!r}; it cannot be registered again as {descriptor!r}. Use another "
+            f"state name or the same kind, type information and TTL configuration."
+        )
+    created = create(descriptor)
+    handles[name] = (descriptor, created)
+    return created
+
+
+def check_migration(
+    operator_name: str, holder: Any, descriptor: StateDescriptor, sers: StateSerializers
+) -> None:
+    """A restored state registered as ``descriptor`` keeps its kind, and its value (and
+    map key) serializer is compatible with the checkpoint's."""
+    if holder.kind != descriptor.kind:
+        raise StateMigrationError(
+            f"operator {operator_name!r}: state {holder.name!r} was restored as "
+            f"{holder.kind} state but is now registered as {descriptor.kind} state "
+            f"({descriptor!r}). Keep the kind of a state, or give the new state a new name."
+        )
+    meta = holder.restored_meta
+    if meta is None:
+        return
+    check_serializer_compatibility(holder.name, "value", sers.value, meta["value_serializer"])
+    if sers.user_key is not None and "user_key_serializer" in meta:
+        check_serializer_compatibility(
+            holder.name, "map key", sers.user_key, meta["user_key_serializer"]
+        )
+
+
+def check_restore_first(operator_name: str, registered: Collection[str]) -> None:
+    """Restore must come before any state is registered."""
+    if registered:
+        raise StateAccessError(
+            f"operator {operator_name!r}: restore() must run before any state is "
+            f"registered (registered: {sorted(registered)})"
+        )
+
+
+def read_serializers(holder: Any, name: str, sm: dict[str, Any]) -> StateSerializers:
+    """Serializers to read state ``name`` with: the live ``holder``'s where its meta is
+    identical to the checkpoint's (``sm``), else restored from ``sm``."""
+    live = holder.serializers.to_meta() if holder is not None else {}
+
+    def get(field: str) -> TypeSerializer:
+        snap = sm[field]
+        if live.get(field) == snap:
+            return getattr(holder.serializers, _FIELDS[field])  # type: ignore[no-any-return]
+        return restore_serializer(snap, name)
+
+    try:
+        user_key = get("user_key_serializer") if sm["kind"] == "map" else None
+        return StateSerializers(
+            get("key_serializer"),
+            get("namespace_serializer"),
+            get("value_serializer"),
+            user_key,
+        )
+    except KeyError as e:
+        raise CorruptCheckpointError(f"state {name!r}: meta lacks {e}") from e
+
+
+def resolve_states(
+    operator_name: str,
+    key_serializer: TypeSerializer,
+    states_meta: list[dict[str, Any]],
+    holders: Mapping[str, H],
+    registered: Collection[str],
+    create: Callable[[str, str, StateSerializers], H],
+) -> list[tuple[H, StateSerializers]]:
+    """Per state id of a checkpoint: (holder to fill, serializers to read with).
+
+    A state without a holder gets one from ``create(name, kind, write_serializers)``
+    (which records it in ``holders``), with ``restored_meta`` set to its meta. A
+    kind differing from a holder's is ``StateMigrationError`` for a ``registered``
+    state, else ``CorruptCheckpointError`` (two handles disagree)."""
+    out: list[tuple[H, StateSerializers]] = []
+    key_checked: set[str] = set()
+    for sm in states_meta:
+        try:
+            name, kind = sm["name"], sm["kind"]
+            key_snap = sm["key_serializer"]
+        except (KeyError, TypeError) as e:
+            raise CorruptCheckpointError(f"keyed state meta is damaged: {e!r}") from e
+        if kind not in STATE_KINDS:
+            raise CorruptCheckpointError(f"state {name!r} has unknown kind {kind!r}")
+        read_sers = read_serializers(holders.get(name), name, sm)
+        token = json.dumps(key_snap, sort_keys=True)
+        if token not in key_checked:
+            check_serializer_compatibility(
+                name, "key", key_serializer, key_snap, require_as_is=True
+            )
+            key_checked.add(token)
+        holder: Any = holders.get(name)
+        if holder is None:
+            write_sers = StateSerializers(
+                key_serializer, read_sers.namespace, read_sers.value, read_sers.user_key
+            )
+            holder = create(name, kind, write_sers)
+            holder.restored_meta = sm
+        elif holder.kind != kind:
+            if name in registered:
+                raise StateMigrationError(
+                    f"operator {operator_name!r}: state {name!r} is registered as "
+                    f"{holder.kind} state but the checkpoint holds {kind} state"
+                )
+            raise CorruptCheckpointError(
+                f"state {name!r} is {holder.kind} state in one handle and {kind} in another"
+            )
+        out.append((holder, read_sers))
+    return out
+
+
+def restore_handles(
+    handles: Iterable[KeyGroupsStateHandle],
+    key_group_range: KeyGroupRange,
+    resolve: Callable[[list[dict[str, Any]]], list[tuple[Any, StateSerializers]]],
+) -> None:
+    """Read the key groups of ``key_group_range`` from full (heap-format) ``handles``,
+    reading only their byte ranges; ``resolve`` is the backend's :func:`resolve_states`."""
+    start = key_group_range.start
+    for handle in handles:
+        inter = handle.key_group_range.intersection(key_group_range)
+        if not len(inter):
+            continue
+        fmt.check_meta(handle.meta)
+        resolved = resolve(handle.meta["states"])
+        kgs = sorted(kg for kg in handle.offsets if kg in inter)
+        if not kgs:
+            continue
+        blob, base = _read_span(handle, kgs)
+        view = memoryview(blob)
+
+        def by_id(sid: int, _r: list[tuple[Any, StateSerializers]] = resolved) -> Any:
+            if sid >= len(_r):
+                raise CorruptCheckpointError(f"keyed state refers to unknown state id {sid}")
+            return _r[sid]
+
+        for kg in kgs:
+            off, ln = handle.offsets[kg]
+            section = view[off - base : off - base + ln]
+            if len(section) != ln:
+                raise CorruptCheckpointError(
+                    f"keyed state of key group {kg} lies outside its state file"
+                )
+            fmt.read_section(section, kg, by_id, kg - start)
+
+
+def _read_span(handle: KeyGroupsStateHandle, kgs: list[int]) -> tuple[bytes, int]:
+    """The bytes holding key groups ``kgs`` (only those) and the offset they start at."""
+    if len(kgs) == len(handle.offsets):
+        return handle.stream.read(), 0
+    first = min(handle.offsets[kg][0] for kg in kgs)
+    end = max(handle.offsets[kg][0] + handle.offsets[kg][1] for kg in kgs)
+    return handle.stream.read_range(first, end - first), first
+
+
+def apply_delta(
+    data: bytes,
+    key_group_range: KeyGroupRange,
+    resolve: Callable[[list[dict[str, Any]]], list[tuple[Any, StateSerializers]]],
+) -> None:
+    """Apply a delta (heap delta format) to the key groups of ``key_group_range``."""
+    start, n = key_group_range.start, len(key_group_range)
+
+    def kg_index(kg: int) -> int | None:
+        kgi = kg - start
+        return kgi if 0 <= kgi < n else None
+
+    fmt.read_delta(data, resolve, kg_index)
