@@ -27,7 +27,11 @@ from typing import Any
 
 from streamstate.datastream.state import State, StateDescriptor
 from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
-from streamstate.runtime.errors import StateMigrationError
+from streamstate.runtime.errors import (
+    KeySerializationError,
+    StateAccessError,
+    StateMigrationError,
+)
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_for_serialized_key
 from streamstate.runtime.serializers.base import TypeSerializer, TypeSerializerSnapshot
 from streamstate.runtime.serializers.compat import resolve_compatibility
@@ -270,6 +274,32 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def dispose(self) -> None:
         """Release all state; the backend must not be used afterwards."""
+
+    # The errors every backend raises alike (built only on the failure path).
+    def _key_group_range_error(self, key: Any, key_group: int) -> StateAccessError:
+        r = self.key_group_range
+        return StateAccessError(
+            f"operator {self.operator_name!r}: key group {key_group} of key {key!r} is "
+            f"outside this subtask's key group range [{r.start}, {r.end}]"
+        )
+
+    def _unhashable_key_error(self, key: Any) -> KeySerializationError:
+        return KeySerializationError(
+            f"operator {self.operator_name!r}: a key of type {type(key).__name__!r} is "
+            f"not hashable, so it cannot scope keyed state. Return a hashable key from "
+            f"the key selector, e.g. a tuple instead of a list."
+        )
+
+    def _no_current_key_error(self) -> StateAccessError:
+        return StateAccessError(
+            f"operator {self.operator_name!r}: no current key (keyed state and timers are "
+            f"only available while processing an element of a keyed stream or a timer)"
+        )
+
+    def _disposed_error(self) -> StateAccessError:
+        return StateAccessError(
+            f"the keyed state backend of operator {self.operator_name!r} is disposed"
+        )
 
 
 # ------------------------------------------------------------------ serializer plumbing

@@ -20,7 +20,6 @@ from typing import Any
 from streamstate.datastream.state import State, StateDescriptor
 from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
 from streamstate.runtime.errors import (
-    KeySerializationError,
     StateAccessError,
 )
 from streamstate.runtime.keygroups import KeyGroupRange
@@ -69,20 +68,12 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def set_current_key(self, key: Any, key_group: int) -> None:
         kgi = key_group - self._start
         if kgi < 0 or kgi >= self._n:
-            raise StateAccessError(
-                f"operator {self.operator_name!r}: key group {key_group} of key {key!r} is "
-                f"outside this subtask's key group range "
-                f"[{self.key_group_range.start}, {self.key_group_range.end}]"
-            )
+            raise self._key_group_range_error(key, key_group)
         if type(key) not in _ATOMIC_KEY_TYPES:
             try:
                 {key: None}  # noqa: B018 - probe: keys scope dict entries, so must be hashable
             except TypeError:
-                raise KeySerializationError(
-                    f"operator {self.operator_name!r}: a key of type {type(key).__name__!r} is "
-                    f"not hashable, so it cannot scope keyed state. Return a hashable key from "
-                    f"the key selector, e.g. a tuple instead of a list."
-                ) from None
+                raise self._unhashable_key_error(key) from None
         self._key = key
         self._kgi = kgi
         if self.key_selection_listeners:
@@ -94,10 +85,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def get_current_key_group(self) -> int:
         if self._kgi >= self._n:
-            raise StateAccessError(
-                f"operator {self.operator_name!r}: no current key (keyed state and timers are "
-                f"only available while processing an element of a keyed stream or a timer)"
-            )
+            raise self._no_current_key_error()
         return self._start + self._kgi
 
     # ------------------------------------------------------------------- registration
@@ -203,9 +191,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def _check_alive(self) -> None:
         if self._disposed:
-            raise StateAccessError(
-                f"the keyed state backend of operator {self.operator_name!r} is disposed"
-            )
+            raise self._disposed_error()
 
     def __repr__(self) -> str:
         r = self.key_group_range

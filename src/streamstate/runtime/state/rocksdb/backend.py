@@ -43,7 +43,6 @@ from streamstate.datastream.state import State, StateDescriptor
 from streamstate.runtime.checkpoint.incremental import IncrementalKeyedStateHandle
 from streamstate.runtime.errors import (
     ConfigurationError,
-    KeySerializationError,
     StateAccessError,
     StateSerializationError,
 )
@@ -192,20 +191,12 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def set_current_key(self, key: Any, key_group: int) -> None:
         kgi = key_group - self._start
         if kgi < 0 or kgi >= self._n:
-            raise StateAccessError(
-                f"operator {self.operator_name!r}: key group {key_group} of key {key!r} is "
-                f"outside this subtask's key group range "
-                f"[{self.key_group_range.start}, {self.key_group_range.end}]"
-            )
+            raise self._key_group_range_error(key, key_group)
         if type(key) not in _ATOMIC_KEY_TYPES:
             try:
                 hash(key)
             except TypeError:
-                raise KeySerializationError(
-                    f"operator {self.operator_name!r}: a key of type {type(key).__name__!r} is "
-                    f"not hashable, so it cannot scope keyed state. Return a hashable key from "
-                    f"the key selector, e.g. a tuple instead of a list."
-                ) from None
+                raise self._unhashable_key_error(key) from None
         self._key = key
         self._kgi = kgi
         self._kb = None
@@ -241,10 +232,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def get_current_key_group(self) -> int:
         if self._kgi >= self._n:
-            raise StateAccessError(
-                f"operator {self.operator_name!r}: no current key (keyed state and timers are "
-                f"only available while processing an element of a keyed stream or a timer)"
-            )
+            raise self._no_current_key_error()
         return self._start + self._kgi
 
     # ------------------------------------------------------------------- registration
@@ -480,9 +468,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _check_alive(self) -> None:
         if self._disposed:
-            raise StateAccessError(
-                f"the keyed state backend of operator {self.operator_name!r} is disposed"
-            )
+            raise self._disposed_error()
 
     def __repr__(self) -> str:
         r = self.key_group_range
