@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable
-from typing import Any
+from typing import Any, Self
 
 from streamstate.common.typeinfo import Types
 from streamstate.datastream._window_base import (
@@ -167,12 +167,20 @@ class TumblingProcessingTimeWindows(WindowAssigner):
 
 
 class _Sliding(WindowAssigner):
+    #: event time (element timestamps) or processing time
+    event_time = True
+
     def __init__(self, size: int, slide: int, offset: int = 0) -> None:
         _check_size(type(self).__name__, size, slide, offset)
         self._size = size
         self._slide = slide
         self._offset = offset
         self._pane_size = math.gcd(size, slide)
+
+    @classmethod
+    def of(cls, size: Any, slide: Any, offset: Any = None) -> Self:
+        off = 0 if offset is None else to_milliseconds(offset, "offset")
+        return cls(to_milliseconds(size, "size"), to_milliseconds(slide, "slide"), off)
 
     def _windows(self, ts: int) -> list[TimeWindow]:
         last_start = TimeWindow.get_window_start_with_offset(ts, self._offset, self._slide)
@@ -181,6 +189,12 @@ class _Sliding(WindowAssigner):
             for start in range(last_start, ts - self._size, -self._slide)
         ]
 
+    def get_default_trigger(self, env: Any) -> Trigger:
+        return EventTimeTrigger() if self.event_time else ProcessingTimeTrigger()
+
+    def is_event_time(self) -> bool:
+        return self.event_time
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._size}, {self._slide}, {self._offset})"
 
@@ -188,45 +202,21 @@ class _Sliding(WindowAssigner):
 class SlidingEventTimeWindows(_Sliding):
     """Windows of ``size`` every ``slide`` by element timestamp (an element is in several)."""
 
-    @staticmethod
-    def of(size: Any, slide: Any, offset: Any = None) -> SlidingEventTimeWindows:
-        off = 0 if offset is None else to_milliseconds(offset, "offset")
-        return SlidingEventTimeWindows(
-            to_milliseconds(size, "size"), to_milliseconds(slide, "slide"), off
-        )
-
     def assign_windows(
         self, element: Any, timestamp: int, context: WindowAssigner.WindowAssignerContext
     ) -> Collection[TimeWindow]:
         return self._windows(_event_timestamp(self, timestamp))
 
-    def get_default_trigger(self, env: Any) -> Trigger:
-        return EventTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return True
-
 
 class SlidingProcessingTimeWindows(_Sliding):
     """Windows of ``size`` every ``slide`` by processing time."""
 
-    @staticmethod
-    def of(size: Any, slide: Any, offset: Any = None) -> SlidingProcessingTimeWindows:
-        off = 0 if offset is None else to_milliseconds(offset, "offset")
-        return SlidingProcessingTimeWindows(
-            to_milliseconds(size, "size"), to_milliseconds(slide, "slide"), off
-        )
+    event_time = False
 
     def assign_windows(
         self, element: Any, timestamp: int, context: WindowAssigner.WindowAssignerContext
     ) -> Collection[TimeWindow]:
         return self._windows(context.get_current_processing_time())
-
-    def get_default_trigger(self, env: Any) -> Trigger:
-        return ProcessingTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return False
 
 
 # ---------------------------------------------------------------------- sessions
