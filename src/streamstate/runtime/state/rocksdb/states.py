@@ -294,6 +294,18 @@ class _RocksState:
         except Exception as e:
             raise self._backend._io_error("write", e) from e
 
+    def _store_folded(self, kb: bytes, had: bool, obj: Any) -> None:
+        """Store the result ``obj`` of folding values into the entry at ``kb`` (``None``:
+        remove the entry, if there ``had`` been one) and mark the key dirty."""
+        if obj is None:
+            if not had:
+                return
+            self._remove(kb)
+        else:
+            self._write(kb, self._ser(obj))
+        b = self._backend
+        self._dirty[b._key] = b._kgi
+
     def clear(self) -> None:
         kb = self._kb()
         if self._get(kb) is not None:
@@ -527,14 +539,7 @@ class RocksDBReducingState(_RocksState, ReducingState):
                 cur = None
             else:
                 cur = value if cur is None else self._reduce(cur, value)
-        if cur is None:
-            if data is None:
-                return
-            self._remove(kb)
-        else:
-            self._write(kb, self._ser(cur))
-        b = self._backend
-        self._dirty[b._key] = b._kgi
+        self._store_folded(kb, data is not None, cur)
 
     def get(self) -> Any:
         data = self._get(self._kb())
@@ -578,14 +583,7 @@ class RocksDBAggregatingState(_RocksState, AggregatingState):
                 acc = None
                 continue
             acc = agg.add(value, agg.create_accumulator() if acc is None else acc)
-        if acc is None:
-            if data is None:
-                return
-            self._remove(kb)
-        else:
-            self._write(kb, self._ser(acc))
-        b = self._backend
-        self._dirty[b._key] = b._kgi
+        self._store_folded(kb, data is not None, acc)
 
     def get(self) -> Any:
         data = self._get(self._kb())
