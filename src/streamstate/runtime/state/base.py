@@ -51,6 +51,8 @@ __all__ = [
     "check_serializer_compatibility",
     "restore_serializer",
     "serializer_for_type_info",
+    "state_not_mergeable_error",
+    "state_without_key_error",
 ]
 
 
@@ -300,6 +302,26 @@ class KeyedStateBackend(ABC):
         return StateAccessError(
             f"the keyed state backend of operator {self.operator_name!r} is disposed"
         )
+
+
+# ------------------------------------------------------------------ state handle errors
+
+
+def state_without_key_error(state_name: str, operator_name: str) -> StateAccessError:
+    """A state handle was used while no key is set (every backend raises this)."""
+    return StateAccessError(
+        f"state {state_name!r} of operator {operator_name!r} was "
+        f"accessed without a current key: keyed state is only available while processing "
+        f"an element of a keyed stream (or in a keyed timer)"
+    )
+
+
+def state_not_mergeable_error(state_name: str, kind: str) -> StateAccessError:
+    """``merge_namespaces`` on a kind of state that cannot merge (value, map)."""
+    return StateAccessError(
+        f"state {state_name!r} is {kind} state, which cannot be merged; "
+        f"merging windows need list, reducing or aggregating state"
+    )
 
 
 # ------------------------------------------------------------------ serializer plumbing

@@ -26,8 +26,12 @@ from streamstate.datastream.state import (
     StateDescriptor,
     ValueState,
 )
-from streamstate.runtime.errors import KeySerializationError, StateAccessError
-from streamstate.runtime.state.base import VOID_NAMESPACE
+from streamstate.runtime.errors import KeySerializationError
+from streamstate.runtime.state.base import (
+    VOID_NAMESPACE,
+    state_not_mergeable_error,
+    state_without_key_error,
+)
 from streamstate.runtime.state.heap.table import StateTable
 
 if TYPE_CHECKING:
@@ -101,17 +105,10 @@ class _HeapState:
         table.dirty_of(target)[key] = kgi
 
     def _merge_values(self, a: Any, b: Any) -> Any:
-        raise StateAccessError(
-            f"state {self._table.name!r} is {self._table.kind} state, which cannot be merged; "
-            f"merging windows need list, reducing or aggregating state"
-        )
+        raise state_not_mergeable_error(self._table.name, self._table.kind)
 
     def _no_key(self) -> NoReturn:
-        raise StateAccessError(
-            f"state {self._table.name!r} of operator {self._backend.operator_name!r} was "
-            f"accessed without a current key: keyed state is only available while processing "
-            f"an element of a keyed stream (or in a keyed timer)"
-        ) from None
+        raise state_without_key_error(self._table.name, self._backend.operator_name) from None
 
     def _map(self) -> dict[Any, Any]:
         """The dict of the current key group."""

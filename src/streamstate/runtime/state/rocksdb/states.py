@@ -57,7 +57,11 @@ from streamstate.runtime.errors import (
     StateAccessError,
     StateSerializationError,
 )
-from streamstate.runtime.state.base import VOID_NAMESPACE
+from streamstate.runtime.state.base import (
+    VOID_NAMESPACE,
+    state_not_mergeable_error,
+    state_without_key_error,
+)
 
 if TYPE_CHECKING:
     from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend
@@ -242,17 +246,10 @@ class _RocksState:
 
     def _merge_stored(self, a: bytes, b: bytes) -> bytes:
         """The stored bytes of two stored values merged (merging state kinds override)."""
-        raise StateAccessError(
-            f"state {self._name!r} is {self._col.kind} state, which cannot be merged; "
-            f"merging windows need list, reducing or aggregating state"
-        )
+        raise state_not_mergeable_error(self._name, self._col.kind)
 
     def _no_key(self) -> NoReturn:
-        raise StateAccessError(
-            f"state {self._name!r} of operator {self._backend.operator_name!r} was "
-            f"accessed without a current key: keyed state is only available while processing "
-            f"an element of a keyed stream (or in a keyed timer)"
-        ) from None
+        raise state_without_key_error(self._name, self._backend.operator_name) from None
 
     def _base_kb(self) -> bytes:
         """Key group + key bytes of the current key, serialized once per key."""
