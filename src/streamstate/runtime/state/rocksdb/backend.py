@@ -274,6 +274,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
         self._check_alive()
+        entry = self._handles.get(descriptor.name)
+        if entry is not None and entry[0] is descriptor:  # the same descriptor again: cheap
+            return entry[1]  # type: ignore[no-any-return]
         return rm.registered_or_create(
             self.operator_name,
             self._handles,
