@@ -9,7 +9,7 @@ backends apply them identically:
 
 * which serializers a descriptor's state is written with (:func:`serializers_for`);
 * a repeated registration returns the first handle or raises
-  ``StateDescriptorConflictError`` (:func:`registered_or_create`);
+  ``StateDescriptorConflictError`` (:func:`registered_handle`);
 * a restored state registered again keeps its kind and a compatible serializer
   (:func:`check_migration`, ``StateMigrationError``);
 * a checkpoint's per-state meta resolves to (holder to fill, serializers to read
@@ -48,7 +48,7 @@ __all__ = [
     "check_migration",
     "check_restore_first",
     "read_serializers",
-    "registered_or_create",
+    "registered_handle",
     "resolve_states",
     "restore_handles",
     "serializers_for",
@@ -86,29 +86,19 @@ def serializers_for(
     return StateSerializers(key_serializer, NamespaceSerializer(), value, user_key)
 
 
-def registered_or_create(
-    operator_name: str,
-    handles: dict[str, tuple[StateDescriptor, Any]],
-    descriptor: StateDescriptor,
-    create: Callable[[StateDescriptor], State],
+def registered_handle(
+    operator_name: str, entry: tuple[StateDescriptor, Any], descriptor: StateDescriptor
 ) -> State:
-    """The handle registered under ``descriptor.name`` if its descriptor is compatible,
-    else ``create(descriptor)`` recorded in ``handles``; an incompatible descriptor
-    under a registered name is ``StateDescriptorConflictError``."""
-    name = descriptor.name
-    entry = handles.get(name)
-    if entry is not None:
-        existing, handle = entry
-        if existing is descriptor or existing.is_compatible_with(descriptor):
-            return handle  # type: ignore[no-any-return]
-        raise StateDescriptorConflictError(
-            f"operator {operator_name!r}: state {name!r} is already registered as "
-            f"{existing!r}; it cannot be registered again as {descriptor!r}. Use another "
-            f"state name or the same kind, type information and TTL configuration."
-        )
-    created = create(descriptor)
-    handles[name] = (descriptor, created)
-    return created
+    """The handle of a registered ``entry`` (descriptor, handle) for ``descriptor`` of the
+    same name: ``StateDescriptorConflictError`` unless the descriptors are compatible."""
+    existing, handle = entry
+    if existing is descriptor or existing.is_compatible_with(descriptor):
+        return handle  # type: ignore[no-any-return]
+    raise StateDescriptorConflictError(
+        f"operator {operator_name!r}: state {descriptor.name!r} is already registered as "
+        f"{existing!r}; it cannot be registered again as {descriptor!r}. Use another "
+        f"state name or the same kind, type information and TTL configuration."
+    )
 
 
 def check_migration(

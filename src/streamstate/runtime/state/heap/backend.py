@@ -92,14 +92,13 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
         self._check_alive()
         entry = self._handles.get(descriptor.name)
-        if entry is not None and entry[0] is descriptor:  # the same descriptor again: cheap
+        if entry is None:  # create here: TTL warnings name the caller (stack depth)
+            created = ttl.create_state(self, descriptor, self._create_raw)
+            self._handles[descriptor.name] = (descriptor, created)
+            return created
+        if entry[0] is descriptor:  # the same descriptor again: cheap
             return entry[1]  # type: ignore[no-any-return]
-        return rm.registered_or_create(
-            self.operator_name,
-            self._handles,
-            descriptor,
-            lambda d: ttl.create_state(self, d, self._create_raw),
-        )
+        return rm.registered_handle(self.operator_name, entry, descriptor)
 
     def _create_raw(self, descriptor: StateDescriptor) -> State:
         """The heap state of ``descriptor`` (the raw state under a TTL wrapper, if any)."""
