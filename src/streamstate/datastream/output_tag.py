@@ -27,7 +27,7 @@ class OutputTag:
         return isinstance(other, OutputTag) and other.tag_id == self.tag_id
 
     def __hash__(self) -> int:
-        return hash(("OutputTag", self.tag_id))
+        return hash(("OutputTag", self.tag_id))  # in-process dict key only; never persisted
 
     def __repr__(self) -> str:
         return f"OutputTag({self.tag_id!r})"

@@ -38,6 +38,7 @@ from streamstate.runtime.serializers.compat import resolve_compatibility
 from streamstate.runtime.serializers.registry import restore_serializer as _registry_restore
 from streamstate.runtime.serializers.registry import serializer_for
 from streamstate.runtime.serializers.ttl import TTL_SERIALIZER_NAME
+from streamstate.runtime.state.ttl import create_state as create_state_with_ttl
 from streamstate.runtime.state.ttl_clock import SystemTtlTimeProvider, TtlTimeProvider
 
 __all__ = [
@@ -190,6 +191,9 @@ class KeyedStateBackend(ABC):
         self.key_selection_listeners: list[Callable[[], None]] = []
         #: state name -> cleanup run at the start of every full ``snapshot`` (TTL)
         self.snapshot_cleanups: dict[str, Callable[[], None]] = {}
+        #: state name -> (descriptor registered first, its handle)
+        self._handles: dict[str, tuple[StateDescriptor, State]] = {}
+        self._disposed = False
 
     def run_snapshot_cleanups(self) -> None:
         """Run the registered snapshot cleanups (a backend's ``snapshot`` calls this first)."""
@@ -237,14 +241,33 @@ class KeyedStateBackend(ABC):
             self.key_serializer.serialize(key), self.max_parallelism
         )
 
-    @abstractmethod
     def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
         """Get or create the state handle of ``descriptor`` (void namespace).
 
         The same name registered again with another kind or other type information
         raises ``StateDescriptorConflictError``; a descriptor incompatible with
-        restored state of that name raises ``StateMigrationError``.
+        restored state of that name raises ``StateMigrationError``. New states are
+        created through ``ttl.create_state`` (a TTL wrapper when the descriptor has TTL).
         """
+        self._check_alive()
+        entry = self._handles.get(descriptor.name)
+        if entry is None:  # created here, not in a helper: TTL warnings name the caller
+            created = create_state_with_ttl(self, descriptor, self._create_raw)
+            self._handles[descriptor.name] = (descriptor, created)
+            return created
+        if entry[0] is descriptor:  # the same descriptor again: cheap
+            return entry[1]
+        from streamstate.runtime.state.restore_meta import registered_handle
+
+        return registered_handle(self.operator_name, entry, descriptor)
+
+    @abstractmethod
+    def _create_raw(self, descriptor: StateDescriptor) -> State:
+        """A new state of ``descriptor`` in this backend (without any TTL wrapper)."""
+
+    def _check_alive(self) -> None:
+        if self._disposed:
+            raise self._disposed_error()
 
     @abstractmethod
     def get_keys(self, state_name: str) -> Iterator[Any]:

@@ -25,7 +25,6 @@ from streamstate.runtime.errors import (
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state import restore_meta as rm
-from streamstate.runtime.state import ttl
 from streamstate.runtime.state.base import (
     KeyedSnapshot,
     KeyedStateBackend,
@@ -60,9 +59,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         #: current key group index; ``_n`` (out of range) until a key is set
         self._kgi = self._n
         self._tables: dict[str, StateTable] = {}
-        self._handles: dict[str, tuple[StateDescriptor, State]] = {}
         self._entries: dict[str, HeapStateEntries] = {}
-        self._disposed = False
 
     # ------------------------------------------------------------------- hot path
     def set_current_key(self, key: Any, key_group: int) -> None:
@@ -89,16 +86,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         return self._start + self._kgi
 
     # ------------------------------------------------------------------- registration
-    def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
-        self._check_alive()
-        entry = self._handles.get(descriptor.name)
-        if entry is None:  # create here: TTL warnings name the caller (stack depth)
-            created = ttl.create_state(self, descriptor, self._create_raw)
-            self._handles[descriptor.name] = (descriptor, created)
-            return created
-        if entry[0] is descriptor:  # the same descriptor again: cheap
-            return entry[1]  # type: ignore[no-any-return]
-        return rm.registered_handle(self.operator_name, entry, descriptor)
 
     def _create_raw(self, descriptor: StateDescriptor) -> State:
         """The heap state of ``descriptor`` (the raw state under a TTL wrapper, if any)."""
@@ -190,10 +177,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._key = None
         self._kgi = self._n
         self._disposed = True
-
-    def _check_alive(self) -> None:
-        if self._disposed:
-            raise self._disposed_error()
 
     def __repr__(self) -> str:
         r = self.key_group_range

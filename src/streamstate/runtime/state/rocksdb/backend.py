@@ -49,7 +49,6 @@ from streamstate.runtime.errors import (
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state import restore_meta as rm
-from streamstate.runtime.state import ttl
 from streamstate.runtime.state.base import (
     KeyedSnapshot,
     KeyedStateBackend,
@@ -123,10 +122,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._kg_prefixes = [_KG.pack(self._start + i) for i in range(self._n)]
         self._key_dumps = key_serializer.serialize
         self._columns: dict[str, StateColumn] = {}
-        self._handles: dict[str, tuple[StateDescriptor, Any]] = {}
         #: every raw state handle created (released on dispose)
         self._raw_states: list[Any] = []
-        self._disposed = False
         self.local_dir = local_dir if local_dir is not None else default_local_dir()
         self.incremental = bool(incremental)
         self._raw_options = dict(raw_options or {})
@@ -194,7 +191,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             raise self._key_group_range_error(key, key_group)
         if type(key) not in _ATOMIC_KEY_TYPES:
             try:
-                hash(key)
+                hash(key)  # hashability probe only (keys scope state); key groups use murmur3
             except TypeError:
                 raise self._unhashable_key_error(key) from None
         self._key = key
@@ -271,17 +268,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def _ns_column_family(self, col: StateColumn) -> Any:
         """The column family of ``col``'s non-void namespaces (created on first use)."""
         return self._column_family(col.ns_cf_name, col.name)
-
-    def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
-        self._check_alive()
-        entry = self._handles.get(descriptor.name)
-        if entry is None:  # create here: TTL warnings name the caller (stack depth)
-            created = ttl.create_state(self, descriptor, self._create_raw)
-            self._handles[descriptor.name] = (descriptor, created)
-            return created
-        if entry[0] is descriptor:  # the same descriptor again: cheap
-            return entry[1]  # type: ignore[no-any-return]
-        return rm.registered_handle(self.operator_name, entry, descriptor)
 
     def _create_raw(self, descriptor: StateDescriptor) -> State:
         """The RocksDB state of ``descriptor`` (the raw state under a TTL wrapper, if any)."""
@@ -467,10 +453,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             self._db.close()
         finally:
             shutil.rmtree(self.path, ignore_errors=True)
-
-    def _check_alive(self) -> None:
-        if self._disposed:
-            raise self._disposed_error()
 
     def __repr__(self) -> str:
         r = self.key_group_range

@@ -440,7 +440,7 @@ class RocksDBMapState(_RocksState, MapState):
 
     def _entry_key(self, key: Any) -> bytes:
         try:
-            hash(key)
+            hash(key)  # hashability probe only; the stored key is the serialized form
         except TypeError:
             raise self._user_key_error(key) from None
         ukb = self._ser(key, self._uk_dumps)
