@@ -330,6 +330,17 @@ class KeyedStateBackend(ABC):
 # ------------------------------------------------------------------ state handle errors
 
 
+def checked_list_values(values: Any, what: str, state_name: str) -> list[Any]:
+    """``values`` for ``ListState.update``/``add_all`` as a list; ``None`` (or a ``None``
+    element) raises ``ValueError`` with Flink's message. ``what``: "update" or "add to"."""
+    if values is None:
+        raise ValueError(f"List of values to {what} ListState {state_name!r} is None.")
+    lst = list(values)
+    if any(v is None for v in lst):
+        raise ValueError(f"You cannot add None to ListState {state_name!r}.")
+    return lst
+
+
 def state_without_key_error(state_name: str, operator_name: str) -> StateAccessError:
     """A state handle was used while no key is set (every backend raises this)."""
     return StateAccessError(

@@ -29,6 +29,7 @@ from streamstate.datastream.state import (
 from streamstate.runtime.errors import KeySerializationError
 from streamstate.runtime.state.base import (
     VOID_NAMESPACE,
+    checked_list_values,
     state_not_mergeable_error,
     state_without_key_error,
 )
@@ -174,12 +175,7 @@ class HeapListState(_HeapState, ListState):
         self._dirty[b._key] = b._kgi
 
     def _checked(self, values: Any, what: str) -> list[Any]:
-        if values is None:
-            raise ValueError(f"List of values to {what} ListState {self._table.name!r} is None.")
-        lst = list(values)
-        if any(v is None for v in lst):
-            raise ValueError(f"You cannot add None to ListState {self._table.name!r}.")
-        return lst
+        return checked_list_values(values, what, self._table.name)
 
     def update(self, values: list[Any]) -> None:
         lst = self._checked(values, "update")

@@ -59,6 +59,7 @@ from streamstate.runtime.errors import (
 )
 from streamstate.runtime.state.base import (
     VOID_NAMESPACE,
+    checked_list_values,
     state_not_mergeable_error,
     state_without_key_error,
 )
@@ -394,12 +395,7 @@ class RocksDBListState(_RocksState, ListState):
         self._append([value])
 
     def _checked(self, values: Any, what: str) -> list[Any]:
-        if values is None:
-            raise ValueError(f"List of values to {what} ListState {self._name!r} is None.")
-        lst = list(values)
-        if any(v is None for v in lst):
-            raise ValueError(f"You cannot add None to ListState {self._name!r}.")
-        return lst
+        return checked_list_values(values, what, self._name)
 
     def update(self, values: list[Any]) -> None:
         lst = self._checked(values, "update")
