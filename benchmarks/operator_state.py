@@ -176,7 +176,7 @@ def bench_snapshot(elements: int, repeat: int) -> dict[str, float]:
 def bench_small_version(repeat: int, n: int = 20_000) -> float:
     """Microseconds per per-epoch version of a one-element list state (snapshot_state's
     result serialized, CRC'd and wrapped inline: the fixed cost per operator and epoch)."""
-    from streamstate.runtime.operator_state_versions import commit_operator_state
+    from streamstate.runtime.versions import commit_operator_state
 
     s = DefaultOperatorStateStore("bench")
     st = s.get_list_state(ListStateDescriptor("count", Types.LONG()))

@@ -9,6 +9,9 @@ reachable by every worker (a local temp dir for ``local``/``local-cluster``).
 Modes: ``"raise"`` raises :class:`InjectedFailure` (a user-code error);
 ``"exit"`` kills the Python worker process with ``os._exit`` (a crash; never
 use it with the in-process runner, it would kill the test itself).
+
+``TickingClock`` and ``use_default_clock`` inject a deterministic driver clock
+(also per environment: ``env.set_clock(TickingClock())``).
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import os
 from typing import Any
 
 from streamstate.datastream.functions import MapFunction, RuntimeContext
+from streamstate.runtime.clock import TickingClock, use_default_clock
 
-__all__ = ["FailOnce", "InjectedFailure"]
+__all__ = ["FailOnce", "InjectedFailure", "TickingClock", "use_default_clock"]
 
 
 class InjectedFailure(RuntimeError):

@@ -6,7 +6,6 @@ Each faulty run is compared with a failure-free run of the same job on Spark.
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 
 import pytest
@@ -14,8 +13,7 @@ import pytest
 from streamstate.common import WatermarkStrategy
 from streamstate.datastream import ExternalizedCheckpointCleanup, KeyedProcessFunction
 from streamstate.datastream.connectors import CollectSink
-from streamstate.runtime import executor as executor_mod
-from streamstate.testing import FailOnce
+from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.event_time_jobs import (
     ALERTS_LATE,
     TagOdd,
@@ -31,10 +29,10 @@ DATA = readings(90)
 
 
 @pytest.fixture
-def epoch_clock(monkeypatch):
+def epoch_clock():
     """Each driver clock reading is 1 s later: checkpoints every few epochs, deterministically."""
-    ticks = itertools.count(executor_mod._now_ms() + 60_000, 1000)
-    monkeypatch.setattr(executor_mod, "_now_ms", lambda: next(ticks))
+    with use_default_clock(TickingClock()) as clock:
+        yield clock
 
 
 def alert_job(env, data, fail=None):

@@ -7,7 +7,6 @@ at-least-once the output is a superset and the final state is identical.
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 
 import pytest
@@ -15,9 +14,8 @@ import pytest
 from streamstate.common import Types
 from streamstate.datastream import CheckpointingMode, ExternalizedCheckpointCleanup
 from streamstate.datastream.state import ValueStateDescriptor
-from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.state_reader import read_keyed_state
-from streamstate.testing import FailOnce
+from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.jobs import CountPerKey, make_env, records
 
 pytestmark = pytest.mark.spark
@@ -26,10 +24,10 @@ DATA = records(400, 23)
 
 
 @pytest.fixture
-def epoch_clock(monkeypatch):
+def epoch_clock():
     """Each epoch boundary is 1 s later: checkpoints every few epochs, deterministically."""
-    ticks = itertools.count(1)
-    monkeypatch.setattr(executor_mod, "_now_ms", lambda: next(ticks) * 1000)
+    with use_default_clock(TickingClock(start_ms=1000)) as clock:
+        yield clock
 
 
 def run(spark, tmp_path, name, mode=CheckpointingMode.EXACTLY_ONCE, failure=None):
@@ -53,13 +51,8 @@ def run(spark, tmp_path, name, mode=CheckpointingMode.EXACTLY_ONCE, failure=None
 
 @pytest.fixture(scope="module")
 def baseline(spark, tmp_path_factory):
-    ticks = itertools.count(1)
-    mp = pytest.MonkeyPatch()
-    mp.setattr(executor_mod, "_now_ms", lambda: next(ticks) * 1000)
-    try:
+    with use_default_clock(TickingClock(start_ms=1000)):
         return run(spark, tmp_path_factory.mktemp("base"), "baseline")
-    finally:
-        mp.undo()
 
 
 @pytest.mark.parametrize("how", ["raise", "exit"])

@@ -12,9 +12,8 @@ import pytest
 
 from streamstate.datastream import ExternalizedCheckpointCleanup
 from streamstate.datastream.connectors import CollectSink
-from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.state_reader import read_operator_state
-from streamstate.testing import FailOnce
+from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.jobs import make_env
 from tests.integration.opstate_jobs import (
     RULE_STATE,
@@ -44,11 +43,10 @@ RULES = [("rect-tri", "rect", "tri"), ("tri-circle", "tri", "circle")]
 
 
 @pytest.fixture
-def epoch_clock(monkeypatch):
+def epoch_clock():
     """Each driver clock read is 1 s later: a 1 ms interval checkpoints every epoch."""
-    ticks = itertools.count(0)
-    base = executor_mod._now_ms() + 60_000
-    monkeypatch.setattr(executor_mod, "_now_ms", lambda: base + next(ticks) * 1000)
+    with use_default_clock(TickingClock()) as clock:
+        yield clock
 
 
 def env_for(spark, tmp_path, name: str, parallelism: int = 2, epoch_records: int = 6, **conf):

@@ -10,16 +10,14 @@ exactly the output and final state of the failure-free run.
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from typing import Any
 
 import pytest
 
 from streamstate.datastream import CheckpointingMode, ExternalizedCheckpointCleanup
-from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.state_reader import list_checkpoints, read_keyed_state
-from streamstate.testing import FailOnce
+from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.jobs import make_env
 from tests.integration.ttl_jobs import CLOCK, CONFIGS, TtlProbe, descriptor, events, model
 
@@ -29,10 +27,7 @@ DATA = events(96, keys=4, burst=6)
 
 
 def run(spark: Any, tmp_path: Any, name: str, failure: Any = None) -> tuple[list[Any], Any]:
-    ticks = itertools.count(1)
-    mp = pytest.MonkeyPatch()
-    mp.setattr(executor_mod, "_now_ms", lambda: next(ticks) * 1000)
-    try:
+    with use_default_clock(TickingClock(start_ms=1000)):
         env = make_env(spark, epoch_records=8, **{"state.ttl.time-provider": CLOCK})
         env.enable_checkpointing(2500, CheckpointingMode.EXACTLY_ONCE)
         cc = env.get_checkpoint_config()
@@ -43,8 +38,6 @@ def run(spark: Any, tmp_path: Any, name: str, failure: Any = None) -> tuple[list
             ds = ds.map(failure).name("fail-once").set_parallelism(1)
         probe = ds.key_by(lambda v: v[0]).process(TtlProbe()).uid("probe")
         out = list(probe.execute_and_collect(name))
-    finally:
-        mp.undo()
     chks = [c for c in list_checkpoints(str(tmp_path / name)) if c.valid]
     latest = max(chks, key=lambda c: c.checkpoint_id)
     final = {n: read_keyed_state(latest.path, "probe", descriptor(n)) for n in CONFIGS}

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import tempfile
@@ -21,8 +20,7 @@ import pytest
 
 from streamstate.datastream import EmbeddedRocksDBStateBackend, ExternalizedCheckpointCleanup
 from streamstate.datastream.connectors import CollectSink
-from streamstate.runtime import executor as executor_mod
-from streamstate.testing import FailOnce
+from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.jobs import make_env
 from tests.integration.window_jobs import (
     count_windows,
@@ -39,9 +37,9 @@ EVENTS = out_of_order_events(240)
 
 
 @pytest.fixture
-def epoch_clock(monkeypatch: Any) -> None:
-    ticks = itertools.count(executor_mod._now_ms() + 60_000, 1000)
-    monkeypatch.setattr(executor_mod, "_now_ms", lambda: next(ticks))
+def epoch_clock() -> Any:
+    with use_default_clock(TickingClock()) as clock:
+        yield clock
 
 
 def checkpointed(env: Any, tmp_path: Any, name: str) -> None:

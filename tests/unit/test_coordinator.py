@@ -17,7 +17,6 @@ from streamstate.runtime.checkpoint.coordinator import (
 )
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
 from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
-from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.errors import (
     CheckpointError,
     ConfigurationError,
@@ -180,14 +179,53 @@ def test_complete_requires_every_subtask(storage):
     coord.complete(p)
 
 
-def test_complete_with_explicit_metadata(storage):
-    coord, _ = coordinator(storage)
+def test_complete_builds_metadata_from_acks(storage):
+    coord, clock = coordinator(storage, now=100)
     p = coord.trigger()
-    with pytest.raises(CheckpointError, match="not 1"):
-        coord.complete(p, CheckpointMetadata(JOB, 99, 0))
-    md = coord.complete(p, CheckpointMetadata(JOB, 1, 0, properties={"x": 1}))
-    assert storage.load_metadata(1).properties == {"x": 1}
-    assert md.checkpoint_id == 1
+    h = storage.write_state(p.checkpoint_id, "op/0", b"x")
+    p.acknowledge("op", 0, 1, 128, keyed=[KeyGroupsStateHandle(h, KeyGroupRange(0, 127))])
+    clock.now = 350
+    md = coord.complete(p, properties={"x": 1, "epoch": 7}, sink_state={"sink": [1]})
+    loaded = storage.load_metadata(1)
+    assert loaded.properties == {"x": 1, "epoch": 7} and loaded.sink_state == {"sink": [1]}
+    assert md.operator_states["op"].subtasks[0].keyed[0].stream.size == 1
+    stats = coord.stats.get(1)
+    assert stats is not None and stats.status == "COMPLETED"
+    assert (stats.trigger_ms, stats.end_ms, stats.epoch) == (100, 350, 7)
+    assert stats.subtask_sizes == {"op": (1,)} and stats.state_size == 1
+
+
+def test_retention_subsumes_completed_checkpoints(storage):
+    coord, _ = coordinator(storage, num_retained=2)
+    first = coord.trigger()
+    coord.complete(first)
+    for _ in range(2):
+        run_checkpoint(coord, storage)
+    assert first.status is CheckpointStatus.SUBSUMED
+    assert storage.list_checkpoints() == [2, 3]
+    assert [s.status for s in coord.stats.history()] == ["COMPLETED", "COMPLETED", "SUBSUMED"]
+    with pytest.raises(IllegalLifecycleTransition):
+        first._transition(CheckpointStatus.COMPLETED)
+
+
+def test_stats_count_failures_and_keep_a_bounded_history(storage):
+    from streamstate.runtime.checkpoint.stats import CheckpointStatsTracker
+
+    coord, clock = coordinator(storage, stats=CheckpointStatsTracker(history_size=3))
+    for i in range(4):
+        p = coord.trigger()
+        clock.now += 10
+        if i % 2:
+            coord.abort(p, f"boom {i}", count_as_failure=False)
+        else:
+            coord.complete(p)
+    summary = coord.stats.summary()
+    assert summary["counts"] == {
+        "restored": 0, "total": 4, "in_progress": 0, "completed": 2, "failed": 2
+    }
+    assert [h["id"] for h in summary["history"]] == [4, 3, 2]
+    assert summary["latest"]["failed"]["failure_message"] == "boom 3"
+    assert summary["latest"]["completed"]["id"] == 3
 
 
 def test_abort_cleans_partial_files(storage, tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from typing import Any
 
@@ -29,10 +28,9 @@ from streamstate.datastream import (
 )
 from streamstate.datastream.connectors import CollectSink
 from streamstate.datastream.state import MapStateDescriptor, ValueStateDescriptor
-from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.errors import ConfigurationError, JobExecutionError, StateAccessError
 from streamstate.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK
-from streamstate.testing import FailOnce
+from streamstate.testing import FailOnce, TickingClock, use_default_clock
 
 
 def make_env(
@@ -56,10 +54,10 @@ def collect(ds) -> CollectSink:
 
 
 @pytest.fixture
-def clock(monkeypatch):
+def clock():
     """The driver clock: every reading advances 1 s."""
-    ticks = itertools.count(executor_mod._now_ms() + 60_000, 1000)
-    monkeypatch.setattr(executor_mod, "_now_ms", lambda: next(ticks))
+    with use_default_clock(TickingClock()) as c:
+        yield c
 
 
 def by_value(v: Any, record_timestamp: int) -> int:

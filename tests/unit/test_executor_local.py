@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from typing import Any
 
@@ -25,7 +24,6 @@ from streamstate.datastream.state import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.errors import (
     JobExecutionError,
     KeySerializationError,
@@ -33,6 +31,7 @@ from streamstate.runtime.errors import (
     StateDescriptorConflictError,
 )
 from streamstate.runtime.local_runner import LocalEpochRunner
+from streamstate.testing import TickingClock, use_default_clock
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -82,11 +81,11 @@ def find_in_chain(e: BaseException, cls: type) -> BaseException:
 
 
 @pytest.fixture
-def checkpoint_every_epoch(monkeypatch):
+def checkpoint_every_epoch():
     """A driver clock that advances 1 s per reading: with a 1 ms interval every epoch
     boundary is a checkpoint (deterministic, independent of how fast epochs run)."""
-    ticks = itertools.count(executor_mod._now_ms() + 60_000, 1000)
-    monkeypatch.setattr(executor_mod, "_now_ms", lambda: next(ticks))
+    with use_default_clock(TickingClock()) as clock:
+        yield clock
 
 
 # -- the five keyed state primitives ----------------------------------------------------------

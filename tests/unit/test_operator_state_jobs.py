@@ -34,7 +34,6 @@ from streamstate.datastream.state import (
     MapStateDescriptor,
     ValueStateDescriptor,
 )
-from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.errors import (
     JobExecutionError,
     StateAccessError,
@@ -46,17 +45,16 @@ from streamstate.runtime.state_reader import (
     read_keyed_state,
     read_operator_state,
 )
-from streamstate.testing import FailOnce
+from streamstate.testing import FailOnce, TickingClock, use_default_clock
 
 DATA = [(f"k{i % 7}", i) for i in range(40)]
 
 
 @pytest.fixture
-def clock(monkeypatch):
+def clock():
     """Every driver clock read is 1 s later: a 1 ms interval checkpoints every epoch."""
-    now = itertools.count(0)
-    base = executor_mod._now_ms() + 60_000
-    monkeypatch.setattr(executor_mod, "_now_ms", lambda: base + next(now) * 1000)
+    with use_default_clock(TickingClock()) as c:
+        yield c
 
 
 def checkpointing(env, tmp_path, retain: bool = False) -> None:
@@ -349,14 +347,14 @@ def test_bad_operator_state_use_is_a_typed_error(make, error, match):
 def test_large_operator_state_versions_go_through_epoch_files(tmp_path, monkeypatch):
     # a buffer over 16 KiB is written as an epoch file, not inline: rebuilt in every epoch
     # (no checkpointing, so only the epoch versions carry it), nothing is lost
-    from streamstate.runtime import operator_state_versions as osv
+    from streamstate.runtime import versions as osv
 
     written: list[str] = []
     real = osv.commit_operator_state
 
     def spy(storage, *args, **kwargs):
         versions, chk = real(storage, *args, **kwargs)
-        written.extend(type(h).__name__ for kind, h in versions.values() if kind == "full")
+        written.extend(type(v.handle).__name__ for v in versions.values() if v.handle is not None)
         return versions, chk
 
     monkeypatch.setattr("streamstate.runtime.task.commit_operator_state", spy)

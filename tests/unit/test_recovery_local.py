@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import itertools
 import logging
 import os
 from collections import Counter
@@ -23,13 +22,12 @@ from streamstate.datastream import (
 )
 from streamstate.datastream.connectors import CollectSink
 from streamstate.datastream.state import ValueStateDescriptor
-from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.errors import (
     CorruptCheckpointError,
     JobExecutionError,
     StateSizeExceededError,
 )
-from streamstate.testing import FailOnce
+from streamstate.testing import FailOnce, TickingClock, use_default_clock
 
 N = 60
 KEYS = 7
@@ -109,15 +107,8 @@ def clock(monkeypatch):
     With ``enable_checkpointing(interval)`` the checkpoint pattern over epochs then depends
     only on the interval, never on how fast the epochs ran.
     """
-    state = {"step": 1000}
-    now = itertools.count(0)
-    base = executor_mod._now_ms() + 60_000
-
-    def fake() -> int:
-        return base + next(now) * state["step"]
-
-    monkeypatch.setattr(executor_mod, "_now_ms", fake)
-    return state
+    with use_default_clock(TickingClock()) as c:
+        yield c
 
 
 def fs_checkpointing(env, tmp_path, interval: int = 1, mode: Any = None, retain: bool = False):

@@ -17,8 +17,6 @@ from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorag
 from streamstate.runtime.checkpoint.incremental import IncrementalKeyedStateHandle
 from streamstate.runtime.checkpoint.metadata import (
     CheckpointMetadata,
-    SubtaskState,
-    build_operator_states,
 )
 from streamstate.runtime.errors import CorruptCheckpointError
 from streamstate.runtime.state.rocksdb import incremental as inc
@@ -63,14 +61,9 @@ def shared_files(storage: FileSystemCheckpointStorageAccess) -> set[str]:
 def complete(coord: CheckpointCoordinator, handles: dict[int, Any]) -> CheckpointMetadata:
     """Complete the next checkpoint of operator 'op' with one handle per subtask."""
     pending = coord.trigger(now_ms=0)
-    per_op = {"op": {i: SubtaskState(keyed=(h,)) for i, h in handles.items()}}
-    md = CheckpointMetadata(
-        job_id="job1",
-        checkpoint_id=pending.checkpoint_id,
-        timestamp_ms=0,
-        operator_states=build_operator_states(per_op, {"op": len(handles)}, {"op": H.MAX_P}),
-    )
-    return coord.complete(pending, md)
+    for i, h in handles.items():
+        pending.acknowledge("op", i, len(handles), H.MAX_P, keyed=(h,))
+    return coord.complete(pending, job_id="job1")
 
 
 KEYS = [f"key-{i}" for i in range(2000)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from typing import Any
 
@@ -12,17 +11,15 @@ from tests.integration.opstate_jobs import CounterSource, SlowSource
 
 from streamstate.common.restart_strategy import RestartStrategies
 from streamstate.datastream import SourceFunction, StreamExecutionEnvironment
-from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.errors import ConfigurationError, JobExecutionError
 from streamstate.runtime.local_runner import LocalEpochRunner
-from streamstate.testing import FailOnce
+from streamstate.testing import FailOnce, TickingClock, use_default_clock
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    now = itertools.count(0)
-    base = executor_mod._now_ms() + 60_000
-    monkeypatch.setattr(executor_mod, "_now_ms", lambda: base + next(now) * 1000)
+def clock():
+    with use_default_clock(TickingClock()) as c:
+        yield c
 
 
 def counter_run(tmp_path, name: str, fail_epoch: int = -1, rebuild: bool = False, mp=None):

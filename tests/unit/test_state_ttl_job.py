@@ -6,7 +6,6 @@ The probe job and its reference model live in ``tests/integration/ttl_jobs.py``
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import pytest
@@ -30,7 +29,6 @@ from streamstate.datastream.state import (
     StateTtlConfig,
     ValueStateDescriptor,
 )
-from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.errors import JobExecutionError, StateMigrationError
 from streamstate.runtime.local_runner import LocalEpochRunner
 from streamstate.runtime.state.registry import registered_keyed_backends
@@ -39,13 +37,14 @@ from streamstate.runtime.state_reader import (
     passthrough_descriptor,
     read_keyed_state,
 )
+from streamstate.testing import TickingClock, use_default_clock
 
 
 @pytest.fixture(autouse=True)
-def checkpoint_every_epoch(monkeypatch: Any) -> None:
+def checkpoint_every_epoch() -> Any:
     """The driver clock advances 1 s per reading: with a 1 ms interval every epoch checkpoints."""
-    ticks = itertools.count(executor_mod._now_ms() + 60_000, 1000)
-    monkeypatch.setattr(executor_mod, "_now_ms", lambda: next(ticks))
+    with use_default_clock(TickingClock()) as clock:
+        yield clock
 
 
 def make_env(tmp_path: Any, name: str, max_records: int = 4, **conf: str) -> Any:

@@ -33,10 +33,9 @@ from streamstate.datastream.window import (
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
 )
-from streamstate.runtime import executor as executor_mod
 from streamstate.runtime.errors import JobExecutionError
 from streamstate.runtime.state.registry import registered_keyed_backends
-from streamstate.testing import FailOnce
+from streamstate.testing import FailOnce, TickingClock, use_default_clock
 
 EVENTS = out_of_order_events(240)
 
@@ -75,9 +74,9 @@ def collect(ds: Any) -> CollectSink:
 
 
 @pytest.fixture
-def clock(monkeypatch: Any) -> None:
-    ticks = itertools.count(executor_mod._now_ms() + 60_000, 1000)
-    monkeypatch.setattr(executor_mod, "_now_ms", lambda: next(ticks))
+def clock() -> Any:
+    with use_default_clock(TickingClock()) as c:
+        yield c
 
 
 def source(env: Any, data: Any, fail: Any = None, bound_ms: int = 2_000) -> Any:

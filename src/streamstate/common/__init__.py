@@ -2,6 +2,7 @@
 
 from streamstate.common.configuration import Configuration, parse_duration_ms
 from streamstate.common.job_execution_result import JobExecutionResult
+from streamstate.common.job_status import JobStatus
 from streamstate.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
 from streamstate.common.row import Row, RowKind
 from streamstate.common.serialization import Encoder
@@ -15,6 +16,7 @@ __all__ = [
     "Encoder",
     "Instant",
     "JobExecutionResult",
+    "JobStatus",
     "RestartStrategies",
     "RestartStrategyConfiguration",
     "Row",

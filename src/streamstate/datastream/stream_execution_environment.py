@@ -14,12 +14,14 @@ from typing import Any
 
 from streamstate.common.configuration import Configuration
 from streamstate.common.job_execution_result import JobExecutionResult
+from streamstate.common.job_status import JobStatus
 from streamstate.common.restart_strategy import RestartStrategyConfiguration
 from streamstate.datastream.checkpoint_config import CheckpointConfig
 from streamstate.datastream.checkpointing_mode import CheckpointingMode
 from streamstate.datastream.data_stream import DataStream
 from streamstate.datastream.execution_mode import RuntimeExecutionMode
 from streamstate.datastream.state_backend import HashMapStateBackend, StateBackend
+from streamstate.runtime.clock import default_clock
 from streamstate.runtime.errors import ConfigurationError
 from streamstate.runtime.graph import Transformation, TransformationKind, build_plan
 
@@ -75,6 +77,7 @@ class StreamExecutionEnvironment:
         self._execution_config = ExecutionConfig()
         self._sinks: list[Transformation] = []
         self._recovery_path: str | None = None
+        self._clock: Any = None
         self._apply_configuration(self._configuration)
 
     @staticmethod
@@ -297,23 +300,45 @@ class StreamExecutionEnvironment:
         wait for it or cancel it (the job stops at the next epoch boundary)."""
         return JobClient(self._executor(job_name))
 
-    def _executor(self, job_name: str | None) -> Any:
-        from streamstate.runtime.executor import JobExecutor
+    def set_clock(self, clock: Any) -> StreamExecutionEnvironment:
+        """The driver's clock for the jobs of this environment (a zero-argument callable
+        returning ms since the Unix epoch; default the wall clock). A streamstate extension
+        for tests: checkpoint intervals, timeouts, min pauses and processing time read it
+        (``streamstate.testing.TickingClock`` advances a fixed step per reading)."""
+        self._clock = clock
+        return self
 
-        sinks, self._sinks = self._sinks, []
-        plan = build_plan(sinks, self.get_parallelism(), self._max_parallelism)
-        executor = JobExecutor(
-            plan=plan,
+    def _executor(self, job_name: str | None) -> Any:
+        from streamstate.datastream.checkpoint_storage import JobManagerCheckpointStorage
+        from streamstate.runtime.executor import JobExecutor
+        from streamstate.runtime.restart import create_restart_strategy
+        from streamstate.runtime.settings import JobSettings
+
+        settings = JobSettings.from_environment(
             job_name=job_name or "streamstate job",
             configuration=self._configuration,
             checkpoint_config=self._checkpoint_config,
             state_backend=self._state_backend,
-            restart_strategy=self._restart_strategy,
             job_parameters=self._execution_config.get_global_job_parameters(),
             recovery_path=self._recovery_path,
-            runner=self._make_runner(),
+            clock=self._clock or default_clock(),
         )
-        return executor
+        storage = self._checkpoint_config.get_checkpoint_storage() or JobManagerCheckpointStorage()
+        restart = create_restart_strategy(
+            self._restart_strategy,
+            self._configuration,
+            checkpointing_enabled=settings.checkpoint.enabled,
+            clock=settings.clock,
+        )
+        sinks, self._sinks = self._sinks, []
+        plan = build_plan(sinks, self.get_parallelism(), self._max_parallelism)
+        return JobExecutor(
+            plan,
+            settings,
+            storage.create_access(working_dir=settings.state_dir),
+            restart,
+            self._make_runner(),
+        )
 
     def _make_runner(self) -> Any:
         kind = (self._configuration.get_string("execution.runner", "spark") or "spark").lower()
@@ -351,12 +376,9 @@ class JobClient:
     def get_job_id(self) -> str:
         return str(self._executor.job_id)
 
-    def get_job_status(self) -> str:
-        if self._thread.is_alive():
-            return "CANCELLING" if self._executor.cancel_requested.is_set() else "RUNNING"
-        if self._error is not None:
-            return "FAILED"
-        return "CANCELED" if self._executor.cancel_requested.is_set() else "FINISHED"
+    def get_job_status(self) -> JobStatus:
+        """The job's current :class:`~streamstate.common.JobStatus`."""
+        return JobStatus(self._executor.status)
 
     def cancel(self) -> None:
         """Stop at the next epoch boundary (the retention policy of checkpoints applies)."""

@@ -1,57 +1,51 @@
-"""The driver: epoch loop, checkpoint barriers, recovery (Flink's JobManager role).
+"""The driver: the epoch loop, checkpoint barriers, recovery (Flink's JobManager role).
 
-One :class:`JobExecutor` runs one job. Each epoch it plans the source slices,
-asks the :class:`EpochRunner` (Spark, or in-process for tests) to run every
-stage once, and folds the acks back: source positions, state lineages, sink
-results, counts. When the coordinator says a checkpoint is due, the epoch is
-run with a barrier: every stateful subtask writes a snapshot, and after all
-acked the driver stores ``_metadata`` atomically; only then are sinks
-committed. On a failure the restart strategy decides; a restart restores the
-latest valid checkpoint (state, source positions, pending sink commits) and
-replays from there.
+One :class:`JobExecutor` runs one job. Each epoch it plans the source slices, asks the
+:class:`EpochRunner` (Spark, or in-process for tests) to run every stage once, and folds
+the :class:`~streamstate.runtime.protocol.SubtaskAck` s back: source positions, state
+versions, sink results, counters. When the coordinator says a checkpoint is due, the epoch
+runs with a barrier: every stateful subtask writes a snapshot and acknowledges it to the
+:class:`~streamstate.runtime.checkpoint.coordinator.CheckpointCoordinator`, which stores
+``_metadata``; only then are sinks committed. On a failure the restart strategy decides;
+a restart restores the latest valid checkpoint (state, source positions, pending sink
+commits) and replays from there.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import cloudpickle
 
 from streamstate.common.job_execution_result import JobExecutionResult
-from streamstate.runtime.checkpoint.metadata import (
-    CheckpointMetadata,
-    SubtaskState,
-    build_operator_states,
-)
+from streamstate.common.job_status import JobStatus
+from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator, PendingCheckpoint
+from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
+from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess
 from streamstate.runtime.errors import (
     CheckpointError,
-    ConfigurationError,
     CorruptCheckpointError,
     JobExecutionError,
-    StateMigrationError,
+    TaskFailure,
 )
 from streamstate.runtime.graph import ExecutionPlan, Stage
-from streamstate.runtime.keygroups import compute_key_group_range_for_operator_index
-from streamstate.runtime.state.ttl_clock import ttl_time_provider_from_configuration
-from streamstate.runtime.task import (
-    EpochSpec,
-    Lineage,
-    OperatorStateLineage,
-    StageTaskSpec,
-    SubtaskEpoch,
-)
+from streamstate.runtime.job_metrics import JobMetrics
+from streamstate.runtime.job_state import JobState, source_uid
+from streamstate.runtime.job_status import FailureInfo, JobLifecycle, JobObserver
+from streamstate.runtime.protocol import EpochSpec, StageTaskSpec, SubtaskAck, SubtaskSpec
+from streamstate.runtime.restart import RestartStrategy
+from streamstate.runtime.settings import JobSettings
 
-__all__ = ["EpochRunner", "JobCancelled", "JobExecutor"]
+__all__ = ["EpochRunner", "JobCancelled", "JobExecutor", "build_task_specs"]
 
 log = logging.getLogger("streamstate")
-
-DEFAULT_EPOCH_RECORDS = 100_000
-DEFAULT_FULL_VERSION_EVERY = 20
 
 
 class JobCancelled(Exception):
@@ -67,7 +61,7 @@ class EpochRunner(ABC):
     @abstractmethod
     def run_epoch(
         self, plan: ExecutionPlan, epoch_specs: dict[int, EpochSpec]
-    ) -> list[dict[str, Any]]: ...
+    ) -> list[SubtaskAck]: ...
 
     @abstractmethod
     def stop(self) -> None: ...
@@ -77,255 +71,118 @@ class EpochRunner(ABC):
 
 
 class JobExecutor:
+    """Runs one job to its end; ``cancel()`` may be called from another thread."""
+
     def __init__(
         self,
         plan: ExecutionPlan,
-        job_name: str,
-        configuration: Any,
-        checkpoint_config: Any,
-        state_backend: Any,
-        restart_strategy: Any,
-        job_parameters: dict[str, str],
-        recovery_path: str | None,
+        settings: JobSettings,
+        storage: CheckpointStorageAccess,
+        restart: RestartStrategy,
         runner: EpochRunner,
+        observers: Sequence[JobObserver] = (),
     ) -> None:
-        from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator
-        from streamstate.runtime.restart import create_restart_strategy
-
         self.plan = plan
-        self.job_name = job_name
-        self.conf = configuration
-        self.cc = checkpoint_config
-        self.backend_name = getattr(state_backend, "backend_name", "hashmap")
-        options = getattr(state_backend, "backend_options", None)
-        self.backend_options: dict[str, Any] = dict(options()) if callable(options) else {}
-        self.job_parameters = job_parameters
-        self.recovery_path = recovery_path
+        self.settings = settings
+        self.job_name = settings.job_name
+        self.clock = settings.clock
         self.runner = runner
+        self.restart = restart
         self.job_id = uuid.uuid4().hex[:16]
-        self.checkpointing = checkpoint_config.is_checkpointing_enabled()
-        self.exactly_once = checkpoint_config.get_checkpointing_mode().name == "EXACTLY_ONCE"
-        self.restart = create_restart_strategy(
-            restart_strategy, configuration, checkpointing_enabled=self.checkpointing
-        )
-        self.epoch_records = conf_int(
-            configuration, "execution.epoch.max-records", DEFAULT_EPOCH_RECORDS
-        )
-        self.full_every = conf_int(
-            configuration, "execution.epoch.full-snapshot-interval", DEFAULT_FULL_VERSION_EVERY
-        )
-        self.max_epochs = conf_int(configuration, "execution.epoch.max-epochs", 0)
-        self.ttl_time_provider = ttl_time_provider_from_configuration(configuration)
-        self.idle_wait_s = conf_int(configuration, "execution.epoch.idle-wait-ms", 200) / 1000.0
-        storage = checkpoint_config.get_checkpoint_storage()
-        if storage is None:
-            from streamstate.datastream.checkpoint_storage import JobManagerCheckpointStorage
-
-            storage = JobManagerCheckpointStorage()
-        working_dir = configuration.get_string("execution.epoch.state-dir", None)
-        self.storage = storage.create_access(working_dir=working_dir)
+        self.checkpointing = settings.checkpoint.enabled
+        self.storage = storage
         self.storage.initialize_job(self.job_id)
-        self.coordinator = CheckpointCoordinator.from_checkpoint_config(
-            checkpoint_config, self.storage
+        self.coordinator = CheckpointCoordinator.from_settings(
+            settings.checkpoint, storage, clock=settings.clock
         )
+        self.lifecycle = JobLifecycle(self.job_id, settings.clock, tuple(observers))
         self.cancel_requested = threading.Event()
-        # runtime state of the job
-        self.attempt = 0
-        self.epoch = 0
-        self.last_full_epoch = 0
-        self.source_states: dict[str, Any] = {}
-        self.lineages: dict[tuple[str, int], Lineage] = {}
-        #: operator state per (uid, subtask), only for operators that have some
-        self.op_lineages: dict[tuple[str, int], OperatorStateLineage] = {}
+        self.state = JobState(plan)
+        self.metrics = JobMetrics()
+        #: sink operator uid -> its driver-side committer
+        self.committers: dict[str, Any] = {}
         #: checkpoint notifications for the subtasks, delivered with the next epoch
         self.notifications: list[tuple[str, int]] = []
         self._listeners: bool | None = None
-        self.committers: dict[str, Any] = {}
-        self.counts: dict[str, int] = {}
-        self.stats = {
-            "epochs": 0,
-            "checkpoints": 0,
-            "restarts": 0,
-            "cache_hits": 0,
-            "cache_misses": 0,
-            "checkpoints_failed": 0,
-        }
         self.restored_from: str | None = None
         #: ids of aborted checkpoints whose files are still state-version bases
         self._deferred_discard: list[int] = []
-        #: "stage/subtask" -> worker processes ("host:pid") that ran it
-        self.workers: dict[str, set[str]] = {}
-        #: seconds spent in subtasks, summed over all subtasks: restore / process / commit
-        self.timings: dict[str, float] = {}
 
-    # -- setup ------------------------------------------------------------------
-    def _specs(self) -> dict[int, bytes]:
-        specs = {}
-        for st in self.plan.stages:
-            factories = {
-                tid: cloudpickle.dumps(n.factory)
-                for tid, n in st.nodes.items()
-                if n.factory is not None
-            }
-            spec = StageTaskSpec(
-                job_id=self.job_id,
-                stage=_strip_factories(st),
-                factories=factories,
-                storage=self.storage,
-                backend_name=self.backend_name,
-                job_parameters=self.job_parameters,
-                source_budget=self.epoch_records,
-                ttl_time_provider=self.ttl_time_provider,
-                backend_options=self.backend_options,
-            )
-            specs[st.id] = cloudpickle.dumps(spec)
-        return specs
+    # -- public view ------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """The last epoch that ran to completion."""
+        return self.state.epoch
 
-    def _fresh_state(self) -> None:
-        self.epoch = 0
-        self.last_full_epoch = 0
-        for st in self.plan.sources:
-            assert st.source_uid is not None  # set on every source stage by build_plan
-            self.source_states[st.source_uid] = st.source.create_enumerator_state(st.parallelism)
-        self.lineages = {}
-        self.op_lineages = {}
-        for st in self.plan.stages:
-            for uid in st.keyed_uids:
-                for i in range(st.parallelism):
-                    self.lineages[(uid, i)] = Lineage((self.attempt, 0))
-        #: (stage id, subtask) -> {node uid: watermark state} (runtime/watermarks.py)
-        self.wm_states: dict[tuple[int, int], dict[str, Any]] = {}
-        self.end_of_input_sent = False
+    @property
+    def status(self) -> JobStatus:
+        return self.lifecycle.status
 
+    def cancel(self) -> None:
+        """Stop at the next epoch boundary (the retention policy of checkpoints applies)."""
+        self.cancel_requested.set()
+
+    # -- setup and restore ------------------------------------------------------------------
     def _make_committers(self) -> None:
+        exactly_once = self.settings.checkpoint.exactly_once or not self.checkpointing
         for st in self.plan.stages:
             for n in st.nodes.values():
                 if n.committer_factory is not None:
-                    self.committers[n.uid] = n.committer_factory(
-                        self.exactly_once or not self.checkpointing
-                    )
+                    self.committers[n.uid] = n.committer_factory(exactly_once)
 
-    # -- restore ----------------------------------------------------------------
-    def _restore(self, md: CheckpointMetadata) -> None:
-        epoch = int(md.properties.get("epoch", 0))
-        self.epoch = epoch
-        self.last_full_epoch = epoch
-        for st in self.plan.sources:
-            assert st.source_uid is not None  # set on every source stage by build_plan
-            saved = md.source_offsets.get(st.source_uid)
-            if saved is None:
-                log.warning(
-                    "source %s has no position in the checkpoint: reading from the start",
-                    st.source_uid,
-                )
-                self.source_states[st.source_uid] = st.source.create_enumerator_state(
-                    st.parallelism
-                )
-            else:
-                self.source_states[st.source_uid] = st.source.restore_enumerator_state(
-                    saved, st.parallelism
-                )
-        known = set()
-        for st in self.plan.stages:
-            for uid in st.keyed_uids:
-                known.add(uid)
-                ops = md.operator_states.get(uid)
-                handles = [h for s in (ops.subtasks if ops else ()) for h in s.keyed]
-                if ops is not None and ops.max_parallelism != st.max_parallelism:
-                    raise StateMigrationError(
-                        f"operator {uid!r} was checkpointed with max parallelism {ops.max_parallelism} "
-                        f"but now has {st.max_parallelism}: the max parallelism fixes the key groups "
-                        f"and cannot change across a restore; set it back with set_max_parallelism()"
-                    )
-                for i in range(st.parallelism):
-                    rng = compute_key_group_range_for_operator_index(
-                        st.max_parallelism, st.parallelism, i
-                    )
-                    base = tuple(h for h in handles if h.intersects(rng))
-                    self.lineages[(uid, i)] = Lineage((self.attempt, epoch), base, ())
-        for st in self.plan.stages:
-            for n in st.nodes.values():
-                ops = md.operator_states.get(n.uid)
-                if n.factory is None or ops is None:
-                    continue
-                known.add(n.uid)
-                if any(s.operator for s in ops.subtasks):
-                    old = tuple(s.operator[0] if s.operator else None for s in ops.subtasks)
-                    for i in range(st.parallelism):
-                        self.op_lineages[(n.uid, i)] = OperatorStateLineage(
-                            (self.attempt, epoch), None, old
-                        )
-        unknown = [
-            u
-            for u, o in md.operator_states.items()
-            if u not in known and any(s.keyed or s.operator for s in o.subtasks)
-        ]
-        if unknown:
-            log.warning(
-                "checkpoint state of operators %s has no operator in this job; it is dropped",
-                unknown,
-            )
-        self._restore_watermarks(md.properties.get("watermarks") or {})
+    def _restore(self, md: CheckpointMetadata, path: str | None) -> None:
+        self.state.restore(md)
         for uid, c in self.committers.items():
-            c.abort(epoch)
+            c.abort(self.state.epoch)
             c.restore(md.sink_state.get(uid))
-
-    def _restore_watermarks(self, saved: dict[str, list[Any]]) -> None:
-        """Watermark states from a checkpoint; merged conservatively when the parallelism changed."""
-        from streamstate.runtime.watermarks import merge_states
-
-        for st in self.plan.stages:
-            for n in st.nodes.values():
-                per = saved.get(n.uid)
-                if not per:
-                    continue
-                if len(per) == st.parallelism:
-                    for i, state in enumerate(per):
-                        if state:
-                            self.wm_states.setdefault((st.id, i), {})[n.uid] = state
-                else:
-                    merged = merge_states([x for x in per if x])
-                    for i in range(st.parallelism):
-                        self.wm_states.setdefault((st.id, i), {})[n.uid] = merged
+        self.coordinator.stats.reported_restored(
+            md.checkpoint_id, path or "", self.clock(), md.is_savepoint
+        )
 
     def _initial_restore(self) -> None:
-        if not self.recovery_path:
-            self._fresh_state()
+        self.state.reset()
+        path = self.settings.recovery_path
+        if not path:
             return
         try:
-            md = self.storage.load_metadata(self.recovery_path, verify=True)
+            md = self.storage.load_metadata(path, verify=True)
         except FileNotFoundError as e:
-            raise CorruptCheckpointError(f"no checkpoint at {self.recovery_path}: {e}") from e
-        self._fresh_state()
-        self._restore(md)
-        self.restored_from = self.recovery_path
-        log.info("job %s restored from %s (epoch %d)", self.job_id, self.recovery_path, self.epoch)
+            raise CorruptCheckpointError(f"no checkpoint at {path}: {e}") from e
+        self._restore(md, path)
+        self.restored_from = path
+        log.info("job %s restored from %s (epoch %d)", self.job_id, path, self.state.epoch)
 
     def _recover_after_failure(self) -> None:
-        self.attempt += 1
+        self.state.attempt += 1
         # newest checkpoint that loads and verifies: a corrupt latest one falls back to an older one
-        md = self.storage.latest_valid_checkpoint() if self.stats["checkpoints"] else None
+        md = self.storage.latest_valid_checkpoint() if self.metrics.stats["checkpoints"] else None
+        path = None if md is None else self.storage.checkpoint_location(md.checkpoint_id)
         if md is None and self.restored_from:
-            md = self.storage.load_metadata(self.restored_from, verify=True)
-        self._fresh_state()
+            md, path = self.storage.load_metadata(self.restored_from, verify=True), self.restored_from
+        self.state.reset()
         if md is not None:
-            self._restore(md)
+            self._restore(md, path)
         else:
             for c in self.committers.values():
                 c.abort(0)
         log.warning(
             "job %s restarting (attempt %d) from %s",
             self.job_id,
-            self.attempt,
+            self.state.attempt,
             f"checkpoint {md.checkpoint_id}" if md else "the beginning",
         )
 
-    # -- the loop ---------------------------------------------------------------
+    # -- the loop ---------------------------------------------------------------------------
     def run(self) -> JobExecutionResult:
         t0 = time.time()
         self._make_committers()
-        self._initial_restore()
-        self.runner.start(self.job_id, self.plan, self._specs())
+        try:
+            self._initial_restore()
+        except BaseException:
+            self.lifecycle.transition(JobStatus.FAILED)
+            raise
+        self.runner.start(self.job_id, self.plan, build_task_specs(self.plan, self.job_id, self.storage, self.settings))
+        self.lifecycle.transition(JobStatus.RUNNING)
         cancelled = False
         try:
             while True:
@@ -334,37 +191,59 @@ class JobExecutor:
                     break
                 except (JobCancelled, KeyboardInterrupt):
                     cancelled = True
-                    log.warning("job %s cancelled at epoch %d", self.job_id, self.epoch)
+                    log.warning("job %s cancelled at epoch %d", self.job_id, self.state.epoch)
                     break
                 except Exception as e:  # noqa: BLE001 - every failure goes to the restart strategy
-                    self.stats["epochs_failed"] = self.stats.get("epochs_failed", 0) + 1
-                    self.restart.notify_failure()
-                    if not self.restart.can_restart():
-                        self._terminate_failed()
-                        raise JobExecutionError(
-                            f"job {self.job_name!r} ({self.job_id}) failed and the restart strategy "
-                            f"({self.restart.describe()}) allows no further attempt: {e}"
-                        ) from e
-                    log.warning("epoch %d failed: %s", self.epoch + 1, _first_line(e))
-                    time.sleep(self.restart.get_backoff_time_ms() / 1000.0)
-                    self.stats["restarts"] += 1
-                    self._recover_after_failure()
+                    self._on_failure(e)
         finally:
             self.runner.stop()
         self.coordinator.on_job_terminal(cancelled=cancelled)
         for c in self.committers.values():
             c.finish()
         self._cleanup_epoch_versions()
-        acc: dict[str, Any] = dict(self.stats)
-        acc.update({f"records-in.{k}": v for k, v in self.counts.items()})
-        acc["job-id"] = self.job_id
-        acc.update({f"subtask-seconds.{k}": round(v, 3) for k, v in self.timings.items()})
-        acc["subtask-workers"] = {k: sorted(v) for k, v in self.workers.items()}
+        if cancelled:
+            if self.lifecycle.status is not JobStatus.CANCELLING:
+                self.lifecycle.transition(JobStatus.CANCELLING)
+            self.lifecycle.transition(JobStatus.CANCELED)
+        else:
+            self.lifecycle.transition(JobStatus.FINISHED)
         latest = self.coordinator.latest_completed
-        acc["latest-checkpoint"] = (
-            self.storage.checkpoint_location(latest.checkpoint_id) if latest is not None else None
+        acc = self.metrics.accumulators(
+            self.job_id,
+            self.storage.checkpoint_location(latest.checkpoint_id) if latest is not None else None,
         )
         return JobExecutionResult(self.job_id, int((time.time() - t0) * 1000), acc)
+
+    def _on_failure(self, e: Exception) -> None:
+        """Restart (after the back-off) or fail the job with JobExecutionError."""
+        self.metrics.bump("epochs_failed")
+        self.restart.notify_failure()
+        will_restart = self.restart.can_restart()
+        failure = FailureInfo(
+            self.clock(),
+            self.state.epoch + 1,
+            self.state.attempt,
+            getattr(e, "error_type", type(e).__name__),
+            str(e).split("\n\nworker traceback:", 1)[0],
+            e.remote_traceback if isinstance(e, TaskFailure) else "",
+            will_restart,
+        )
+        self.metrics.failures.append(failure)
+        self.lifecycle.notify("on_failure", failure)
+        if not will_restart:
+            self.lifecycle.transition(JobStatus.FAILING)
+            self._terminate_failed()
+            self.lifecycle.transition(JobStatus.FAILED)
+            raise JobExecutionError(
+                f"job {self.job_name!r} ({self.job_id}) failed and the restart strategy "
+                f"({self.restart.describe()}) allows no further attempt: {e}"
+            ) from e
+        log.warning("epoch %d failed: %s", self.state.epoch + 1, _first_line(e))
+        self.lifecycle.transition(JobStatus.RESTARTING)
+        self.cancel_requested.wait(self.restart.get_backoff_time_ms() / 1000.0)
+        self.metrics.bump("restarts")
+        self._recover_after_failure()
+        self.lifecycle.transition(JobStatus.RUNNING)
 
     def _terminate_failed(self) -> None:
         try:
@@ -373,9 +252,6 @@ class JobExecutor:
             self._cleanup_epoch_versions()
         except Exception as e:  # noqa: BLE001 - the job failure is what the caller must see
             log.warning("cleanup after job failure failed: %s", e)
-
-    def cancel(self) -> None:
-        self.cancel_requested.set()
 
     def _has_listeners(self) -> bool:
         """Whether any operator wants checkpoint notifications (built here, never opened)."""
@@ -388,28 +264,26 @@ class JobExecutor:
             )
         return self._listeners
 
-    def _all_finished(self) -> bool:
-        return all(
-            st.source.is_finished(self.source_states[_source_uid(st)]) for st in self.plan.sources
-        )
-
     def _run_epochs(self) -> None:
+        state = self.state
         while True:
             if self.cancel_requested.is_set():
+                if self.lifecycle.status is JobStatus.RUNNING:
+                    self.lifecycle.transition(JobStatus.CANCELLING)
                 raise JobCancelled()
-            now = _now_ms()
+            now = self.clock()
             for st in self.plan.sources:
-                uid = _source_uid(st)
-                self.source_states[uid] = st.source.discover(self.source_states[uid], now)
-            final = self._all_finished()
+                uid = source_uid(st)
+                state.source_states[uid] = st.source.discover(state.source_states[uid], now)
+            final = state.all_sources_finished()
             if (
                 final
                 and not self.checkpointing
-                and (self.end_of_input_sent or not self._needs_final_watermark())
+                and (state.end_of_input_sent or not self._needs_final_watermark())
             ):
-                self._commit_all(self.epoch)
+                self._commit_all(state.epoch)
                 return
-            if self.max_epochs and self.epoch >= self.max_epochs:
+            if self.settings.max_epochs and state.epoch >= self.settings.max_epochs:
                 return
             pending = None
             if self.checkpointing and (final or self.coordinator.should_trigger(now)):
@@ -418,52 +292,43 @@ class JobExecutor:
             if final:
                 if self.notifications and self._has_listeners():
                     # deliver the last checkpoint's notify_checkpoint_complete: one input-free epoch
-                    self._run_one_epoch(None, _now_ms(), notify_only=True)
+                    self._run_one_epoch(None, self.clock(), notify_only=True)
                 return
-            if read == 0 and self.idle_wait_s > 0:
+            if read == 0 and self.settings.idle_wait_s > 0:
                 # unbounded sources with nothing new: don't spin Spark jobs back to back
-                self.cancel_requested.wait(self.idle_wait_s)
+                self.cancel_requested.wait(self.settings.idle_wait_s)
 
     def _needs_final_watermark(self) -> bool:
         """Keyed operators may hold event-time timers/windows: a bounded job without
         checkpointing runs one more (empty) epoch to send them the final watermark."""
         return any(n.keyed for st in self.plan.stages for n in st.nodes.values())
 
-    def _run_one_epoch(self, pending: Any, started_ms: int, notify_only: bool = False) -> int:
-        """Run epoch ``self.epoch + 1``; returns how many records the sources read.
-
-        ``notify_only``: the sources read nothing (the epoch only delivers notifications).
-        """
-        epoch = self.epoch + 1
-        full = pending is None and (epoch - self.last_full_epoch) >= self.full_every
+    def _epoch_specs(
+        self, epoch: int, pending: PendingCheckpoint | None, started_ms: int, full: bool,
+        notify_only: bool, finished: dict[int, bool],
+    ) -> dict[int, EpochSpec]:
+        state = self.state
         notes = tuple(self.notifications)
         especs: dict[int, EpochSpec] = {}
-        finished = {
-            st.id: st.source.is_finished(self.source_states[_source_uid(st)])
-            for st in self.plan.sources
-        }
         for st in self.plan.stages:
             assignments = (
-                st.source.plan_epoch(self.source_states[_source_uid(st)], st.parallelism)
+                st.source.plan_epoch(state.source_states[source_uid(st)], st.parallelism)
                 if st.is_source and not notify_only
                 else [None] * st.parallelism
             )
-            subs = [
-                SubtaskEpoch(
+            op_uids = [n.uid for n in st.nodes.values()]
+            subs = tuple(
+                SubtaskSpec(
                     assignments[i],
-                    {uid: self.lineages[(uid, i)] for uid in st.keyed_uids},
-                    self.wm_states.get((st.id, i), {}),
-                    op_lineages={
-                        n.uid: self.op_lineages[(n.uid, i)]
-                        for n in st.nodes.values()
-                        if (n.uid, i) in self.op_lineages
-                    },
+                    state.versions.keyed_for(st.keyed_uids, i),
+                    state.wm_states.get((st.id, i), {}),
+                    state.versions.operator_for(op_uids, i),
                 )
                 for i in range(st.parallelism)
-            ]
+            )
             especs[st.id] = EpochSpec(
                 epoch,
-                self.attempt,
+                state.attempt,
                 pending.checkpoint_id if pending else None,
                 full,
                 subs,
@@ -473,6 +338,25 @@ class JobExecutor:
                 notifications=notes,
                 notify_only=notify_only,
             )
+        return especs
+
+    def _run_one_epoch(
+        self, pending: PendingCheckpoint | None, started_ms: int, notify_only: bool = False
+    ) -> int:
+        """Run epoch ``epoch + 1``; returns how many records the sources read.
+
+        ``notify_only``: the sources read nothing (the epoch only delivers notifications).
+        """
+        t0 = time.perf_counter()
+        state = self.state
+        epoch = state.epoch + 1
+        full = pending is None and (epoch - state.last_full_epoch) >= self.settings.full_every
+        finished = {
+            st.id: st.source.is_finished(state.source_states[source_uid(st)])
+            for st in self.plan.sources
+        }
+        especs = self._epoch_specs(epoch, pending, started_ms, full, notify_only, finished)
+        delivered = len(self.notifications)
         try:
             acks = self.runner.run_epoch(self.plan, especs)
         except BaseException:
@@ -480,35 +364,39 @@ class JobExecutor:
                 self.coordinator.abort(pending, "the epoch carrying its barrier failed")
                 self.notifications.append(("aborted", pending.checkpoint_id))
             raise
-        del self.notifications[: len(notes)]  # delivered
-        self._absorb(epoch, acks, pending, notify_only)
+        del self.notifications[:delivered]
+        by_subtask = self._absorb(epoch, acks, notify_only)
         if finished and all(finished.values()):
-            self.end_of_input_sent = True
+            state.end_of_input_sent = True
         for cid in self._deferred_discard:
             if not (full or pending is not None):
                 break
             self.storage.discard_checkpoint(cid)
         if full or pending is not None:
             self._deferred_discard = []
-        self.epoch = epoch
-        self.stats["epochs"] += 1
-        if full or pending is not None:
-            self.last_full_epoch = epoch
+            state.last_full_epoch = epoch
+        state.epoch = epoch
         if pending is not None:
-            self._complete_checkpoint(pending, epoch, acks, started_ms)
+            self._complete_checkpoint(pending, epoch, by_subtask)
         elif not self.checkpointing:
             self._commit_all(epoch)
-        return sum(
-            a["counts"].get(st.source_uid, 0)
-            for st in self.plan.sources
-            for a in acks
-            if a["stage"] == st.id
+        stats = self.metrics.epoch_finished(
+            epoch,
+            state.attempt,
+            started_ms,
+            (time.perf_counter() - t0) * 1000.0,
+            pending.checkpoint_id if pending else None,
+            by_subtask.values(),
+            [source_uid(st) for st in self.plan.sources],
         )
+        self.lifecycle.notify("on_epoch", stats)
+        return stats.source_records
 
     def _absorb(
-        self, epoch: int, acks: list[dict[str, Any]], pending: Any, notify_only: bool = False
-    ) -> None:
-        by = {(a["stage"], a["subtask"]): a for a in acks}
+        self, epoch: int, acks: Iterable[SubtaskAck], notify_only: bool = False
+    ) -> dict[tuple[int, int], SubtaskAck]:
+        """Check that every subtask acked, then fold the acks in; returns them by (stage, subtask)."""
+        by = {(a.stage, a.subtask): a for a in acks}
         missing = [
             (st.id, i)
             for st in self.plan.stages
@@ -517,139 +405,127 @@ class JobExecutor:
         ]
         if missing:
             raise CheckpointError(f"epoch {epoch}: no ack from (stage, subtask) {missing}")
+        state = self.state
         superseded: list[Any] = []
         for st in self.plan.stages:
             sacks = [by[(st.id, i)] for i in range(st.parallelism)]
             if st.is_source and not notify_only:
-                uid = _source_uid(st)
-                self.source_states[uid] = st.source.apply_progress(
-                    self.source_states[uid], [a["source"] for a in sacks]
+                uid = source_uid(st)
+                state.source_states[uid] = st.source.apply_progress(
+                    state.source_states[uid], [a.source for a in sacks]
                 )
             for a in sacks:
-                i = a["subtask"]
-                self.stats["cache_hits" if a["cache_hit"] else "cache_misses"] += 1
-                for path, n in a.get("state_restores", {}).items():
-                    k = f"state_restores_{path}"
-                    self.stats[k] = self.stats.get(k, 0) + n
-                self.workers.setdefault(f"{st.id}/{i}", set()).add(a.get("worker", "?"))
-                for k, v in a.get("timings", {}).items():
-                    self.timings[k] = self.timings.get(k, 0.0) + v
-                for uid, n in a["counts"].items():
-                    self.counts[uid] = self.counts.get(uid, 0) + n
-                self.wm_states[(st.id, i)] = a.get("watermarks") or {}
-                for uid, (kind, h) in a["versions"].items():
-                    lin = self.lineages[(uid, i)]
-                    token = tuple(a["token"])
-                    if kind == "full":
-                        superseded.extend(s for x in lin.base for s in x.stream_handles())
-                        superseded.extend(lin.deltas)
-                        self.lineages[(uid, i)] = Lineage(token, (h,), ())
-                    elif kind == "delta":
-                        self.lineages[(uid, i)] = Lineage(token, lin.base, (*lin.deltas, h))
-                    else:
-                        self.lineages[(uid, i)] = Lineage(token, lin.base, lin.deltas)
-                for uid, (kind, h) in a.get("op_versions", {}).items():
-                    old = self.op_lineages.get((uid, i))
-                    token = tuple(a["token"])
-                    if kind == "full":
-                        if old is not None and old.handle is not None:
-                            superseded.append(old.handle)
-                        self.op_lineages[(uid, i)] = OperatorStateLineage(token, h)
-                    elif old is not None:
-                        self.op_lineages[(uid, i)] = OperatorStateLineage(
-                            token, old.handle, old.redistribute
-                        )
+                self.metrics.absorb(st.id, a)
+                state.wm_states[(st.id, a.subtask)] = dict(a.watermarks)
+                superseded.extend(state.versions.fold(a))
             for n in st.nodes.values():
                 if n.uid in self.committers:
-                    self.committers[n.uid].prepare(epoch, [a["sinks"].get(n.uid) for a in sacks])
+                    self.committers[n.uid].prepare(epoch, [a.sinks.get(n.uid) for a in sacks])
         if superseded:
             self.storage.discard_epoch_state(superseded)
+        return by
 
     def _complete_checkpoint(
-        self, pending: Any, epoch: int, acks: list[dict[str, Any]], started_ms: int
+        self,
+        pending: PendingCheckpoint,
+        epoch: int,
+        acks: dict[tuple[int, int], SubtaskAck],
     ) -> None:
-        if self.coordinator.is_expired(pending, _now_ms()):
+        now = self.clock()
+        if self.coordinator.is_expired(pending, now):
             # The subtasks' lineages already point at this checkpoint's files: keep them until
             # the next epoch has written full versions, then delete them.
-            self.coordinator.abort(pending, "checkpoint timeout expired", discard=False)
+            self.coordinator.abort(
+                pending, "checkpoint timeout expired", discard=False, now_ms=now
+            )
             self.notifications.append(("aborted", pending.checkpoint_id))
             self._deferred_discard.append(pending.checkpoint_id)
-            self.last_full_epoch = -(10**9)
-            self.stats["checkpoints_failed"] += 1
+            self.state.last_full_epoch = -(10**9)
+            self.metrics.bump("checkpoints_failed")
             if self.coordinator.should_fail_job():
                 raise CheckpointError(
                     "more checkpoints failed than the tolerable failure number allows"
                 )
             return
-        per_op: dict[str, dict[int, SubtaskState]] = {}
-        for a in acks:
-            op_handles = a.get("op_checkpoint", {})
-            for uid in {*a["checkpoint"], *op_handles}:
-                kh = a["checkpoint"].get(uid)
-                oh = op_handles.get(uid)
-                per_op.setdefault(uid, {})[a["subtask"]] = SubtaskState(
-                    keyed=(kh,) if kh is not None else (), operator=(oh,) if oh is not None else ()
-                )
-        par = {uid: p for uid, (p, _) in self.plan.operator_parallelism().items() if uid in per_op}
-        maxp = {
-            uid: mp for uid, (_, mp) in self.plan.operator_parallelism().items() if uid in per_op
-        }
-        md = CheckpointMetadata(
+        self._acknowledge(pending, acks)
+        self.coordinator.complete(
+            pending,
             job_id=self.job_id,
-            checkpoint_id=pending.checkpoint_id,
-            timestamp_ms=pending.trigger_ms,
-            operator_states=build_operator_states(per_op, par, maxp),
-            source_offsets={uid: _jsonable(s) for uid, s in self.source_states.items()},
+            source_offsets=self.state.source_offsets(),
             sink_state={uid: c.snapshot(epoch) for uid, c in self.committers.items()},
             properties={
                 "epoch": epoch,
-                "attempt": self.attempt,
+                "attempt": self.state.attempt,
                 "job_name": self.job_name,
-                "watermarks": self._watermark_property(),
+                "watermarks": self.state.watermark_property(),
             },
+            now_ms=now,
         )
-        self.coordinator.complete(pending, md)
         self.notifications.append(("complete", pending.checkpoint_id))
-        self.stats["checkpoints"] += 1
+        self.metrics.bump("checkpoints")
         self._commit_all(epoch)
 
-    def _watermark_property(self) -> dict[str, list[Any]]:
-        """node uid -> per-subtask watermark state (JSON), for the checkpoint's properties."""
-        out: dict[str, list[Any]] = {}
+    def _acknowledge(
+        self, pending: PendingCheckpoint, acks: dict[tuple[int, int], SubtaskAck]
+    ) -> None:
+        """Every subtask of every operator that has checkpoint state acknowledges it
+        (with empty state where that subtask has none), so the coordinator can check that
+        none is missing."""
+        stateful = {uid for a in acks.values() for uid in (*a.checkpoint, *a.op_checkpoint)}
         for st in self.plan.stages:
             for n in st.nodes.values():
-                per = [self.wm_states.get((st.id, i), {}).get(n.uid) for i in range(st.parallelism)]
-                if any(per):
-                    out[n.uid] = per
-        return out
+                if n.uid not in stateful:
+                    continue
+                for i in range(st.parallelism):
+                    a = acks[(st.id, i)]
+                    kh = a.checkpoint.get(n.uid)
+                    oh = a.op_checkpoint.get(n.uid)
+                    pending.acknowledge(
+                        n.uid,
+                        i,
+                        st.parallelism,
+                        st.max_parallelism,
+                        keyed=(kh,) if kh is not None else (),
+                        operator=(oh,) if oh is not None else (),
+                    )
 
     def _commit_all(self, epoch: int) -> None:
         for c in self.committers.values():
             c.commit(epoch)
 
     def _cleanup_epoch_versions(self) -> None:
-        handles = [
-            h
-            for lin in self.lineages.values()
-            for h in (*[s for b in lin.base for s in b.stream_handles()], *lin.deltas)
-        ]
-        handles += [ol.handle for ol in self.op_lineages.values() if ol.handle is not None]
         try:
-            self.storage.discard_epoch_state(handles)
+            self.storage.discard_epoch_state(list(self.state.versions.handles()))
         except Exception as e:  # noqa: BLE001 - cleanup is best effort
             log.debug("epoch version cleanup failed: %s", e)
 
 
-def _source_uid(st: Stage) -> str:
-    """The uid of source stage ``st`` (build_plan sets it on every source stage)."""
-    assert st.source_uid is not None
-    return st.source_uid
+def build_task_specs(
+    plan: ExecutionPlan, job_id: str, storage: CheckpointStorageAccess, settings: JobSettings
+) -> dict[int, bytes]:
+    """One pickled :class:`StageTaskSpec` per stage (operator factories cloudpickled apart)."""
+    specs = {}
+    for st in plan.stages:
+        factories = {
+            tid: cloudpickle.dumps(n.factory) for tid, n in st.nodes.items() if n.factory is not None
+        }
+        spec = StageTaskSpec(
+            job_id=job_id,
+            stage=_strip_factories(st),
+            factories=factories,
+            storage=storage,
+            backend_name=settings.backend_name,
+            job_parameters=dict(settings.job_parameters),
+            source_budget=settings.epoch_records,
+            ttl_time_provider=settings.ttl_time_provider,
+            backend_options=dict(settings.backend_options),
+        )
+        specs[st.id] = cloudpickle.dumps(spec)
+    return specs
 
 
-def _strip_factories(st: Any) -> Any:
+def _strip_factories(st: Stage) -> Stage:
     """A copy of the stage without operator factories (they travel pickled separately)."""
-    import copy
-
     s = copy.copy(st)
     s.nodes = {tid: copy.copy(n) for tid, n in st.nodes.items()}
     for n in s.nodes.values():
@@ -659,27 +535,6 @@ def _strip_factories(st: Any) -> Any:
     return s
 
 
-def _jsonable(state: Any) -> Any:
-    import json
-
-    json.dumps(state)  # sources promise JSON-compatible state: fail loudly here, not at restore
-    return state
-
-
 def _first_line(e: BaseException) -> str:
     s = str(e).strip().splitlines()
     return f"{type(e).__name__}: {s[-1] if s else ''}"
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def conf_int(conf: Any, key: str, default: int) -> int:
-    raw = conf.get_string(key, None) if conf is not None else None
-    if raw is None:
-        return default
-    try:
-        return int(str(raw).strip())
-    except ValueError as e:
-        raise ConfigurationError(f"{key} must be an integer, got {raw!r}") from e

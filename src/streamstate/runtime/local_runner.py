@@ -11,7 +11,8 @@ from typing import Any
 
 from streamstate.runtime.executor import EpochRunner
 from streamstate.runtime.graph import ExecutionPlan
-from streamstate.runtime.task import DRIVER, EpochSpec, run_stage_partition
+from streamstate.runtime.protocol import DRIVER, EpochSpec, SubtaskAck
+from streamstate.runtime.task import run_stage_partition
 
 __all__ = ["LocalEpochRunner"]
 
@@ -26,7 +27,7 @@ class LocalEpochRunner(EpochRunner):
 
     def run_epoch(
         self, plan: ExecutionPlan, epoch_specs: dict[int, EpochSpec]
-    ) -> list[dict[str, Any]]:
+    ) -> list[SubtaskAck]:
         if self.drop_cache_each_epoch:
             from streamstate.runtime import task
 
@@ -37,7 +38,7 @@ class LocalEpochRunner(EpochRunner):
         inbox: dict[int, list[list[Any]]] = {
             s.id: [[] for _ in range(s.parallelism)] for s in plan.stages
         }
-        acks: list[dict[str, Any]] = []
+        acks: list[SubtaskAck] = []
         for st in plan.stages:
             for i in range(st.parallelism):
                 items = [(i, payload) for payload in inbox[st.id][i]]

@@ -23,13 +23,13 @@ Time comes from an injectable ``clock`` (ms) unless ``now_ms`` is passed explici
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from streamstate.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
+from streamstate.runtime.clock import system_clock_ms
 from streamstate.runtime.errors import ConfigurationError
 
 __all__ = [
@@ -45,10 +45,6 @@ __all__ = [
 #: Flink's default delay between restarts (``restart-strategy.*.delay``: 1 s).
 DEFAULT_RESTART_DELAY_MS = 1000
 _INT_MAX = 2**31 - 1
-
-
-def system_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class RestartStrategy(ABC):

@@ -247,7 +247,7 @@ def decode_input(
     items: Iterable[Any],
 ) -> tuple[
     list[list[Any]],
-    list[dict[str, Any]],
+    list[Any],
     list[list[Any] | None],
     dict[tuple[int, int, int], ChannelWatermark],
 ]:

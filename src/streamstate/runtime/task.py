@@ -24,19 +24,26 @@ import pickle
 import socket
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from streamstate.runtime.checkpoint.handles import ByteStreamStateHandle, KeyGroupsStateHandle
 from streamstate.runtime.graph import OpNode, Stage
 from streamstate.runtime.keygroups import compute_key_group_range_for_operator_index
-from streamstate.runtime.operator_state_versions import (
-    OperatorStateLineage,
+from streamstate.runtime.operators.base import OperatorContext, StreamOperator
+from streamstate.runtime.protocol import (
+    DRIVER,
+    EpochSpec,
+    StageTaskSpec,
+    SubtaskAck,
+    SubtaskSpec,
+    SubtaskTimings,
+    check_protocol_version,
+)
+from streamstate.runtime.shuffle import ACK, DATA, WATERMARK, EdgeWriter, decode_input
+from streamstate.runtime.versions import (
+    commit_keyed_state,
     commit_operator_state,
     restore_operator_store,
 )
-from streamstate.runtime.operators.base import OperatorContext, StreamOperator
-from streamstate.runtime.shuffle import ACK, DATA, WATERMARK, EdgeWriter, decode_input
 from streamstate.runtime.watermarks import (
     MAX_WATERMARK,
     MIN_WATERMARK,
@@ -45,78 +52,7 @@ from streamstate.runtime.watermarks import (
     node_state,
 )
 
-__all__ = [
-    "EpochSpec",
-    "Lineage",
-    "OperatorStateLineage",
-    "StageTaskSpec",
-    "SubtaskEpoch",
-    "run_stage_partition",
-]
-
-DRIVER = -1
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """How to rebuild one operator's keyed state at version ``token`` anywhere.
-
-    ``base`` are keyed snapshots (several after a rescale: each backend keeps
-    only its key groups); ``deltas`` are applied on top, in order.
-    """
-
-    token: tuple[int, int]
-    base: tuple[KeyGroupsStateHandle, ...] = ()
-    deltas: tuple[Any, ...] = ()
-
-
-@dataclass
-class StageTaskSpec:
-    """Everything a worker needs to run a stage; shipped once per job (broadcast)."""
-
-    job_id: str
-    stage: Stage
-    factories: dict[int, bytes]  # node tid -> cloudpickled zero-arg operator factory
-    storage: Any  # CheckpointStorageAccess (picklable)
-    backend_name: str
-    job_parameters: dict[str, str]
-    source_budget: int
-    #: the clock of state TTL (``runtime/state/ttl_clock.py``); ``None``: the wall clock
-    ttl_time_provider: Any = None
-    #: extra keyword arguments of the keyed backend (``StateBackend.backend_options()``)
-    backend_options: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class SubtaskEpoch:
-    source_assignment: Any = None
-    lineages: dict[str, Lineage] = field(default_factory=dict)
-    #: node uid -> watermark state (runtime/watermarks.node_state), used when the
-    #: subtask instance is rebuilt (restore, failover, another worker)
-    watermarks: dict[str, Any] = field(default_factory=dict)
-    #: operator uid -> where its operator state is (only operators that have some)
-    op_lineages: dict[str, OperatorStateLineage] = field(default_factory=dict)
-
-
-@dataclass
-class EpochSpec:
-    """The per-epoch instructions of one stage (small: shipped with every task)."""
-
-    epoch: int
-    attempt: int
-    checkpoint_id: int | None
-    full_version: bool
-    subtasks: list[SubtaskEpoch]
-    #: the driver's clock at the epoch's start (ms): processing time for timers and idleness
-    processing_time_ms: int | None = None
-    #: the source of this (source) stage is exhausted: emit the final watermark
-    end_of_input: bool = False
-    #: checkpoint trigger time (or the epoch's start), for snapshot contexts
-    timestamp_ms: int = 0
-    #: ("complete" | "aborted", checkpoint id) to deliver before this epoch's input
-    notifications: tuple[tuple[str, int], ...] = ()
-    #: the sources read nothing: the epoch only delivers notifications
-    notify_only: bool = False
+__all__ = ["DRIVER", "run_stage_partition"]
 
 
 class _SubtaskInstance:
@@ -165,6 +101,7 @@ def _spec(spec_blob: Any) -> StageTaskSpec:
         if not isinstance(blob, (bytes, bytearray)):
             blob = blob.value  # a Spark broadcast
         spec = pickle.loads(blob)
+        check_protocol_version(spec)
         _SPECS[key] = spec
         for k in [k for k in _SPECS if k[0] != job_id]:
             del _SPECS[k]  # one job per worker at a time: drop older jobs' specs
@@ -175,7 +112,7 @@ def _spec(spec_blob: Any) -> StageTaskSpec:
 
 
 def _build_instance(
-    spec: StageTaskSpec, index: int, epoch_spec: EpochSpec, sub: SubtaskEpoch
+    spec: StageTaskSpec, index: int, epoch_spec: EpochSpec, sub: SubtaskSpec
 ) -> _SubtaskInstance:
     from streamstate.runtime.operators.checkpointing import StateInitializationContext
     from streamstate.runtime.state.operator import DefaultOperatorStateStore
@@ -223,7 +160,7 @@ def _build_instance(
             st.parallelism,
             st.max_parallelism,
             epoch_spec.attempt,
-            spec.job_parameters,
+            dict(spec.job_parameters),
             backend,
             store,
         )
@@ -279,7 +216,7 @@ def run_stage_partition(
     st = spec.stage
     sub = epoch_spec.subtasks[index]
     key = (spec.job_id, st.id, index)
-    expected = (epoch_spec.attempt, epoch_spec.epoch - 1)
+    expected = epoch_spec.previous_token
     t0 = time.perf_counter()
     inst = _INSTANCES.get(key)
     cache_hit = inst is not None and inst.token == expected
@@ -358,7 +295,7 @@ def run_stage_partition(
             for c in node.children:
                 push(st.nodes[c], out, ots)
 
-        forwarded: list[dict[str, Any]] = []
+        forwarded: list[SubtaskAck] = []
         source_progress = None
         channels: dict[tuple[int, int, int], ChannelWatermark] = {}
         if st.is_source and epoch_spec.notify_only:
@@ -393,7 +330,13 @@ def run_stage_partition(
 
         for op in inst.ops.values():
             op.snapshot_state(epoch_spec.checkpoint_id, epoch_spec.timestamp_ms)
-        versions, checkpoint = _commit_state(spec, inst, index, epoch_spec)
+        versions, checkpoint = commit_keyed_state(
+            spec.storage,
+            inst.backends,
+            index,
+            epoch_spec,
+            getattr(spec.storage, "job_id", None) or spec.job_id,
+        )
         op_versions, op_checkpoint = commit_operator_state(
             spec.storage,
             inst.op_stores,
@@ -409,28 +352,26 @@ def run_stage_partition(
             res = op.sink_result()
             if res is not None:
                 sinks[st.nodes[tid].uid] = res
-        inst.token = (epoch_spec.attempt, epoch_spec.epoch)
-        ack = {
-            "stage": st.id,
-            "subtask": index,
-            "token": inst.token,
-            "versions": versions,
-            "checkpoint": checkpoint,
-            "op_versions": op_versions,
-            "op_checkpoint": op_checkpoint,
-            "source": source_progress,
-            "sinks": sinks,
-            "counts": counts,
-            "watermarks": _watermark_states(st, inst),
-            "cache_hit": cache_hit,
-            "state_restores": restores,
-            "worker": _WORKER_ID,
-            "timings": {
-                "restore": t_restore,
-                "process": t_process,
-                "commit": time.perf_counter() - t0 - t_restore - t_process,
-            },
-        }
+        inst.token = epoch_spec.token
+        ack = SubtaskAck(
+            stage=st.id,
+            subtask=index,
+            token=inst.token,
+            versions=versions,
+            checkpoint=checkpoint,
+            op_versions=op_versions,
+            op_checkpoint=op_checkpoint,
+            source=source_progress,
+            sinks=sinks,
+            counts=counts,
+            watermarks=_watermark_states(st, inst),
+            cache_hit=cache_hit,
+            state_restores=restores,
+            worker=_WORKER_ID,
+            timings=SubtaskTimings(
+                t_restore, t_process, time.perf_counter() - t0 - t_restore - t_process
+            ),
+        )
     except BaseException:
         # A half-processed instance must never serve a later epoch.
         dropped = _INSTANCES.pop(key, None)
@@ -544,56 +485,11 @@ def _meta_stage(stages_meta: dict[int, tuple[int, int]], sid: int) -> Stage:
     return Stage(sid, p, mp)
 
 
-def _commit_state(
-    spec: StageTaskSpec, inst: _SubtaskInstance, index: int, es: EpochSpec
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    versions: dict[str, Any] = {}
-    checkpoint: dict[str, Any] = {}
-    storage = spec.storage
-    tag = f"a{es.attempt}-e{es.epoch}"
-    for uid, backend in inst.backends.items():
-        rng = backend.key_group_range
-        native = None
-        if es.checkpoint_id is not None:
-            # an incremental native checkpoint (RocksDB) is also the lineage base
-            incremental = getattr(backend, "snapshot_incremental", None)
-            if incremental is not None:
-                scope = f"{getattr(storage, 'job_id', None) or spec.job_id}-{uid}-{index}"
-                native = incremental(storage, es.checkpoint_id, scope)
-        if native is not None:
-            checkpoint[uid] = native
-            versions[uid] = ("full", native)
-        elif es.checkpoint_id is not None or es.full_version:
-            snap = backend.snapshot()
-            if es.checkpoint_id is not None:
-                stream = storage.write_state(es.checkpoint_id, f"{uid}-{index}-keyed", snap.data)
-                kh = KeyGroupsStateHandle(stream, rng, dict(snap.offsets), dict(snap.meta))
-                checkpoint[uid] = kh
-                if isinstance(stream, ByteStreamStateHandle):
-                    # inline bytes live on the driver: keep a worker-readable copy as the base
-                    stream = storage.write_epoch_state(f"{uid}/{index}/{tag}-full", snap.data)
-                    kh = KeyGroupsStateHandle(stream, rng, dict(snap.offsets), dict(snap.meta))
-            else:
-                stream = storage.write_epoch_state(f"{uid}/{index}/{tag}-full", snap.data)
-                kh = KeyGroupsStateHandle(stream, rng, dict(snap.offsets), dict(snap.meta))
-            versions[uid] = ("full", kh)
-        else:
-            delta = backend.snapshot_delta()
-            if delta:
-                versions[uid] = (
-                    "delta",
-                    storage.write_epoch_state(f"{uid}/{index}/{tag}-delta", delta),
-                )
-            else:
-                versions[uid] = ("none", None)
-    return versions, checkpoint
-
-
 def _emit(
     st: Stage,
     writers: dict[int, list[EdgeWriter]],
     index: int,
-    acks: list[dict[str, Any]],
+    acks: list[SubtaskAck],
     wm_out: dict[int, tuple[int, bool]],
 ) -> Iterator[tuple[int, int, Any]]:
     dests: set[int] = set()

@@ -19,7 +19,8 @@ from typing import Any
 from streamstate.runtime.errors import StreamStateError, TaskFailure
 from streamstate.runtime.executor import EpochRunner
 from streamstate.runtime.graph import ExecutionPlan
-from streamstate.runtime.task import EpochSpec, run_stage_partition
+from streamstate.runtime.protocol import EpochSpec, SubtaskAck
+from streamstate.runtime.task import run_stage_partition
 
 __all__ = ["SparkEpochRunner", "translate_spark_error"]
 
@@ -72,7 +73,7 @@ class SparkEpochRunner(EpochRunner):
 
     def run_epoch(
         self, plan: ExecutionPlan, epoch_specs: dict[int, EpochSpec]
-    ) -> list[dict[str, Any]]:
+    ) -> list[SubtaskAck]:
         from pyspark import StorageLevel
 
         sc = self.spark.sparkContext

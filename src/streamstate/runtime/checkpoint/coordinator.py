@@ -11,8 +11,12 @@ Guarantees:
   id is above every ``chk-<n>`` directory already there);
 * a checkpoint is COMPLETED only after its ``_metadata`` was stored atomically;
 * older checkpoints beyond ``num_retained`` are deleted only after a newer one completed;
-* lifecycle edges are PENDING -> COMPLETED and PENDING -> ABORTED; anything else raises
-  :class:`IllegalLifecycleTransition`.
+* it is the one owner of a checkpoint's lifecycle: PENDING -> COMPLETED -> SUBSUMED
+  (dropped by retention) and PENDING -> ABORTED; anything else raises
+  :class:`IllegalLifecycleTransition`. ``_metadata`` is only ever built here, from the
+  acknowledged subtask states, after checking that every subtask of every stateful
+  operator acknowledged with the operator's parallelism;
+* every step is reported to a :class:`CheckpointStatsTracker` (counts, history, sizes).
 
 Max concurrent checkpoints: a checkpoint completes at the end of the epoch that triggered
 it, so in the epoch model at most one is ever pending. The setting is kept and honoured
@@ -22,7 +26,7 @@ it, so in the epoch model at most one is ever pending. The setting is kept and h
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -33,13 +37,15 @@ from streamstate.runtime.checkpoint.metadata import (
     SubtaskState,
     build_operator_states,
 )
+from streamstate.runtime.checkpoint.stats import CheckpointStatsTracker
 from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess
+from streamstate.runtime.clock import Clock, system_clock_ms
 from streamstate.runtime.errors import (
     CheckpointError,
     ConfigurationError,
     IllegalLifecycleTransition,
 )
-from streamstate.runtime.restart import system_clock_ms
+from streamstate.runtime.settings import CheckpointSettings, RetentionPolicy
 
 __all__ = [
     "CheckpointCoordinator",
@@ -55,21 +61,16 @@ class CheckpointStatus(Enum):
     PENDING = "PENDING"
     COMPLETED = "COMPLETED"
     ABORTED = "ABORTED"
+    #: a completed checkpoint that retention dropped (a newer one took its place)
+    SUBSUMED = "SUBSUMED"
 
 
 _TRANSITIONS: dict[CheckpointStatus, frozenset[CheckpointStatus]] = {
     CheckpointStatus.PENDING: frozenset({CheckpointStatus.COMPLETED, CheckpointStatus.ABORTED}),
-    CheckpointStatus.COMPLETED: frozenset(),
+    CheckpointStatus.COMPLETED: frozenset({CheckpointStatus.SUBSUMED}),
     CheckpointStatus.ABORTED: frozenset(),
+    CheckpointStatus.SUBSUMED: frozenset(),
 }
-
-
-class RetentionPolicy(Enum):
-    """Mirror of ExternalizedCheckpointCleanup, so the runtime needn't import the public API."""
-
-    DELETE_ON_CANCELLATION = "DELETE_ON_CANCELLATION"
-    RETAIN_ON_CANCELLATION = "RETAIN_ON_CANCELLATION"
-    NO_EXTERNALIZED_CHECKPOINTS = "NO_EXTERNALIZED_CHECKPOINTS"
 
 
 @dataclass
@@ -145,9 +146,10 @@ class CheckpointCoordinator:
         tolerable_failures: int = 0,
         num_retained: int = 1,
         retention: RetentionPolicy | str = RetentionPolicy.NO_EXTERNALIZED_CHECKPOINTS,
-        clock: Callable[[], int] | None = None,
+        clock: Clock | None = None,
         start_ms: int | None = None,
         next_checkpoint_id: int | None = None,
+        stats: CheckpointStatsTracker | None = None,
     ) -> None:
         """``interval_ms <= 0`` disables periodic checkpoints (savepoints still work).
 
@@ -181,25 +183,36 @@ class CheckpointCoordinator:
             next_checkpoint_id = storage.max_checkpoint_id_in_use() + 1
         self._next_id = next_checkpoint_id
         self._pending: dict[int, PendingCheckpoint] = {}
+        #: completed checkpoints still retained (they become SUBSUMED when pruned)
+        self._retained: dict[int, PendingCheckpoint] = {}
         self.consecutive_failures = 0
         self.latest_completed: CheckpointMetadata | None = None
+        self.stats = stats if stats is not None else CheckpointStatsTracker()
+
+    @classmethod
+    def from_settings(
+        cls, settings: CheckpointSettings, storage: CheckpointStorageAccess, **kwargs: Any
+    ) -> CheckpointCoordinator:
+        """Build from a job's parsed :class:`~streamstate.runtime.settings.CheckpointSettings`."""
+        return cls(
+            storage,
+            interval_ms=settings.interval_ms,
+            timeout_ms=settings.timeout_ms,
+            min_pause_ms=settings.min_pause_ms,
+            max_concurrent=settings.max_concurrent,
+            tolerable_failures=settings.tolerable_failures,
+            num_retained=settings.num_retained,
+            retention=settings.retention,
+            **kwargs,
+        )
 
     @classmethod
     def from_checkpoint_config(
         cls, checkpoint_config: Any, storage: CheckpointStorageAccess, **kwargs: Any
     ) -> CheckpointCoordinator:
         """Build from a :class:`streamstate.datastream.checkpoint_config.CheckpointConfig`."""
-        cc = checkpoint_config
-        return cls(
-            storage,
-            interval_ms=cc.get_checkpoint_interval(),
-            timeout_ms=cc.get_checkpoint_timeout(),
-            min_pause_ms=cc.get_min_pause_between_checkpoints(),
-            max_concurrent=cc.get_max_concurrent_checkpoints(),
-            tolerable_failures=cc.get_tolerable_checkpoint_failure_number(),
-            num_retained=cc.get_num_retained_checkpoints(),
-            retention=cc.get_effective_externalized_checkpoint_cleanup().name,
-            **kwargs,
+        return cls.from_settings(
+            CheckpointSettings.from_checkpoint_config(checkpoint_config), storage, **kwargs
         )
 
     # -- queries -----------------------------------------------------------------------------
@@ -254,6 +267,7 @@ class CheckpointCoordinator:
         self._pending[pending.checkpoint_id] = pending
         if not is_savepoint:
             self._last_trigger_ms = now
+        self.stats.reported_pending(pending.checkpoint_id, now, is_savepoint)
         return pending
 
     def _check_pending(self, pending: PendingCheckpoint) -> None:
@@ -266,7 +280,6 @@ class CheckpointCoordinator:
     def complete(
         self,
         pending: PendingCheckpoint,
-        metadata: CheckpointMetadata | None = None,
         *,
         job_id: str | None = None,
         source_offsets: Mapping[str, Any] | None = None,
@@ -274,37 +287,33 @@ class CheckpointCoordinator:
         properties: Mapping[str, Any] | None = None,
         now_ms: int | None = None,
     ) -> CheckpointMetadata:
-        """Store ``_metadata`` atomically, mark COMPLETED, then prune beyond ``num_retained``.
+        """Build ``_metadata`` from the acks, store it atomically, mark COMPLETED, prune.
 
-        Without ``metadata`` it is built from the pending checkpoint's acks and the given
-        offsets / sink state; every subtask of every acked operator must have acked. If storing fails the checkpoint is aborted (counted as a
-        failure) and the storage error propagates.
+        Every subtask of every acknowledged operator must have acknowledged
+        (:class:`CheckpointError` otherwise: abort it instead). If storing fails the
+        checkpoint is aborted (counted as a failure) and the storage error propagates.
+        Completed checkpoints beyond ``num_retained`` become SUBSUMED and are deleted.
         """
         self._check_pending(pending)
-        if metadata is None:
-            for uid, p in pending.parallelism.items():
-                missing = sorted(set(range(p)) - set(pending.acks.get(uid, {})))
-                if missing:
-                    raise CheckpointError(
-                        f"checkpoint {pending.checkpoint_id}: subtasks {missing} of operator "
-                        f"{uid!r} did not acknowledge; abort it instead"
-                    )
-            metadata = CheckpointMetadata(
-                job_id=job_id or self.storage.job_id or "",
-                checkpoint_id=pending.checkpoint_id,
-                timestamp_ms=pending.trigger_ms,
-                operator_states=build_operator_states(
-                    pending.acks, pending.parallelism, pending.max_parallelism
-                ),
-                source_offsets=dict(source_offsets or {}),
-                sink_state=dict(sink_state or {}),
-                properties=dict(properties or {}),
-                is_savepoint=pending.is_savepoint,
-            )
-        elif metadata.checkpoint_id != pending.checkpoint_id:
-            raise CheckpointError(
-                f"metadata is for checkpoint {metadata.checkpoint_id}, not {pending.checkpoint_id}"
-            )
+        for uid, p in pending.parallelism.items():
+            missing = sorted(set(range(p)) - set(pending.acks.get(uid, {})))
+            if missing:
+                raise CheckpointError(
+                    f"checkpoint {pending.checkpoint_id}: subtasks {missing} of operator "
+                    f"{uid!r} did not acknowledge; abort it instead"
+                )
+        metadata = CheckpointMetadata(
+            job_id=job_id or self.storage.job_id or "",
+            checkpoint_id=pending.checkpoint_id,
+            timestamp_ms=pending.trigger_ms,
+            operator_states=build_operator_states(
+                pending.acks, pending.parallelism, pending.max_parallelism
+            ),
+            source_offsets=dict(source_offsets or {}),
+            sink_state=dict(sink_state or {}),
+            properties=dict(properties or {}),
+            is_savepoint=pending.is_savepoint,
+        )
         try:
             self.storage.store_metadata(metadata)
         except Exception as e:
@@ -312,10 +321,22 @@ class CheckpointCoordinator:
             raise
         pending._transition(CheckpointStatus.COMPLETED)
         del self._pending[pending.checkpoint_id]
-        self._last_completion_ms = self._now(now_ms)
+        end = self._now(now_ms)
+        self._last_completion_ms = end
         self.consecutive_failures = 0
         self.latest_completed = metadata
+        self.stats.reported_completed(
+            pending.checkpoint_id,
+            end,
+            metadata.properties.get("epoch"),
+            {
+                uid: tuple(sum(h.size for h in s.stream_handles()) for s in ops.subtasks)
+                for uid, ops in metadata.operator_states.items()
+            },
+            self.storage.checkpoint_location(pending.checkpoint_id),
+        )
         if not pending.is_savepoint:
+            self._retained[pending.checkpoint_id] = pending
             self._prune()
             self._cleanup_shared_state(pending.checkpoint_id)
         return metadata
@@ -342,6 +363,7 @@ class CheckpointCoordinator:
         del self._pending[pending.checkpoint_id]
         if count_as_failure:
             self.consecutive_failures += 1
+        self.stats.reported_failed(pending.checkpoint_id, self._now(now_ms), reason)
         log.warning("checkpoint %d aborted: %s", pending.checkpoint_id, reason)
         if not discard:
             return
@@ -396,10 +418,17 @@ class CheckpointCoordinator:
     def _prune(self) -> None:
         ids = self.storage.list_checkpoints()
         for cid in ids[: max(0, len(ids) - self.num_retained)]:
+            self._subsume(cid)
             try:
                 self.storage.discard_checkpoint(cid)
             except Exception as e:  # a failed delete must not fail the job
                 log.warning("could not discard subsumed checkpoint %d: %s", cid, e)
+
+    def _subsume(self, checkpoint_id: int) -> None:
+        done = self._retained.pop(checkpoint_id, None)
+        if done is not None:
+            done._transition(CheckpointStatus.SUBSUMED)
+            self.stats.reported_subsumed(checkpoint_id)
 
     def on_job_terminal(self, cancelled: bool, *, failed: bool = False) -> list[int]:
         """Apply the retention policy when the job ends; returns the discarded ids.
@@ -416,6 +445,7 @@ class CheckpointCoordinator:
             return []
         ids = self.storage.list_checkpoints()
         for cid in ids:
+            self._subsume(cid)
             self.storage.discard_checkpoint(cid)
         self._cleanup_shared_state(2**62)  # the job is over: no upload is in flight
         return ids

@@ -1,0 +1,150 @@
+"""The driver's restorable view of a job between epochs.
+
+:class:`JobState` is everything a checkpoint captures on the driver side besides the
+subtasks' state files: the epoch counter, each source's enumerator state (positions),
+where every subtask's state version is (:class:`~streamstate.runtime.versions.StateVersions`),
+and each subtask's watermark state. :meth:`JobState.reset` is a fresh start;
+:meth:`JobState.restore` rebuilds it from a checkpoint's ``_metadata`` at the current
+plan's parallelism (keyed state by key group, operator state redistributed, watermarks
+merged conservatively when the parallelism changed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
+from streamstate.runtime.errors import StateMigrationError
+from streamstate.runtime.graph import ExecutionPlan, Stage
+from streamstate.runtime.versions import StateVersions
+from streamstate.runtime.watermarks import merge_states
+
+__all__ = ["JobState", "source_uid"]
+
+log = logging.getLogger("streamstate")
+
+
+def source_uid(st: Stage) -> str:
+    """The uid of source stage ``st`` (build_plan sets it on every source stage)."""
+    assert st.source_uid is not None
+    return st.source_uid
+
+
+class JobState:
+    """Epoch counter, source positions, state versions and watermarks of one job."""
+
+    def __init__(self, plan: ExecutionPlan) -> None:
+        self.plan = plan
+        #: restarts so far; part of every state version's token, so a restart invalidates caches
+        self.attempt = 0
+        #: the last epoch that ran to completion
+        self.epoch = 0
+        #: the last epoch that wrote full state versions (a checkpoint or a full version)
+        self.last_full_epoch = 0
+        self.source_states: dict[str, Any] = {}
+        self.versions = StateVersions()
+        #: (stage id, subtask) -> {node uid: watermark state} (runtime/watermarks.py)
+        self.wm_states: dict[tuple[int, int], dict[str, Any]] = {}
+        #: the final watermark went out (bounded sources exhausted)
+        self.end_of_input_sent = False
+
+    def reset(self) -> None:
+        """A fresh start at epoch 0 of the current attempt."""
+        self.epoch = 0
+        self.last_full_epoch = 0
+        for st in self.plan.sources:
+            self.source_states[source_uid(st)] = st.source.create_enumerator_state(st.parallelism)
+        self.versions.reset(
+            ((uid, i) for st in self.plan.stages for uid in st.keyed_uids for i in range(st.parallelism)),
+            (self.attempt, 0),
+        )
+        self.wm_states = {}
+        self.end_of_input_sent = False
+
+    def restore(self, md: CheckpointMetadata) -> None:
+        """Continue after the checkpoint ``md`` (call :meth:`reset` first)."""
+        epoch = int(md.properties.get("epoch", 0))
+        self.epoch = epoch
+        self.last_full_epoch = epoch
+        token = (self.attempt, epoch)
+        for st in self.plan.sources:
+            uid = source_uid(st)
+            saved = md.source_offsets.get(uid)
+            if saved is None:
+                log.warning("source %s has no position in the checkpoint: reading from the start", uid)
+                self.source_states[uid] = st.source.create_enumerator_state(st.parallelism)
+            else:
+                self.source_states[uid] = st.source.restore_enumerator_state(saved, st.parallelism)
+        known = set()
+        for st in self.plan.stages:
+            for uid in st.keyed_uids:
+                known.add(uid)
+                ops = md.operator_states.get(uid)
+                if ops is not None and ops.max_parallelism != st.max_parallelism:
+                    raise StateMigrationError(
+                        f"operator {uid!r} was checkpointed with max parallelism {ops.max_parallelism} "
+                        f"but now has {st.max_parallelism}: the max parallelism fixes the key groups "
+                        f"and cannot change across a restore; set it back with set_max_parallelism()"
+                    )
+                handles = [h for s in (ops.subtasks if ops else ()) for h in s.keyed]
+                self.versions.restore_keyed(
+                    uid, handles, st.parallelism, st.max_parallelism, token
+                )
+        for st in self.plan.stages:
+            for n in st.nodes.values():
+                ops = md.operator_states.get(n.uid)
+                if n.factory is None or ops is None:
+                    continue
+                known.add(n.uid)
+                if any(s.operator for s in ops.subtasks):
+                    old = tuple(s.operator[0] if s.operator else None for s in ops.subtasks)
+                    self.versions.restore_operator(n.uid, old, st.parallelism, token)
+        unknown = [
+            u
+            for u, o in md.operator_states.items()
+            if u not in known and any(s.keyed or s.operator for s in o.subtasks)
+        ]
+        if unknown:
+            log.warning(
+                "checkpoint state of operators %s has no operator in this job; it is dropped",
+                unknown,
+            )
+        self._restore_watermarks(md.properties.get("watermarks") or {})
+
+    def _restore_watermarks(self, saved: dict[str, list[Any]]) -> None:
+        for st in self.plan.stages:
+            for n in st.nodes.values():
+                per = saved.get(n.uid)
+                if not per:
+                    continue
+                if len(per) == st.parallelism:
+                    for i, state in enumerate(per):
+                        if state:
+                            self.wm_states.setdefault((st.id, i), {})[n.uid] = state
+                else:
+                    merged = merge_states([x for x in per if x])
+                    for i in range(st.parallelism):
+                        self.wm_states.setdefault((st.id, i), {})[n.uid] = merged
+
+    def watermark_property(self) -> dict[str, list[Any]]:
+        """Node uid -> per-subtask watermark state (JSON), for the checkpoint's properties."""
+        out: dict[str, list[Any]] = {}
+        for st in self.plan.stages:
+            for n in st.nodes.values():
+                per = [self.wm_states.get((st.id, i), {}).get(n.uid) for i in range(st.parallelism)]
+                if any(per):
+                    out[n.uid] = per
+        return out
+
+    def source_offsets(self) -> dict[str, Any]:
+        """Every source's enumerator state, checked to be JSON (sources promise it)."""
+        for state in self.source_states.values():
+            json.dumps(state)  # fail loudly here, not at restore
+        return dict(self.source_states)
+
+    def all_sources_finished(self) -> bool:
+        return all(
+            st.source.is_finished(self.source_states[source_uid(st)]) for st in self.plan.sources
+        )

@@ -1,0 +1,143 @@
+"""Every runtime setting of one job, parsed once when the job starts.
+
+:class:`JobSettings` is built at ``execute()`` from the environment's Configuration,
+CheckpointConfig and state backend; the driver loop, the checkpoint coordinator and
+the worker specs read typed fields from it and never look at raw configuration keys
+again. A bad value raises :class:`~streamstate.runtime.errors.ConfigurationError`
+naming the key before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from streamstate.runtime.clock import Clock, system_clock_ms
+from streamstate.runtime.errors import ConfigurationError
+from streamstate.runtime.state.ttl_clock import ttl_time_provider_from_configuration
+
+__all__ = [
+    "DEFAULT_EPOCH_RECORDS",
+    "DEFAULT_FULL_VERSION_EVERY",
+    "CheckpointSettings",
+    "JobSettings",
+    "RetentionPolicy",
+    "conf_int",
+]
+
+DEFAULT_EPOCH_RECORDS = 100_000
+DEFAULT_FULL_VERSION_EVERY = 20
+DEFAULT_IDLE_WAIT_MS = 200
+
+
+class RetentionPolicy(Enum):
+    """Mirror of ExternalizedCheckpointCleanup, so the runtime needn't import the public API."""
+
+    DELETE_ON_CANCELLATION = "DELETE_ON_CANCELLATION"
+    RETAIN_ON_CANCELLATION = "RETAIN_ON_CANCELLATION"
+    NO_EXTERNALIZED_CHECKPOINTS = "NO_EXTERNALIZED_CHECKPOINTS"
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """The checkpointing part of a job's settings (Flink's CheckpointConfig, as values)."""
+
+    enabled: bool = False
+    exactly_once: bool = True
+    #: <= 0: no periodic checkpoints
+    interval_ms: int = -1
+    timeout_ms: int = 10 * 60 * 1000
+    min_pause_ms: int = 0
+    max_concurrent: int = 1
+    tolerable_failures: int = 0
+    num_retained: int = 1
+    retention: RetentionPolicy = RetentionPolicy.NO_EXTERNALIZED_CHECKPOINTS
+
+    @staticmethod
+    def from_checkpoint_config(cc: Any) -> CheckpointSettings:
+        """From a :class:`streamstate.datastream.CheckpointConfig` (read through its getters)."""
+        return CheckpointSettings(
+            enabled=cc.is_checkpointing_enabled(),
+            exactly_once=cc.get_checkpointing_mode().name == "EXACTLY_ONCE",
+            interval_ms=cc.get_checkpoint_interval(),
+            timeout_ms=cc.get_checkpoint_timeout(),
+            min_pause_ms=cc.get_min_pause_between_checkpoints(),
+            max_concurrent=cc.get_max_concurrent_checkpoints(),
+            tolerable_failures=cc.get_tolerable_checkpoint_failure_number(),
+            num_retained=cc.get_num_retained_checkpoints(),
+            retention=RetentionPolicy(cc.get_effective_externalized_checkpoint_cleanup().name),
+        )
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """One job's runtime settings. Immutable; owned by the job's driver."""
+
+    job_name: str = "streamstate job"
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
+    #: ``execution.epoch.max-records``: records per source subtask and epoch
+    epoch_records: int = DEFAULT_EPOCH_RECORDS
+    #: ``execution.epoch.full-snapshot-interval``: a full state version at least this often
+    full_every: int = DEFAULT_FULL_VERSION_EVERY
+    #: ``execution.epoch.max-epochs``: stop after this many epochs (0: no limit)
+    max_epochs: int = 0
+    #: ``execution.epoch.idle-wait-ms``: pause after an epoch that read nothing
+    idle_wait_s: float = DEFAULT_IDLE_WAIT_MS / 1000.0
+    #: ``execution.epoch.state-dir``: where per-epoch versions go with in-memory storage
+    state_dir: str | None = None
+    #: ``state.ttl.time-provider``
+    ttl_time_provider: Any = None
+    backend_name: str = "hashmap"
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+    job_parameters: Mapping[str, str] = field(default_factory=dict)
+    #: the checkpoint or savepoint to start from
+    recovery_path: str | None = None
+    #: the driver's clock (ms); see ``runtime/clock.py``
+    clock: Clock = system_clock_ms
+
+    @staticmethod
+    def from_environment(
+        *,
+        job_name: str,
+        configuration: Any,
+        checkpoint_config: Any,
+        state_backend: Any = None,
+        job_parameters: Mapping[str, str] | None = None,
+        recovery_path: str | None = None,
+        clock: Clock | None = None,
+    ) -> JobSettings:
+        """Parse everything once; raises ConfigurationError naming a bad key."""
+        options = getattr(state_backend, "backend_options", None)
+        return JobSettings(
+            job_name=job_name,
+            checkpoint=CheckpointSettings.from_checkpoint_config(checkpoint_config),
+            epoch_records=conf_int(
+                configuration, "execution.epoch.max-records", DEFAULT_EPOCH_RECORDS
+            ),
+            full_every=conf_int(
+                configuration, "execution.epoch.full-snapshot-interval", DEFAULT_FULL_VERSION_EVERY
+            ),
+            max_epochs=conf_int(configuration, "execution.epoch.max-epochs", 0),
+            idle_wait_s=conf_int(configuration, "execution.epoch.idle-wait-ms", DEFAULT_IDLE_WAIT_MS)
+            / 1000.0,
+            state_dir=configuration.get_string("execution.epoch.state-dir", None),
+            ttl_time_provider=ttl_time_provider_from_configuration(configuration),
+            backend_name=getattr(state_backend, "backend_name", "hashmap"),
+            backend_options=dict(options()) if callable(options) else {},
+            job_parameters=dict(job_parameters or {}),
+            recovery_path=recovery_path,
+            clock=clock or system_clock_ms,
+        )
+
+
+def conf_int(conf: Any, key: str, default: int) -> int:
+    """Integer value of ``key`` in ``conf`` (``default`` when unset)."""
+    raw = conf.get_string(key, None) if conf is not None else None
+    if raw is None:
+        return default
+    try:
+        return int(str(raw).strip())
+    except ValueError as e:
+        raise ConfigurationError(f"{key} must be an integer, got {raw!r}") from e
