@@ -2,8 +2,8 @@
 #
 #   make venv         .venv with streamstate installed editable (+ dev tools)
 #   make demo         the temperature-alert showcase (examples/temperature_alerts.py)
-#   make test         unit + integration tests, then ruff and mypy
-#   make lint         ruff + mypy (both enforced; ruff format is reported only)
+#   make test         unit + integration tests, then ruff, mypy and the import layers
+#   make lint         ruff + mypy + import-linter layers (enforced; ruff format is reported only)
 #   make bench        the keyed-count benchmark (installs the "bench" extra)
 #   make bench-peers  the same workload on Spark's stateful APIs and on PyFlink
 
@@ -47,11 +47,13 @@ test: venv
 	$(BIN)/python -m pytest -q tests $(PYTEST_ARGS)
 	$(BIN)/python -m ruff check src tests examples
 	$(BIN)/python -m mypy src
+	$(BIN)/lint-imports
 
 lint: venv
 	$(BIN)/python -m ruff check src tests examples
 	$(BIN)/python -m ruff format --check src tests examples || echo "ruff format: the files above would be reformatted (not enforced)"
 	$(BIN)/python -m mypy src
+	$(BIN)/lint-imports
 
 bench-install: $(VENV)/.installed-bench
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from streamstate.datastream.functions import MapFunction, RuntimeContext
+from streamstate.api.functions import MapFunction, RuntimeContext
 from streamstate.runtime.clock import TickingClock, use_default_clock
 
 __all__ = ["FailOnce", "InjectedFailure", "TickingClock", "use_default_clock"]

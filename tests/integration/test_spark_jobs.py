@@ -16,7 +16,7 @@ from streamstate.datastream.state import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from streamstate.runtime.errors import JobExecutionError, KeySerializationError
+from streamstate.errors import JobExecutionError, KeySerializationError
 from streamstate.runtime.state_reader import read_keyed_state
 from tests.integration.jobs import count_job, final_counts, make_env, records
 

@@ -21,6 +21,11 @@ from streamstate.datastream.state_backend import (
     HashMapStateBackend,
     MemoryStateBackend,
 )
+from streamstate.errors import (
+    ConfigurationError,
+    CorruptCheckpointError,
+    StateSizeExceededError,
+)
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
 from streamstate.runtime.checkpoint.handles import (
     ByteStreamStateHandle,
@@ -40,11 +45,6 @@ from streamstate.runtime.checkpoint.storage import (
     get_checkpoint_storage_class,
     register_checkpoint_storage,
     resolve_external_pointer,
-)
-from streamstate.runtime.errors import (
-    ConfigurationError,
-    CorruptCheckpointError,
-    StateSizeExceededError,
 )
 from streamstate.runtime.keygroups import KeyGroupRange
 

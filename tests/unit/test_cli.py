@@ -181,7 +181,7 @@ def test_run_usage_and_typed_errors(tmp_path, capsys):
     assert rc == 2
     bad = tmp_path / "bad.py"
     bad.write_text(
-        "from streamstate.runtime.errors import ConfigurationError\n"
+        "from streamstate.errors import ConfigurationError\n"
         "raise ConfigurationError('bad\\nsetting')\n"
     )
     rc, _, err = _run(capsys, "run", str(bad))

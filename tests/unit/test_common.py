@@ -23,7 +23,7 @@ from streamstate.common import (
     to_millis,
 )
 from streamstate.common.typeinfo import RowTypeInfo, TypeInformation
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 # -- Types -------------------------------------------------------------------------------------
 

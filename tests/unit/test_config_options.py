@@ -9,6 +9,7 @@ import pytest
 
 from streamstate.common import Configuration, Duration, Time
 from streamstate.common.restart_strategy import RestartStrategies
+from streamstate.datastream import config_options as co
 from streamstate.datastream.checkpoint_config import (
     CheckpointConfig,
     ExternalizedCheckpointCleanup,
@@ -24,8 +25,7 @@ from streamstate.datastream.state_backend import (
     HashMapStateBackend,
     MemoryStateBackend,
 )
-from streamstate.runtime import config_options as co
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 # -- CheckpointConfig API ----------------------------------------------------------------------
 

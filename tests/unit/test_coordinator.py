@@ -10,6 +10,11 @@ from streamstate.datastream.checkpoint_config import (
     CheckpointConfig,
     ExternalizedCheckpointCleanup,
 )
+from streamstate.errors import (
+    CheckpointError,
+    ConfigurationError,
+    IllegalLifecycleTransition,
+)
 from streamstate.runtime.checkpoint.coordinator import (
     CheckpointCoordinator,
     CheckpointStatus,
@@ -17,11 +22,6 @@ from streamstate.runtime.checkpoint.coordinator import (
 )
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
 from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
-from streamstate.runtime.errors import (
-    CheckpointError,
-    ConfigurationError,
-    IllegalLifecycleTransition,
-)
 from streamstate.runtime.keygroups import KeyGroupRange
 
 JOB = "job-c"

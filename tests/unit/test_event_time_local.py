@@ -28,7 +28,7 @@ from streamstate.datastream import (
 )
 from streamstate.datastream.connectors import CollectSink
 from streamstate.datastream.state import MapStateDescriptor, ValueStateDescriptor
-from streamstate.runtime.errors import ConfigurationError, JobExecutionError, StateAccessError
+from streamstate.errors import ConfigurationError, JobExecutionError, StateAccessError
 from streamstate.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 

@@ -24,7 +24,7 @@ from streamstate.datastream.state import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from streamstate.runtime.errors import (
+from streamstate.errors import (
     JobExecutionError,
     KeySerializationError,
     StateAccessError,

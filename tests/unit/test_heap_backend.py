@@ -25,12 +25,7 @@ from streamstate.datastream.state import (
     ValueState,
     ValueStateDescriptor,
 )
-from streamstate.runtime.checkpoint.handles import (
-    ByteStreamStateHandle,
-    KeyGroupsStateHandle,
-    handle_from_dict,
-)
-from streamstate.runtime.errors import (
+from streamstate.errors import (
     ConfigurationError,
     CorruptCheckpointError,
     KeySerializationError,
@@ -38,6 +33,11 @@ from streamstate.runtime.errors import (
     StateDescriptorConflictError,
     StateMigrationError,
     StateSerializationError,
+)
+from streamstate.runtime.checkpoint.handles import (
+    ByteStreamStateHandle,
+    KeyGroupsStateHandle,
+    handle_from_dict,
 )
 from streamstate.runtime.keygroups import (
     KeyGroupRange,

@@ -19,9 +19,9 @@ from keyed_backends import Made, made_backends
 
 from streamstate.datastream.state import ListState, MapState, ValueState
 from streamstate.datastream.window import TimeWindow
+from streamstate.errors import StateAccessError
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
 from streamstate.runtime.checkpoint.incremental import IncrementalKeyedStateHandle
-from streamstate.runtime.errors import StateAccessError
 from streamstate.runtime.state.base import VOID_NAMESPACE
 from streamstate.runtime.state.registry import registered_keyed_backends
 

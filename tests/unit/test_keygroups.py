@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 from streamstate.runtime.keygroups import (
     DEFAULT_LOWER_BOUND_MAX_PARALLELISM,
     UPPER_BOUND_MAX_PARALLELISM,

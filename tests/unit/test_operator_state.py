@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from streamstate.common import Types
 from streamstate.datastream.state import ListStateDescriptor, MapStateDescriptor
-from streamstate.runtime.errors import (
+from streamstate.errors import (
     CorruptCheckpointError,
     StateAccessError,
     StateDescriptorConflictError,

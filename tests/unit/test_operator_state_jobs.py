@@ -34,7 +34,7 @@ from streamstate.datastream.state import (
     MapStateDescriptor,
     ValueStateDescriptor,
 )
-from streamstate.runtime.errors import (
+from streamstate.errors import (
     JobExecutionError,
     StateAccessError,
     StateDescriptorConflictError,

@@ -7,7 +7,7 @@ import pytest
 from streamstate.common import Configuration
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 from streamstate.runtime.graph import (
     ExecutionPlan,
     Partitioning,

@@ -22,7 +22,7 @@ from streamstate.datastream import (
 )
 from streamstate.datastream.connectors import CollectSink
 from streamstate.datastream.state import ValueStateDescriptor
-from streamstate.runtime.errors import (
+from streamstate.errors import (
     CorruptCheckpointError,
     JobExecutionError,
     StateSizeExceededError,

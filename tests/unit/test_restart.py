@@ -8,7 +8,8 @@ import pytest
 
 from streamstate.common import Configuration, Duration, Time
 from streamstate.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.datastream.config_options import restart_strategy_from_configuration
+from streamstate.errors import ConfigurationError
 from streamstate.runtime.restart import (
     FailureRateRestartStrategy,
     FixedDelayRestartStrategy,
@@ -159,10 +160,11 @@ def test_create_defaults_and_fallback():
     assert s.attempts == 2**31 - 1 and s.delay_ms == 1000
     conf = Configuration().set_string("restart-strategy.type", "fixed-delay")
     conf.set_string("restart-strategy.fixed-delay.attempts", "7")
-    s = create_restart_strategy(RestartStrategies.fall_back_restart(), conf)
+    configured = restart_strategy_from_configuration(conf)
+    s = create_restart_strategy(RestartStrategies.fall_back_restart(), configured)
     assert isinstance(s, FixedDelayRestartStrategy) and s.attempts == 7
     # an explicit configuration object wins over the configuration keys
-    s = create_restart_strategy(RestartStrategies.no_restart(), conf)
+    s = create_restart_strategy(RestartStrategies.no_restart(), configured)
     assert isinstance(s, NoRestartStrategy)
 
 

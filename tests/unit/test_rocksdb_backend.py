@@ -16,7 +16,7 @@ from streamstate.datastream.state import (
     MapStateDescriptor,
     ValueStateDescriptor,
 )
-from streamstate.runtime.errors import StateSerializationError
+from streamstate.errors import StateSerializationError
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import PickleSerializer
 from streamstate.runtime.state.registry import create_keyed_backend

@@ -16,9 +16,9 @@ from streamstate.datastream import (
     RocksDBStateBackend,
     StreamExecutionEnvironment,
 )
+from streamstate.datastream import config_options as co
 from streamstate.datastream.checkpoint_storage import FileSystemCheckpointStorage
-from streamstate.runtime import config_options as co
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import PickleSerializer
 from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend

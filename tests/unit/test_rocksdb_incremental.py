@@ -12,13 +12,13 @@ import test_heap_backend as H
 from keyed_backends import Made, made_backends
 
 from streamstate.datastream.state import ValueStateDescriptor
+from streamstate.errors import CorruptCheckpointError
 from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
 from streamstate.runtime.checkpoint.incremental import IncrementalKeyedStateHandle
 from streamstate.runtime.checkpoint.metadata import (
     CheckpointMetadata,
 )
-from streamstate.runtime.errors import CorruptCheckpointError
 from streamstate.runtime.state.rocksdb import incremental as inc
 
 V = ValueStateDescriptor("v")

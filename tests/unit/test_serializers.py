@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from streamstate.common import Instant, Row, RowKind, Types
 from streamstate.common.typeinfo import TypeInformation
-from streamstate.runtime.errors import ConfigurationError, StateMigrationError
+from streamstate.errors import ConfigurationError, StateMigrationError
 from streamstate.runtime.serializers import (
     Compatibility,
     PickleSerializer,

@@ -11,7 +11,7 @@ from tests.integration.opstate_jobs import CounterSource, SlowSource
 
 from streamstate.common.restart_strategy import RestartStrategies
 from streamstate.datastream import SourceFunction, StreamExecutionEnvironment
-from streamstate.runtime.errors import ConfigurationError, JobExecutionError
+from streamstate.errors import ConfigurationError, JobExecutionError
 from streamstate.runtime.local_runner import LocalEpochRunner
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 

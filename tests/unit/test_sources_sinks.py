@@ -19,7 +19,7 @@ from streamstate.connectors.sequence import SequenceSource
 from streamstate.connectors.sinks import CollectCommitter, FileCommitter
 from streamstate.datastream import MapFunction, StreamExecutionEnvironment
 from streamstate.datastream.connectors import FileSink
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 # -- a driver loop over a source, as the executor runs it -----------------------------------
 

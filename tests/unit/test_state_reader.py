@@ -20,12 +20,12 @@ from streamstate.datastream.state import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
-from streamstate.runtime.errors import (
+from streamstate.errors import (
     ConfigurationError,
     CorruptCheckpointError,
     StateMigrationError,
 )
+from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.state_reader import (
     describe_checkpoint,
     list_checkpoints,

@@ -26,13 +26,13 @@ from streamstate.datastream.state import (
     StateTtlConfig,
     ValueStateDescriptor,
 )
-from streamstate.runtime.checkpoint.handles import ByteStreamStateHandle, KeyGroupsStateHandle
-from streamstate.runtime.errors import (
+from streamstate.errors import (
     ConfigurationError,
     StateAccessError,
     StateDescriptorConflictError,
     StateMigrationError,
 )
+from streamstate.runtime.checkpoint.handles import ByteStreamStateHandle, KeyGroupsStateHandle
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_for_serialized_key
 from streamstate.runtime.serializers.base import PickleSerializer
 from streamstate.runtime.serializers.basic import LongSerializer, StringSerializer

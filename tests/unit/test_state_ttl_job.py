@@ -29,7 +29,7 @@ from streamstate.datastream.state import (
     StateTtlConfig,
     ValueStateDescriptor,
 )
-from streamstate.runtime.errors import JobExecutionError, StateMigrationError
+from streamstate.errors import JobExecutionError, StateMigrationError
 from streamstate.runtime.local_runner import LocalEpochRunner
 from streamstate.runtime.state.registry import registered_keyed_backends
 from streamstate.runtime.state_reader import (

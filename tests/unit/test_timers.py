@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from streamstate.errors import StateAccessError
 from streamstate.runtime.checkpoint.handles import (
     ByteStreamStateHandle,
     KeyGroupsStateHandle,
     handle_from_dict,
 )
-from streamstate.runtime.errors import StateAccessError
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from streamstate.runtime.serializers.base import PickleSerializer
 from streamstate.runtime.state.base import VOID_NAMESPACE, KeyedStateBackend

@@ -15,7 +15,7 @@ from streamstate.datastream import (
 )
 from streamstate.datastream.connectors import DiscardingSink
 from streamstate.datastream.state import ValueStateDescriptor
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 from streamstate.runtime.graph import Partitioning
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from streamstate.common import Duration, Time, TimestampAssigner, WatermarkStrategy
 from streamstate.datastream import OutputTag, TimeDomain
-from streamstate.runtime.errors import ConfigurationError, TimestampError
+from streamstate.errors import ConfigurationError, TimestampError
 from streamstate.runtime.operators.base import OperatorContext
 from streamstate.runtime.operators.timestamps import TimestampsAndWatermarksOperator
 from streamstate.runtime.watermarks import (

@@ -35,7 +35,7 @@ from streamstate.datastream.window import (
     TumblingProcessingTimeWindows,
     WindowAssigner,
 )
-from streamstate.runtime.errors import ConfigurationError, TimestampError
+from streamstate.errors import ConfigurationError, TimestampError
 
 
 class Ctx(WindowAssigner.WindowAssignerContext):

@@ -31,12 +31,12 @@ from streamstate.datastream.window import (
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
 )
+from streamstate.errors import ConfigurationError, StateAccessError
 from streamstate.runtime.checkpoint.handles import (
     ByteStreamStateHandle,
     KeyGroupsStateHandle,
     handle_from_dict,
 )
-from streamstate.runtime.errors import ConfigurationError, StateAccessError
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from streamstate.runtime.operators.base import OperatorContext
 from streamstate.runtime.serializers.key import default_key_serializer

@@ -33,7 +33,7 @@ from streamstate.datastream.window import (
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
 )
-from streamstate.runtime.errors import JobExecutionError
+from streamstate.errors import JobExecutionError
 from streamstate.runtime.state.registry import registered_keyed_backends
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 

@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
-from streamstate.runtime.errors import ConfigurationError, StreamStateError
+from streamstate.errors import ConfigurationError, StreamStateError
 
 __all__ = ["CONF_ENV_VAR", "build_parser", "main"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from functools import total_ordering
 from typing import Any
 
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 __all__ = [
     "Duration",

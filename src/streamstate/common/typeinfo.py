@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 __all__ = [
     "BasicArrayTypeInfo",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from streamstate.common.time import to_millis
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 __all__ = ["TimestampAssigner", "WatermarkStrategy"]
 

@@ -15,7 +15,7 @@ import posixpath
 from typing import Any
 
 from streamstate.connectors.base import Source
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 __all__ = ["TextLineFileSource", "list_files"]
 

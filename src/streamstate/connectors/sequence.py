@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamstate.connectors.base import Source
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 __all__ = ["SequenceSource"]
 

@@ -55,7 +55,7 @@ class DiscardingSinkOperator(StreamOperator):
 
 
 class SinkFunctionOperator(StreamOperator):
-    """A user :class:`~streamstate.datastream.functions.SinkFunction` (at-least-once on replay)."""
+    """A user :class:`~streamstate.api.functions.SinkFunction` (at-least-once on replay)."""
 
     def __init__(self, fn: Any) -> None:
         super().__init__()

@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from streamstate.connectors.base import Source
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 __all__ = ["DEFAULT_MAX_WAIT_MS", "SourceFunctionSource"]
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 from streamstate.runtime.graph import Partitioning, Transformation, TransformationKind
+from streamstate.runtime.operators import broadcast, co
 
 if TYPE_CHECKING:
     from streamstate.datastream.data_stream import DataStream
@@ -22,12 +23,6 @@ __all__ = ["BroadcastConnectedStream", "BroadcastStream", "ConnectedStreams"]
 
 def _make(cls: type, *args: Any) -> Any:
     return cls(*args)
-
-
-def _op(module: str, name: str) -> Any:
-    import importlib
-
-    return getattr(importlib.import_module(f"streamstate.runtime.operators.{module}"), name)
 
 
 def _two_input(
@@ -75,18 +70,18 @@ class ConnectedStreams:
             self.stream2.key_by(key_selector2, key_type),
         )
 
-    def _apply(self, name: str, plain: str, keyed_cls: str, func: Any) -> DataStream:
+    def _apply(self, name: str, plain: type, keyed_cls: type, func: Any) -> DataStream:
         keyed = self._is_keyed()
-        cls = _op("co", keyed_cls if keyed else plain)
+        cls = keyed_cls if keyed else plain
         return _two_input(self.stream1, self.stream2._t, name, partial(_make, cls, func), keyed)
 
     def map(self, func: Any, output_type: Any = None) -> DataStream:
         """A ``CoMapFunction``: ``map1`` for the first input, ``map2`` for the second."""
-        return self._apply("Co-Map", "CoMapOperator", "KeyedCoMapOperator", func)
+        return self._apply("Co-Map", co.CoMapOperator, co.KeyedCoMapOperator, func)
 
     def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
         """A ``CoFlatMapFunction``: ``flat_map1`` / ``flat_map2``."""
-        return self._apply("Co-Flat Map", "CoFlatMapOperator", "KeyedCoFlatMapOperator", func)
+        return self._apply("Co-Flat Map", co.CoFlatMapOperator, co.KeyedCoFlatMapOperator, func)
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
         """A ``CoProcessFunction``, or a ``KeyedCoProcessFunction`` on keyed inputs."""
@@ -98,7 +93,7 @@ class ConnectedStreams:
                 "a KeyedCoProcessFunction needs keyed inputs: connect two KeyedStreams or call "
                 "key_by(key_selector1, key_selector2) on the ConnectedStreams"
             )
-        cls = _op("co", "KeyedCoProcessOperator" if keyed else "CoProcessOperator")
+        cls = co.KeyedCoProcessOperator if keyed else co.CoProcessOperator
         name = "Keyed Co-Process" if keyed else "Co-Process"
         return _two_input(self.stream1, self.stream2._t, name, partial(_make, cls, func), keyed)
 
@@ -162,8 +157,8 @@ class BroadcastConnectedStream:
                 "a KeyedBroadcastProcessFunction needs a keyed stream: key_by() the "
                 "non-broadcast stream before connect(), or use a BroadcastProcessFunction"
             )
-        cls = _op(
-            "broadcast", "KeyedBroadcastProcessOperator" if keyed else "BroadcastProcessOperator"
+        cls = (
+            broadcast.KeyedBroadcastProcessOperator if keyed else broadcast.BroadcastProcessOperator
         )
         factory = partial(_make, cls, func, self.broadcast_state_descriptors)
         name = "Keyed Broadcast Process" if keyed else "Broadcast Process"

@@ -11,13 +11,13 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from streamstate.datastream._window_base import MergingWindowAssigner, Trigger, to_milliseconds
+from streamstate.api.window_base import MergingWindowAssigner, Trigger, to_milliseconds
 from streamstate.datastream.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
     ReducingStateDescriptor,
 )
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from streamstate.datastream.data_stream import DataStream, KeyedStream

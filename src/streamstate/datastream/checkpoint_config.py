@@ -3,7 +3,7 @@
 Every duration argument takes int milliseconds, :class:`datetime.timedelta`,
 :class:`~streamstate.common.Time` or :class:`~streamstate.common.Duration`; getters return
 int milliseconds, as PyFlink's. Invalid values raise
-:class:`~streamstate.runtime.errors.ConfigurationError` (a ``ValueError``) naming the fix.
+:class:`~streamstate.errors.ConfigurationError` (a ``ValueError``) naming the fix.
 
 Epoch model notes: checkpoints are taken at epoch boundaries, so they are always aligned
 (the unaligned-checkpoint switches are accepted and have no effect), and a checkpoint
@@ -23,7 +23,7 @@ from streamstate.datastream.checkpoint_storage import (
     FileSystemCheckpointStorage,
 )
 from streamstate.datastream.checkpointing_mode import CheckpointingMode
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 __all__ = [
     "CheckpointConfig",

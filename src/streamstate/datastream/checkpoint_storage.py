@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess
@@ -73,7 +73,7 @@ class JobManagerCheckpointStorage(CheckpointStorage):
 
     For experimentation and small state only: every state must fit ``max_state_size``
     (default :data:`DEFAULT_MAX_STATE_SIZE`, 5 MiB); a larger state fails the subtask with
-    :class:`~streamstate.runtime.errors.StateSizeExceededError`. If ``checkpoint_path`` is
+    :class:`~streamstate.errors.StateSizeExceededError`. If ``checkpoint_path`` is
     given, checkpoint metadata (with the inline state) is also persisted there.
     """
 

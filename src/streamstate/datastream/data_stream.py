@@ -11,13 +11,14 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 from streamstate.runtime.graph import (
     KeyingSpec,
     Partitioning,
     Transformation,
     TransformationKind,
 )
+from streamstate.runtime.operators import keyed, stateless, timestamps
 
 if TYPE_CHECKING:
     from streamstate.datastream.stream_execution_environment import StreamExecutionEnvironment
@@ -36,13 +37,6 @@ __all__ = [
 
 def _make(cls: type, fn: Any) -> Any:
     return cls(fn)
-
-
-def _op(module: str, name: str) -> Any:
-    # imported on use: the operator modules import the public function ABCs (no cycle at import)
-    import importlib
-
-    return getattr(importlib.import_module(f"streamstate.runtime.operators.{module}"), name)
 
 
 class DataStream:
@@ -89,16 +83,16 @@ class DataStream:
         return DataStream(self._env, t)
 
     def map(self, func: Any, output_type: Any = None) -> DataStream:
-        return self._one_input("Map", partial(_make, _op("stateless", "MapOperator"), func))
+        return self._one_input("Map", partial(_make, stateless.MapOperator, func))
 
     def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
-        return self._one_input("FlatMap", partial(_make, _op("stateless", "FlatMapOperator"), func))
+        return self._one_input("FlatMap", partial(_make, stateless.FlatMapOperator, func))
 
     def filter(self, func: Any) -> DataStream:
-        return self._one_input("Filter", partial(_make, _op("stateless", "FilterOperator"), func))
+        return self._one_input("Filter", partial(_make, stateless.FilterOperator, func))
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
-        return self._one_input("Process", partial(_make, _op("stateless", "ProcessOperator"), func))
+        return self._one_input("Process", partial(_make, stateless.ProcessOperator, func))
 
     def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> DataStream:
         """Give every record an event timestamp and generate watermarks (per epoch).
@@ -117,7 +111,7 @@ class DataStream:
         return self._one_input(
             "Timestamps/Watermarks",
             partial(
-                _make, _op("timestamps", "TimestampsAndWatermarksOperator"), watermark_strategy
+                _make, timestamps.TimestampsAndWatermarksOperator, watermark_strategy
             ),
         )
 
@@ -288,17 +282,17 @@ class KeyedStream(DataStream):
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
         return self._keyed(
-            "KeyedProcess", partial(_make, _op("keyed", "KeyedProcessOperator"), func)
+            "KeyedProcess", partial(_make, keyed.KeyedProcessOperator, func)
         )
 
     def map(self, func: Any, output_type: Any = None) -> DataStream:
-        return self._keyed("Map", partial(_make, _op("keyed", "KeyedMapOperator"), func))
+        return self._keyed("Map", partial(_make, keyed.KeyedMapOperator, func))
 
     def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
-        return self._keyed("FlatMap", partial(_make, _op("keyed", "KeyedFlatMapOperator"), func))
+        return self._keyed("FlatMap", partial(_make, keyed.KeyedFlatMapOperator, func))
 
     def filter(self, func: Any) -> DataStream:
-        return self._keyed("Filter", partial(_make, _op("keyed", "KeyedFilterOperator"), func))
+        return self._keyed("Filter", partial(_make, keyed.KeyedFilterOperator, func))
 
     def window(self, window_assigner: Any) -> WindowedStream:
         """Windows per key: elements are grouped by key and by the assigner's windows."""
@@ -318,7 +312,7 @@ class KeyedStream(DataStream):
     def reduce(self, func: Any) -> DataStream:
         """Running reduction per key; emits the new reduced value for every record."""
         return self._keyed(
-            "Keyed Reduce", partial(_make, _op("keyed", "StreamGroupedReduceOperator"), func)
+            "Keyed Reduce", partial(_make, keyed.StreamGroupedReduceOperator, func)
         )
 
     def _agg(self, kind: str, position_to_agg: int | str) -> DataStream:
@@ -326,8 +320,8 @@ class KeyedStream(DataStream):
             f"Keyed Aggregation ({kind})",
             partial(
                 _make,
-                _op("keyed", "StreamGroupedReduceOperator"),
-                _op("keyed", "field_aggregator")(kind, position_to_agg),
+                keyed.StreamGroupedReduceOperator,
+                keyed.field_aggregator(kind, position_to_agg),
             ),
         )
 

@@ -19,7 +19,7 @@ from streamstate.datastream.checkpoint_storage import (
     FileSystemCheckpointStorage,
     JobManagerCheckpointStorage,
 )
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 __all__ = [
     "EmbeddedRocksDBStateBackend",

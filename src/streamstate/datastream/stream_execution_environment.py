@@ -21,8 +21,8 @@ from streamstate.datastream.checkpointing_mode import CheckpointingMode
 from streamstate.datastream.data_stream import DataStream
 from streamstate.datastream.execution_mode import RuntimeExecutionMode
 from streamstate.datastream.state_backend import HashMapStateBackend, StateBackend
+from streamstate.errors import ConfigurationError
 from streamstate.runtime.clock import default_clock
-from streamstate.runtime.errors import ConfigurationError
 from streamstate.runtime.graph import Transformation, TransformationKind, build_plan
 
 __all__ = ["ExecutionConfig", "JobClient", "StreamExecutionEnvironment"]
@@ -88,7 +88,7 @@ class StreamExecutionEnvironment:
         return StreamExecutionEnvironment(configuration, spark)
 
     def _apply_configuration(self, conf: Configuration) -> None:
-        from streamstate.runtime import config_options as co
+        from streamstate.datastream import config_options as co
 
         co.apply_configuration(conf, self._checkpoint_config)
         backend = co.state_backend_from_configuration(conf)
@@ -289,7 +289,7 @@ class StreamExecutionEnvironment:
     def execute(self, job_name: str | None = None) -> JobExecutionResult:
         """Run the job until its bounded sources are exhausted (or it is cancelled).
 
-        Raises :class:`~streamstate.runtime.errors.JobExecutionError` when the job
+        Raises :class:`~streamstate.errors.JobExecutionError` when the job
         failed and the restart strategy allowed no further attempt; its cause
         is the last failure.
         """
@@ -309,6 +309,7 @@ class StreamExecutionEnvironment:
         return self
 
     def _executor(self, job_name: str | None) -> Any:
+        from streamstate.datastream import config_options
         from streamstate.datastream.checkpoint_storage import JobManagerCheckpointStorage
         from streamstate.runtime.executor import JobExecutor
         from streamstate.runtime.restart import create_restart_strategy
@@ -326,7 +327,7 @@ class StreamExecutionEnvironment:
         storage = self._checkpoint_config.get_checkpoint_storage() or JobManagerCheckpointStorage()
         restart = create_restart_strategy(
             self._restart_strategy,
-            self._configuration,
+            config_options.restart_strategy_from_configuration(self._configuration),
             checkpointing_enabled=settings.checkpoint.enabled,
             clock=settings.clock,
         )

@@ -1,14 +1,11 @@
-"""``TimeDomain``, mirroring ``pyflink.datastream.time_domain``."""
+"""PyFlink's ``pyflink.datastream.time_domain``: re-exports of :mod:`streamstate.api`."""
 
 from __future__ import annotations
 
-from enum import Enum
+from streamstate.api.time_domain import (
+    TimeDomain,
+)
 
-__all__ = ["TimeDomain"]
-
-
-class TimeDomain(Enum):
-    """Whether a firing timer was an event-time or a processing-time timer."""
-
-    EVENT_TIME = 0
-    PROCESSING_TIME = 1
+__all__ = [
+    "TimeDomain",
+]

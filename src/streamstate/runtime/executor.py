@@ -26,15 +26,15 @@ import cloudpickle
 
 from streamstate.common.job_execution_result import JobExecutionResult
 from streamstate.common.job_status import JobStatus
-from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator, PendingCheckpoint
-from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
-from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess
-from streamstate.runtime.errors import (
+from streamstate.errors import (
     CheckpointError,
     CorruptCheckpointError,
     JobExecutionError,
     TaskFailure,
 )
+from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator, PendingCheckpoint
+from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
+from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess
 from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.job_metrics import JobMetrics
 from streamstate.runtime.job_state import JobState, source_uid

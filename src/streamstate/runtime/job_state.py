@@ -15,8 +15,8 @@ import json
 import logging
 from typing import Any
 
+from streamstate.errors import StateMigrationError
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
-from streamstate.runtime.errors import StateMigrationError
 from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.versions import StateVersions
 from streamstate.runtime.watermarks import merge_states

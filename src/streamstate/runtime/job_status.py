@@ -2,7 +2,7 @@
 
 :class:`JobLifecycle` holds a job's :class:`~streamstate.common.JobStatus` and allows only
 Flink's transitions (anything else raises
-:class:`~streamstate.runtime.errors.IllegalLifecycleTransition`)::
+:class:`~streamstate.errors.IllegalLifecycleTransition`)::
 
     CREATED -> RUNNING | CANCELLING | FAILED
     RUNNING -> FINISHED | CANCELLING | FAILING | RESTARTING
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamstate.common.job_status import JobStatus
-from streamstate.runtime.errors import IllegalLifecycleTransition
+from streamstate.errors import IllegalLifecycleTransition
 
 __all__ = ["EpochStats", "FailureInfo", "JobLifecycle", "JobObserver", "StageEpochStats"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import mmh3
 
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_LOWER_BOUND_MAX_PARALLELISM",

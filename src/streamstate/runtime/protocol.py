@@ -12,7 +12,7 @@ Contracts:
   worker never mutates what the driver sent, and the driver never mutates an ack;
 * :data:`PROTOCOL_VERSION` travels in every :class:`StageTaskSpec`; a worker running a
   different version of streamstate than the driver refuses the task with
-  :class:`~streamstate.runtime.errors.ConfigurationError` instead of misreading it;
+  :class:`~streamstate.errors.ConfigurationError` instead of misreading it;
 * none of these messages is persisted as such: what a checkpoint stores is the
   ``_metadata`` document (``runtime/checkpoint/metadata.py``, versioned on its own).
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 from streamstate.runtime.graph import Stage
 
 __all__ = [

@@ -26,11 +26,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from streamstate.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
+from streamstate.errors import ConfigurationError
 from streamstate.runtime.clock import system_clock_ms
-from streamstate.runtime.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_RESTART_DELAY_MS",
@@ -162,25 +161,23 @@ class FailureRateRestartStrategy(RestartStrategy):
 
 def create_restart_strategy(
     config: RestartStrategyConfiguration | None,
-    configuration: Any = None,
+    configured: RestartStrategyConfiguration | None = None,
     checkpointing_enabled: bool = False,
     clock: Callable[[], int] | None = None,
 ) -> RestartStrategy:
     """The runtime strategy for the job.
 
     ``config`` (from ``env.set_restart_strategy``) wins; ``None`` or the fallback
-    configuration mean: ``restart-strategy.type`` from ``configuration`` if set, else the
-    default: no restart without checkpointing, and with checkpointing fixed delay with
-    unlimited (2^31-1) attempts and 1 s delay. (Flink 2.x defaults to exponential delay,
-    which streamstate does not implement yet.)
+    configuration mean: ``configured`` (parsed from ``restart-strategy.type`` and friends)
+    if set, else the default: no restart without checkpointing, and with checkpointing
+    fixed delay with unlimited (2^31-1) attempts and 1 s delay. (Flink 2.x defaults to
+    exponential delay, which streamstate does not implement yet.)
     """
     if config is None or isinstance(config, RestartStrategies.FallbackRestartStrategyConfiguration):
-        config = None
-        if configuration is not None:
-            from streamstate.runtime.config_options import restart_strategy_from_configuration
-
-            config = restart_strategy_from_configuration(configuration)
-        if config is None:
+        config = configured
+        if config is None or isinstance(
+            config, RestartStrategies.FallbackRestartStrategyConfiguration
+        ):
             if checkpointing_enabled:
                 return FixedDelayRestartStrategy(_INT_MAX, DEFAULT_RESTART_DELAY_MS, clock)
             return NoRestartStrategy(clock)

@@ -3,7 +3,7 @@
 :class:`JobSettings` is built at ``execute()`` from the environment's Configuration,
 CheckpointConfig and state backend; the driver loop, the checkpoint coordinator and
 the worker specs read typed fields from it and never look at raw configuration keys
-again. A bad value raises :class:`~streamstate.runtime.errors.ConfigurationError`
+again. A bad value raises :class:`~streamstate.errors.ConfigurationError`
 naming the key before anything runs.
 """
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from streamstate.errors import ConfigurationError
 from streamstate.runtime.clock import Clock, system_clock_ms
-from streamstate.runtime.errors import ConfigurationError
 from streamstate.runtime.state.ttl_clock import ttl_time_provider_from_configuration
 
 __all__ = [

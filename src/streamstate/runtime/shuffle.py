@@ -17,7 +17,7 @@ from typing import Any
 
 import mmh3
 
-from streamstate.runtime.errors import KeySerializationError
+from streamstate.errors import KeySerializationError
 from streamstate.runtime.graph import Edge, Partitioning, Stage
 from streamstate.runtime.operators.base import as_callable
 from streamstate.runtime.watermarks import ChannelWatermark

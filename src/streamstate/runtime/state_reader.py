@@ -5,7 +5,7 @@ are restored into a fresh heap backend that owns every key group, and the state 
 key by key through the ordinary state handles::
 
     from streamstate.runtime.state_reader import read_keyed_state
-    from streamstate.datastream.state import ValueStateDescriptor
+    from streamstate.api.state import ValueStateDescriptor
 
     counts = read_keyed_state("file:///ckpts/<job>/chk-7", "counter",
                               ValueStateDescriptor("count"))      # {key: value}
@@ -22,8 +22,8 @@ included.
 
 :func:`describe_checkpoint` summarises a checkpoint and :func:`list_checkpoints` walks a
 checkpoint directory (``<dir>/<job-id>/chk-<n>/_metadata``); both back the ``streamstate``
-CLI. Problems raise :class:`~streamstate.runtime.errors.CorruptCheckpointError` (damaged or
-incomplete checkpoint) or :class:`~streamstate.runtime.errors.ConfigurationError` (unknown
+CLI. Problems raise :class:`~streamstate.errors.CorruptCheckpointError` (damaged or
+incomplete checkpoint) or :class:`~streamstate.errors.ConfigurationError` (unknown
 operator uid / state name, wrong state kind), each naming what is known.
 
 No pyspark imports: usable on any machine that can reach the checkpoint storage.
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from streamstate.datastream.state import (
+from streamstate.api.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
@@ -45,18 +45,18 @@ from streamstate.datastream.state import (
     StateDescriptor,
     ValueStateDescriptor,
 )
+from streamstate.errors import (
+    ConfigurationError,
+    CorruptCheckpointError,
+    StateMigrationError,
+    StreamStateError,
+)
 from streamstate.runtime.checkpoint.handles import FileStateHandle, KeyGroupsStateHandle
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata, OperatorSubtaskStates
 from streamstate.runtime.checkpoint.storage import (
     METADATA_FILE_NAME,
     load_metadata_from_path,
     resolve_external_pointer,
-)
-from streamstate.runtime.errors import (
-    ConfigurationError,
-    CorruptCheckpointError,
-    StateMigrationError,
-    StreamStateError,
 )
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_for_serialized_key
 from streamstate.runtime.serializers.ttl import is_ttl_snapshot

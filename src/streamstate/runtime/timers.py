@@ -37,8 +37,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from streamstate.datastream.state import MapStateDescriptor
-from streamstate.runtime.errors import KeySerializationError, StateAccessError
+from streamstate.api.state import MapStateDescriptor
+from streamstate.errors import KeySerializationError, StateAccessError
 from streamstate.runtime.state.base import KeyedStateBackend
 
 __all__ = [

@@ -16,7 +16,7 @@ import re
 from functools import partial
 from typing import Any
 
-from streamstate.runtime.errors import StreamStateError, TaskFailure
+from streamstate.errors import StreamStateError, TaskFailure
 from streamstate.runtime.executor import EpochRunner
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import EpochSpec, SubtaskAck
@@ -153,7 +153,7 @@ def translate_spark_error(e: BaseException) -> BaseException:
     failure = TaskFailure(last_type, last_msg, tb.strip())
     name = last_type.rsplit(".", 1)[-1]
     if last_type.startswith("streamstate."):
-        from streamstate.runtime import errors
+        from streamstate import errors
 
         cls = getattr(errors, name, None)
         if isinstance(cls, type) and issubclass(cls, StreamStateError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 __all__ = ["FileSink", "FileSource", "FileSourceBuilder", "StreamFormat"]
 

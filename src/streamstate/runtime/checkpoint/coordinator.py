@@ -31,6 +31,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from streamstate.errors import (
+    CheckpointError,
+    ConfigurationError,
+    IllegalLifecycleTransition,
+)
 from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle, StreamStateHandle
 from streamstate.runtime.checkpoint.metadata import (
     CheckpointMetadata,
@@ -40,11 +45,6 @@ from streamstate.runtime.checkpoint.metadata import (
 from streamstate.runtime.checkpoint.stats import CheckpointStatsTracker
 from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess
 from streamstate.runtime.clock import Clock, system_clock_ms
-from streamstate.runtime.errors import (
-    CheckpointError,
-    ConfigurationError,
-    IllegalLifecycleTransition,
-)
 from streamstate.runtime.settings import CheckpointSettings, RetentionPolicy
 
 __all__ = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from streamstate.errors import CheckpointStorageError, ConfigurationError
 from streamstate.runtime.checkpoint.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
@@ -24,7 +25,6 @@ from streamstate.runtime.checkpoint.storage import (
     load_metadata_from_path,
     register_checkpoint_storage,
 )
-from streamstate.runtime.errors import CheckpointStorageError, ConfigurationError
 
 __all__ = ["FileSystemCheckpointStorageAccess"]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamstate.runtime.errors import CorruptCheckpointError
+from streamstate.errors import CorruptCheckpointError
 from streamstate.runtime.keygroups import KeyGroupRange
 
 __all__ = [

@@ -20,13 +20,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamstate.errors import CorruptCheckpointError
 from streamstate.runtime.checkpoint.handles import (
     FileStateHandle,
     StreamStateHandle,
     handle_from_dict,
     register_handle_type,
 )
-from streamstate.runtime.errors import CorruptCheckpointError
 from streamstate.runtime.keygroups import KeyGroupRange
 
 __all__ = [

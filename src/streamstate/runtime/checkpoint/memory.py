@@ -19,6 +19,11 @@ import os
 import tempfile
 from typing import Any
 
+from streamstate.errors import (
+    ConfigurationError,
+    CorruptCheckpointError,
+    StateSizeExceededError,
+)
 from streamstate.runtime.checkpoint.handles import ByteStreamStateHandle, StreamStateHandle
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.checkpoint.storage import (
@@ -30,11 +35,6 @@ from streamstate.runtime.checkpoint.storage import (
     load_metadata_from_path,
     register_checkpoint_storage,
     verify_state_files,
-)
-from streamstate.runtime.errors import (
-    ConfigurationError,
-    CorruptCheckpointError,
-    StateSizeExceededError,
 )
 
 __all__ = ["DEFAULT_MAX_STATE_SIZE", "MemoryCheckpointStorageAccess"]

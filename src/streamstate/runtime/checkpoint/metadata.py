@@ -17,12 +17,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamstate.errors import CorruptCheckpointError
 from streamstate.runtime.checkpoint.handles import (
     KeyGroupsStateHandle,
     StreamStateHandle,
     handle_from_dict,
 )
-from streamstate.runtime.errors import CorruptCheckpointError
 
 __all__ = [
     "FORMAT_VERSION",

@@ -25,17 +25,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from streamstate.errors import (
+    CheckpointStorageError,
+    ConfigurationError,
+    CorruptCheckpointError,
+)
 from streamstate.runtime.checkpoint.handles import (
     FileStateHandle,
     StreamStateHandle,
     checksum,
 )
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
-from streamstate.runtime.errors import (
-    CheckpointStorageError,
-    ConfigurationError,
-    CorruptCheckpointError,
-)
 
 __all__ = [
     "CHECKPOINT_DIR_PREFIX",

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamstate.datastream.functions import RuntimeContext
-from streamstate.runtime.errors import StateAccessError
+from streamstate.api.functions import RuntimeContext
+from streamstate.errors import StateAccessError
 from streamstate.runtime.watermarks import MIN_WATERMARK
 
 __all__ = ["OperatorContext", "StreamOperator", "as_callable", "split_yielded_side_outputs"]
@@ -291,7 +291,7 @@ def split_yielded_side_outputs(
     op: StreamOperator, out: list[Any], out_ts: list[Any] | None
 ) -> tuple[list[Any], list[Any]]:
     """Move PyFlink-style yielded ``(OutputTag, value)`` pairs from ``out`` to ``op``'s side outputs."""
-    from streamstate.datastream.output_tag import OutputTag
+    from streamstate.api.output_tag import OutputTag
 
     main: list[Any] = []
     main_ts: list[Any] = []

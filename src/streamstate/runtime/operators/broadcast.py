@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from streamstate.datastream.functions import KeyedBroadcastProcessFunction
-from streamstate.datastream.time_domain import TimeDomain
-from streamstate.runtime.errors import StateAccessError
+from streamstate.api.co_functions import KeyedBroadcastProcessFunction
+from streamstate.api.time_domain import TimeDomain
+from streamstate.errors import StateAccessError
 from streamstate.runtime.operators.base import (
     StreamOperator,
     as_callable,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamstate.datastream.functions import (
+from streamstate.api.checkpointing import (
     CheckpointedFunction,
     FunctionInitializationContext,
     FunctionSnapshotContext,
@@ -57,7 +57,7 @@ class StateSnapshotContext(FunctionSnapshotContext):
 
 
 def _list_checkpointed_state(context: FunctionInitializationContext) -> Any:
-    from streamstate.datastream.state import ListStateDescriptor
+    from streamstate.api.state import ListStateDescriptor
 
     store = context.get_operator_state_store()
     return store.get_list_state(ListStateDescriptor(LIST_CHECKPOINTED_STATE))

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamstate.datastream.functions import CoProcessFunction, KeyedCoProcessFunction
-from streamstate.datastream.time_domain import TimeDomain
+from streamstate.api.co_functions import CoProcessFunction, KeyedCoProcessFunction
+from streamstate.api.time_domain import TimeDomain
 from streamstate.runtime.operators.base import (
     StreamOperator,
     as_callable,

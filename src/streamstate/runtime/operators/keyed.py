@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from streamstate.datastream.functions import KeyedProcessFunction
-from streamstate.datastream.time_domain import TimeDomain
+from streamstate.api.functions import KeyedProcessFunction
+from streamstate.api.time_domain import TimeDomain
 from streamstate.runtime.operators.base import (
     StreamOperator,
     as_callable,
@@ -208,7 +208,7 @@ class StreamGroupedReduceOperator(_KeyedFunctionOperator):
 
     def open(self) -> None:
         super().open()
-        from streamstate.datastream.state import ValueStateDescriptor
+        from streamstate.api.state import ValueStateDescriptor
 
         assert self.ctx is not None
         self.state = self.ctx.get_state(ValueStateDescriptor("_op_state"))

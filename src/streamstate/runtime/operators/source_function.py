@@ -30,8 +30,8 @@ import threading
 import time
 from typing import Any
 
-from streamstate.datastream.functions import SourceFunction
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.api.checkpointing import SourceFunction
+from streamstate.errors import ConfigurationError
 from streamstate.runtime.operators.base import StreamOperator, close_function, open_function
 
 __all__ = ["SourceFunctionOperator"]

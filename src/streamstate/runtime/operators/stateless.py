@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamstate.datastream.functions import ProcessFunction
+from streamstate.api.functions import ProcessFunction
 from streamstate.runtime.operators.base import (
     StreamOperator,
     as_callable,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamstate.runtime.errors import TimestampError
+from streamstate.errors import TimestampError
 from streamstate.runtime.operators.base import StreamOperator
 from streamstate.runtime.watermarks import (
     MAX_WATERMARK,

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamstate.datastream.timerservice import TimerService
-from streamstate.runtime.errors import StateAccessError, TimestampError
+from streamstate.api.co_functions import KeyedBroadcastProcessFunction, KeyedCoProcessFunction
+from streamstate.api.functions import KeyedProcessFunction
+from streamstate.api.timerservice import TimerService
+from streamstate.errors import StateAccessError, TimestampError
 from streamstate.runtime.operators.base import split_yielded_side_outputs
 
 __all__ = ["KeyedTimerService", "KeyedTimersMixin", "QueryOnlyTimerService"]
@@ -85,12 +87,20 @@ def _ts(timestamp: Any) -> int:
     return timestamp
 
 
+#: the API's no-op ``on_timer`` defaults: a function that keeps one of them has no timers
+_DEFAULT_ON_TIMERS = frozenset(
+    {
+        KeyedProcessFunction.on_timer,
+        KeyedCoProcessFunction.on_timer,
+        KeyedBroadcastProcessFunction.on_timer,
+    }
+)
+
+
 def overrides_on_timer(fn: Any) -> bool:
     """True when ``fn``'s class defines its own ``on_timer`` (not the API's no-op default)."""
     on_timer = getattr(type(fn), "on_timer", None)
-    if on_timer is None:
-        return False
-    return not str(getattr(on_timer, "__module__", "")).startswith("streamstate.datastream")
+    return on_timer is not None and on_timer not in _DEFAULT_ON_TIMERS
 
 
 class KeyedTimersMixin:

@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from streamstate.common.typeinfo import TypeInformation
-from streamstate.runtime.errors import ConfigurationError, StateMigrationError
+from streamstate.errors import ConfigurationError, StateMigrationError
 from streamstate.runtime.serializers import basic
 from streamstate.runtime.serializers.base import (
     PickleSerializer,

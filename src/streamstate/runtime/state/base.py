@@ -25,13 +25,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamstate.datastream.state import State, StateDescriptor
-from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
-from streamstate.runtime.errors import (
+from streamstate.api.state import State, StateDescriptor
+from streamstate.errors import (
     KeySerializationError,
     StateAccessError,
     StateMigrationError,
 )
+from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_for_serialized_key
 from streamstate.runtime.serializers.base import TypeSerializer, TypeSerializerSnapshot
 from streamstate.runtime.serializers.compat import resolve_compatibility

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from enum import Enum
 from typing import Any
 
-from streamstate.datastream.state import (
+from streamstate.api.state import (
     BroadcastState,
     ListState,
     ListStateDescriptor,
@@ -37,7 +37,7 @@ from streamstate.datastream.state import (
     OperatorStateStore,
     ReadOnlyBroadcastState,
 )
-from streamstate.runtime.errors import (
+from streamstate.errors import (
     CorruptCheckpointError,
     StateAccessError,
     StateDescriptorConflictError,

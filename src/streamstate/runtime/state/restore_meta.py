@@ -24,14 +24,14 @@ import json
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
-from streamstate.datastream.state import State, StateDescriptor
-from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
-from streamstate.runtime.errors import (
+from streamstate.api.state import State, StateDescriptor
+from streamstate.errors import (
     CorruptCheckpointError,
     StateAccessError,
     StateDescriptorConflictError,
     StateMigrationError,
 )
+from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state.base import (

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from streamstate.datastream.state import (
+from streamstate.api.state import (
     AggregatingState,
     AggregatingStateDescriptor,
     ListState,

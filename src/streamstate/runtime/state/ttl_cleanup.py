@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from streamstate.datastream.state import StateDescriptor, StateTtlConfig
+from streamstate.api.state import StateDescriptor, StateTtlConfig
 
 if TYPE_CHECKING:
     from streamstate.runtime.state.base import KeyedStateBackend

@@ -39,7 +39,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any
 
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 __all__ = [
     "TTL_TIME_PROVIDER_KEY",

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamstate.datastream._window_base import Trigger, WindowAssigner
-from streamstate.datastream._window_functions import (
+from streamstate.api.window_base import Trigger, WindowAssigner
+from streamstate.api.window_functions import (
     ProcessAllWindowFunction,
     ProcessWindowFunction,
 )
-from streamstate.runtime.errors import StateAccessError
+from streamstate.errors import StateAccessError
 from streamstate.runtime.state.base import VOID_NAMESPACE
 
 __all__ = [

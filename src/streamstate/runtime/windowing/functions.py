@@ -59,7 +59,7 @@ def internal_window_function(fn: Any, single_value: bool, all_windows: bool) -> 
 
     Raises ``TypeError`` for objects that are no window function (as PyFlink).
     """
-    from streamstate.datastream._window_functions import (
+    from streamstate.api.window_functions import (
         AllWindowFunction,
         ProcessAllWindowFunction,
         ProcessWindowFunction,

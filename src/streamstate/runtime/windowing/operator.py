@@ -27,14 +27,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamstate.datastream._window_base import (
+from streamstate.api.state import MapStateDescriptor
+from streamstate.api.window_base import (
     MAX_LONG_VALUE,
     MIN_LONG_VALUE,
     MergingWindowAssigner,
     TimeWindow,
 )
-from streamstate.datastream.state import MapStateDescriptor
-from streamstate.runtime.errors import ConfigurationError, StateAccessError
+from streamstate.errors import ConfigurationError, StateAccessError
 from streamstate.runtime.operators.base import StreamOperator
 from streamstate.runtime.timers import InternalTimerService
 from streamstate.runtime.windowing.contexts import (
@@ -86,8 +86,8 @@ class WindowOperator(StreamOperator):
                 f"does not support merging ({trigger!r}): its can_merge() returns False"
             )
         self.event_time = bool(assigner.is_event_time())
-        from streamstate.datastream._window_triggers import EventTimeTrigger
-        from streamstate.datastream.window import TumblingEventTimeWindows
+        from streamstate.api.window import TumblingEventTimeWindows
+        from streamstate.api.window_triggers import EventTimeTrigger
 
         #: the bulk path for the most common windows (exact types: subclasses may override)
         self._fast_tumbling = (

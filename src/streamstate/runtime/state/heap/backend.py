@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from streamstate.datastream.state import State, StateDescriptor
-from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
-from streamstate.runtime.errors import (
+from streamstate.api.state import State, StateDescriptor
+from streamstate.errors import (
     StateAccessError,
 )
+from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state import restore_meta as rm

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any
 
-from streamstate.runtime.errors import CorruptCheckpointError, StateSerializationError
+from streamstate.errors import CorruptCheckpointError, StateSerializationError
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state.heap.table import StateTable
 

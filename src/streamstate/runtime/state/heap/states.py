@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from streamstate.datastream.state import (
+from streamstate.api.state import (
     AggregatingState,
     ListState,
     MapState,
@@ -26,7 +26,7 @@ from streamstate.datastream.state import (
     StateDescriptor,
     ValueState,
 )
-from streamstate.runtime.errors import KeySerializationError
+from streamstate.errors import KeySerializationError
 from streamstate.runtime.state.base import (
     VOID_NAMESPACE,
     checked_list_values,

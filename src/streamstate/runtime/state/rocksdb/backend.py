@@ -39,13 +39,13 @@ from typing import Any
 
 from rocksdict import Rdict, WriteOptions
 
-from streamstate.datastream.state import State, StateDescriptor
-from streamstate.runtime.checkpoint.incremental import IncrementalKeyedStateHandle
-from streamstate.runtime.errors import (
+from streamstate.api.state import State, StateDescriptor
+from streamstate.errors import (
     ConfigurationError,
     StateAccessError,
     StateSerializationError,
 )
+from streamstate.runtime.checkpoint.incremental import IncrementalKeyedStateHandle
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state import restore_meta as rm

@@ -11,7 +11,7 @@ import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from streamstate.runtime.errors import StateSerializationError
+from streamstate.errors import StateSerializationError
 from streamstate.runtime.state.base import VOID_NAMESPACE
 from streamstate.runtime.state.heap.table import StateSerializers
 from streamstate.runtime.state.rocksdb.states import (

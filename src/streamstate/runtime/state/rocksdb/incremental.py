@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocksdict import Checkpoint, Rdict
 
+from streamstate.errors import CorruptCheckpointError
 from streamstate.runtime.checkpoint.handles import checksum
 from streamstate.runtime.checkpoint.incremental import (
     FORMAT,
@@ -37,7 +38,6 @@ from streamstate.runtime.checkpoint.incremental import (
     IncrementalKeyedStateHandle,
     shared_file_name,
 )
-from streamstate.runtime.errors import CorruptCheckpointError
 from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX
 
 if TYPE_CHECKING:

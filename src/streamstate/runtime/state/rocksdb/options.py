@@ -11,7 +11,7 @@ from typing import Any
 
 from rocksdict import BlockBasedOptions, Cache, Options
 
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 __all__ = ["PROFILES", "build_options"]
 

@@ -44,7 +44,7 @@ import struct
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from streamstate.datastream.state import (
+from streamstate.api.state import (
     AggregatingState,
     ListState,
     MapState,
@@ -52,7 +52,7 @@ from streamstate.datastream.state import (
     StateDescriptor,
     ValueState,
 )
-from streamstate.runtime.errors import (
+from streamstate.errors import (
     KeySerializationError,
     StateAccessError,
     StateSerializationError,

@@ -33,7 +33,7 @@ from streamstate.datastream.state_backend import (
     PredefinedOptions,
     StateBackend,
 )
-from streamstate.runtime.errors import ConfigurationError
+from streamstate.errors import ConfigurationError
 
 __all__ = [
     "CHECKPOINTING_DIR",

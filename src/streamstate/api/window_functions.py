@@ -1,4 +1,4 @@
-"""Window functions (public via ``streamstate.datastream.functions``), as PyFlink's.
+"""Window functions (public via ``streamstate.api.functions``), as PyFlink's.
 
 ``WindowFunction.apply(key, window, inputs)`` and
 ``ProcessWindowFunction.process(key, context, elements)`` for keyed windows;
@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any
 
-from streamstate.datastream.functions import Function
+from streamstate.api.functions import Function
 
 __all__ = [
     "AllWindowFunction",

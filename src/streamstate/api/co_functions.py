@@ -1,4 +1,4 @@
-"""Two-input and broadcast functions (re-exported by ``streamstate.datastream.functions``).
+"""Two-input and broadcast functions (re-exported by ``streamstate.api.functions``).
 
 Mirrors PyFlink's ``CoMapFunction``, ``CoFlatMapFunction``, ``CoProcessFunction``,
 ``KeyedCoProcessFunction``, ``BroadcastProcessFunction`` and
@@ -14,10 +14,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from streamstate.datastream.functions import Function
+from streamstate.api.functions import Function
 
 if TYPE_CHECKING:
-    from streamstate.datastream.state import (
+    from streamstate.api.state import (
         BroadcastState,
         MapStateDescriptor,
         ReadOnlyBroadcastState,

@@ -1,12 +1,13 @@
-"""The built-in triggers (public via ``streamstate.datastream.window``), as PyFlink's."""
+"""The built-in triggers (public via ``streamstate.api.window``), as PyFlink's."""
 
 from __future__ import annotations
 
 import operator
 from typing import Any
 
-from streamstate.common.typeinfo import Types
-from streamstate.datastream._window_base import (
+from streamstate.api.functions import ReduceFunction
+from streamstate.api.state import ReducingStateDescriptor
+from streamstate.api.window_base import (
     CountWindow,
     GlobalWindow,
     TimeWindow,
@@ -15,8 +16,7 @@ from streamstate.datastream._window_base import (
     Window,
     to_milliseconds,
 )
-from streamstate.datastream.functions import ReduceFunction
-from streamstate.datastream.state import ReducingStateDescriptor
+from streamstate.common.typeinfo import Types
 
 __all__ = [
     "ContinuousEventTimeTrigger",

@@ -1,7 +1,7 @@
 """Windows, trigger results and the trigger/assigner contracts (public via ``window``).
 
 Kept apart from the concrete assigners and triggers so both can import these
-without a cycle; ``streamstate.datastream.window`` re-exports everything, as
+without a cycle; ``streamstate.api.window`` re-exports everything, as
 PyFlink's ``pyflink.datastream.window`` holds it in one module.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable
 from enum import Enum
 from typing import Any
 
-from streamstate.datastream.state import State, StateDescriptor
+from streamstate.api.state import State, StateDescriptor
 
 __all__ = [
     "MAX_LONG_VALUE",

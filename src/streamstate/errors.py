@@ -98,7 +98,7 @@ class TaskFailure(StreamStateError, RuntimeError):
     """A subtask failed in a worker; carries the remote Python traceback.
 
     ``error_type`` is the qualified name of the exception raised in the worker
-    (e.g. ``"ValueError"`` or ``"streamstate.runtime.errors.KeySerializationError"``).
+    (e.g. ``"ValueError"`` or ``"streamstate.errors.KeySerializationError"``).
     """
 
     def __init__(self, error_type: str, message: str, remote_traceback: str) -> None:

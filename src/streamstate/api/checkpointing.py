@@ -1,6 +1,6 @@
 """Operator-state and checkpoint hooks of user functions, and user sources.
 
-Re-exported by ``streamstate.datastream.functions``. PyFlink has none of these
+Re-exported by ``streamstate.api.functions``. PyFlink has none of these
 as Python interfaces; the names follow Flink's Java API in snake_case
 (``CheckpointedFunction``, ``ListCheckpointed``, ``CheckpointListener``,
 ``SourceFunction``, ``ParallelSourceFunction``).
@@ -28,7 +28,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from streamstate.datastream.functions import Function
+from streamstate.api.functions import Function
 
 __all__ = [
     "CheckpointListener",
@@ -62,7 +62,7 @@ class FunctionInitializationContext(ABC):
 
     @abstractmethod
     def get_operator_state_store(self) -> Any:
-        """The :class:`~streamstate.datastream.state.OperatorStateStore` of this subtask."""
+        """The :class:`~streamstate.api.state.OperatorStateStore` of this subtask."""
 
     @abstractmethod
     def get_keyed_state_store(self) -> Any:
