@@ -39,13 +39,12 @@ from streamstate.runtime.checkpoint.metadata import (
     OperatorSubtaskStates,
     SubtaskState,
 )
-from streamstate.runtime.checkpoint.storage import (
+from streamstate.runtime.checkpoint.registry import (
     create_checkpoint_storage_access,
-    epoch_state_name,
     get_checkpoint_storage_class,
     register_checkpoint_storage,
-    resolve_external_pointer,
 )
+from streamstate.runtime.checkpoint.storage import epoch_state_name, resolve_external_pointer
 from streamstate.runtime.keygroups import KeyGroupRange
 
 JOB = "job-1"

@@ -22,7 +22,7 @@ from streamstate.datastream.window import TimeWindow
 from streamstate.errors import StateAccessError
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
 from streamstate.runtime.checkpoint.incremental import IncrementalKeyedStateHandle
-from streamstate.runtime.state.base import VOID_NAMESPACE
+from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
 from streamstate.runtime.state.registry import registered_keyed_backends
 
 W1, W2, W3 = TimeWindow(0, 10), TimeWindow(10, 20), TimeWindow(5, 25)

@@ -17,7 +17,8 @@ from streamstate.runtime.checkpoint.handles import (
 )
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from streamstate.runtime.serializers.base import PickleSerializer
-from streamstate.runtime.state.base import VOID_NAMESPACE, KeyedStateBackend
+from streamstate.runtime.state.base import KeyedStateBackend
+from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
 from streamstate.runtime.state.heap.backend import HeapKeyedStateBackend
 from streamstate.runtime.state.registry import create_keyed_backend
 from streamstate.runtime.timers import (

@@ -40,7 +40,7 @@ from streamstate.runtime.checkpoint.handles import (
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from streamstate.runtime.operators.base import OperatorContext
 from streamstate.runtime.serializers.key import default_key_serializer
-from streamstate.runtime.state.base import VOID_NAMESPACE
+from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
 from streamstate.runtime.state.registry import create_keyed_backend, registered_keyed_backends
 
 MAX_P = 128

@@ -28,12 +28,10 @@ def _make(cls: type, *args: Any) -> Any:
 def _two_input(
     first: DataStream, second_t: Transformation, name: str, factory: Any, keyed: bool
 ) -> Any:
-    from streamstate.datastream.data_stream import DataStream
-
     t = Transformation(
         TransformationKind.TWO_INPUT, name, [first._t, second_t], payload=factory, keyed=keyed
     )
-    return DataStream(first._env, t)
+    return first._derive(t)
 
 
 class ConnectedStreams:
@@ -50,10 +48,7 @@ class ConnectedStreams:
         self.stream2 = stream2
 
     def _is_keyed(self) -> bool:
-        from streamstate.datastream.data_stream import KeyedStream
-
-        k1 = isinstance(self.stream1, KeyedStream)
-        k2 = isinstance(self.stream2, KeyedStream)
+        k1, k2 = self.stream1._is_keyed_stream, self.stream2._is_keyed_stream
         if k1 != k2:
             raise ConfigurationError(
                 "connect() of a keyed and a non-keyed stream: key_by both streams (or neither), "
@@ -140,13 +135,12 @@ class BroadcastConnectedStream:
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
         """A ``KeyedBroadcastProcessFunction`` (keyed stream) or ``BroadcastProcessFunction``."""
-        from streamstate.datastream.data_stream import KeyedStream
         from streamstate.datastream.functions import (
             BroadcastProcessFunction,
             KeyedBroadcastProcessFunction,
         )
 
-        keyed = isinstance(self.non_broadcast_stream, KeyedStream)
+        keyed = self.non_broadcast_stream._is_keyed_stream
         if keyed and isinstance(func, BroadcastProcessFunction):
             raise ConfigurationError(
                 "a keyed stream connected with a broadcast stream needs a "

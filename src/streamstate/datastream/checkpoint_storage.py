@@ -105,7 +105,7 @@ class JobManagerCheckpointStorage(CheckpointStorage):
         return self._max_state_size
 
     def create_access(self, working_dir: str | None = None) -> CheckpointStorageAccess:
-        from streamstate.runtime.checkpoint.storage import get_checkpoint_storage_class
+        from streamstate.runtime.checkpoint.registry import get_checkpoint_storage_class
 
         cls = get_checkpoint_storage_class(self.storage_name)
         return cls(  # type: ignore[call-arg]
@@ -179,7 +179,7 @@ class FileSystemCheckpointStorage(CheckpointStorage):
         )
 
     def create_access(self, working_dir: str | None = None) -> CheckpointStorageAccess:
-        from streamstate.runtime.checkpoint.storage import get_checkpoint_storage_class
+        from streamstate.runtime.checkpoint.registry import get_checkpoint_storage_class
 
         cls = get_checkpoint_storage_class(self.storage_name)
         return cls(  # type: ignore[call-arg]

@@ -42,9 +42,16 @@ def _make(cls: type, fn: Any) -> Any:
 class DataStream:
     """A stream of records produced by one transformation."""
 
+    #: whether records are partitioned by key (a KeyedStream)
+    _is_keyed_stream = False
+
     def __init__(self, env: StreamExecutionEnvironment, transformation: Transformation) -> None:
         self._env = env
         self._t = transformation
+
+    def _derive(self, transformation: Transformation) -> DataStream:
+        """A plain stream of the same environment, produced by ``transformation``."""
+        return DataStream(self._env, transformation)
 
     # -- naming and parallelism -------------------------------------------------
     def get_name(self) -> str:
@@ -270,6 +277,8 @@ class DataStream:
 
 class KeyedStream(DataStream):
     """A stream partitioned by key; its operators may use keyed state."""
+
+    _is_keyed_stream = True
 
     def __init__(
         self, env: StreamExecutionEnvironment, transformation: Transformation, origin: DataStream

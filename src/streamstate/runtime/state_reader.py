@@ -61,7 +61,7 @@ from streamstate.runtime.checkpoint.storage import (
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_for_serialized_key
 from streamstate.runtime.serializers.ttl import is_ttl_snapshot
 from streamstate.runtime.state import ttl
-from streamstate.runtime.state.base import restore_serializer
+from streamstate.runtime.state.format.serializers import restore_serializer
 from streamstate.runtime.state.registry import create_keyed_backend
 
 __all__ = [

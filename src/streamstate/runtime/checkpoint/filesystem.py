@@ -23,7 +23,6 @@ from streamstate.runtime.checkpoint.storage import (
     _check_relative_name,
     _join,
     load_metadata_from_path,
-    register_checkpoint_storage,
 )
 
 __all__ = ["FileSystemCheckpointStorageAccess"]
@@ -130,8 +129,3 @@ class FileSystemCheckpointStorageAccess(CheckpointStorageAccess):
 
     def discard_checkpoint(self, checkpoint_id: int) -> None:
         self._directory().discard_checkpoint(checkpoint_id)
-
-
-register_checkpoint_storage(
-    FileSystemCheckpointStorageAccess.name, FileSystemCheckpointStorageAccess
-)

@@ -33,7 +33,6 @@ from streamstate.runtime.checkpoint.storage import (
     _check_relative_name,
     _url_to_fs,
     load_metadata_from_path,
-    register_checkpoint_storage,
     verify_state_files,
 )
 
@@ -139,5 +138,3 @@ class MemoryCheckpointStorageAccess(CheckpointStorageAccess):
         if self._dir is not None:
             self._dir.discard_checkpoint(checkpoint_id)
 
-
-register_checkpoint_storage(MemoryCheckpointStorageAccess.name, MemoryCheckpointStorageAccess)

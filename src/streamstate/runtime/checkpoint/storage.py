@@ -45,11 +45,8 @@ __all__ = [
     "CheckpointDirectory",
     "CheckpointStorageAccess",
     "atomic_write",
-    "create_checkpoint_storage_access",
     "epoch_state_name",
-    "get_checkpoint_storage_class",
     "load_metadata_from_path",
-    "register_checkpoint_storage",
     "resolve_external_pointer",
     "verify_state_files",
 ]
@@ -64,38 +61,6 @@ EPOCHS_DIR = "epochs"
 _CHK_RE = re.compile(r"^chk-(\d+)$")
 _EPOCH_VERSION_RE = re.compile(r"^v(\d+)(?:[-.]|$)")
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
-
-
-# ---------------------------------------------------------------------------------------------
-# Registry
-
-
-_REGISTRY: dict[str, type[CheckpointStorageAccess]] = {}
-
-
-def register_checkpoint_storage(name: str, cls: type[CheckpointStorageAccess]) -> None:
-    """Register ``cls`` under ``name`` (case-insensitive). Re-registering replaces."""
-    _REGISTRY[name.lower()] = cls
-
-
-def _ensure_builtins() -> None:
-    # Imported lazily: the implementations import this module.
-    from streamstate.runtime.checkpoint import filesystem, memory  # noqa: F401
-
-
-def get_checkpoint_storage_class(name: str) -> type[CheckpointStorageAccess]:
-    """The access class registered as ``name``; ConfigurationError lists the known names."""
-    _ensure_builtins()
-    try:
-        return _REGISTRY[name.lower()]
-    except KeyError:
-        raise ConfigurationError(
-            f"unknown checkpoint storage {name!r}; accepted: {', '.join(sorted(_REGISTRY))}"
-        ) from None
-
-
-def create_checkpoint_storage_access(name: str, **kwargs: Any) -> CheckpointStorageAccess:
-    return get_checkpoint_storage_class(name)(**kwargs)
 
 
 # ---------------------------------------------------------------------------------------------

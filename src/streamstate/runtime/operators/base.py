@@ -24,9 +24,10 @@ from typing import Any
 
 from streamstate.api.functions import RuntimeContext
 from streamstate.errors import StateAccessError
+from streamstate.runtime.operators.timing import QueryOnlyTimerService
 from streamstate.runtime.watermarks import MIN_WATERMARK
 
-__all__ = ["OperatorContext", "StreamOperator", "as_callable", "split_yielded_side_outputs"]
+__all__ = ["OperatorContext", "StreamOperator", "as_callable"]
 
 _KEYED_ONLY = (
     "Keyed state can only be used on a 'keyed stream', i.e., after a 'key_by()' operation "
@@ -279,30 +280,10 @@ class StreamOperator:
     def timer_service(self) -> Any:
         """The timer service a process function's context hands out: query-only here
         (setting timers needs a keyed stream); keyed process operators override it."""
-        from streamstate.runtime.operators.timing import QueryOnlyTimerService
-
         return QueryOnlyTimerService(self.ctx)
 
     def close(self) -> None:
         pass
-
-
-def split_yielded_side_outputs(
-    op: StreamOperator, out: list[Any], out_ts: list[Any] | None
-) -> tuple[list[Any], list[Any]]:
-    """Move PyFlink-style yielded ``(OutputTag, value)`` pairs from ``out`` to ``op``'s side outputs."""
-    from streamstate.api.output_tag import OutputTag
-
-    main: list[Any] = []
-    main_ts: list[Any] = []
-    for i, v in enumerate(out):
-        t = out_ts[i] if out_ts is not None else op.current_timestamp
-        if type(v) is tuple and len(v) == 2 and type(v[0]) is OutputTag:
-            op.emit_side(v[0].tag_id, v[1], t)
-        else:
-            main.append(v)
-            main_ts.append(t)
-    return main, main_ts
 
 
 def as_callable(fn: Any, method: str) -> Any:

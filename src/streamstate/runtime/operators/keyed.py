@@ -17,9 +17,8 @@ from streamstate.runtime.operators.base import (
     as_callable,
     close_function,
     open_function,
-    split_yielded_side_outputs,
 )
-from streamstate.runtime.operators.timing import KeyedTimersMixin
+from streamstate.runtime.operators.timing import KeyedTimersMixin, split_yielded_side_outputs
 
 __all__ = [
     "KeyedFilterOperator",

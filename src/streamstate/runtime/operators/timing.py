@@ -12,11 +12,16 @@ from typing import Any
 
 from streamstate.api.co_functions import KeyedBroadcastProcessFunction, KeyedCoProcessFunction
 from streamstate.api.functions import KeyedProcessFunction
+from streamstate.api.output_tag import OutputTag
 from streamstate.api.timerservice import TimerService
 from streamstate.errors import StateAccessError, TimestampError
-from streamstate.runtime.operators.base import split_yielded_side_outputs
 
-__all__ = ["KeyedTimerService", "KeyedTimersMixin", "QueryOnlyTimerService"]
+__all__ = [
+    "KeyedTimerService",
+    "KeyedTimersMixin",
+    "QueryOnlyTimerService",
+    "split_yielded_side_outputs",
+]
 
 _NOT_KEYED = (
     "Setting timers is only supported on a keyed stream: apply the process function to a "
@@ -170,3 +175,19 @@ class KeyedTimersMixin:
             out, out_ts = split_yielded_side_outputs(self, out, out_ts)  # type: ignore[arg-type]
         self.hook_timestamps = out_ts
         return out
+
+
+def split_yielded_side_outputs(
+    op: Any, out: list[Any], out_ts: list[Any] | None
+) -> tuple[list[Any], list[Any]]:
+    """Move PyFlink-style yielded ``(OutputTag, value)`` pairs from ``out`` to ``op``'s side outputs."""
+    main: list[Any] = []
+    main_ts: list[Any] = []
+    for i, v in enumerate(out):
+        t = out_ts[i] if out_ts is not None else op.current_timestamp
+        if type(v) is tuple and len(v) == 2 and type(v[0]) is OutputTag:
+            op.emit_side(v[0].tag_id, v[1], t)
+        else:
+            main.append(v)
+            main_ts.append(t)
+    return main, main_ts

@@ -12,14 +12,12 @@ when a checkpoint is taken, :meth:`~KeyedStateBackend.snapshot` (everything).
 Recovery is :meth:`~KeyedStateBackend.restore` from the last full snapshot(s)
 followed by :meth:`~KeyedStateBackend.apply_delta` for each later delta.
 
-This module also holds the serializer plumbing shared by backends: choosing a
-serializer for a type information, rebuilding one from a checkpoint's recorded
-snapshot, and the compatibility check used on restore.
+The serializer plumbing shared by backends (choosing, restoring and checking
+serializers) and the snapshot formats live in ``runtime/state/format/``.
 """
 
 from __future__ import annotations
 
-import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,91 +27,20 @@ from streamstate.api.state import State, StateDescriptor
 from streamstate.errors import (
     KeySerializationError,
     StateAccessError,
-    StateMigrationError,
 )
 from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_for_serialized_key
-from streamstate.runtime.serializers.base import TypeSerializer, TypeSerializerSnapshot
-from streamstate.runtime.serializers.compat import resolve_compatibility
-from streamstate.runtime.serializers.registry import restore_serializer as _registry_restore
-from streamstate.runtime.serializers.registry import serializer_for
-from streamstate.runtime.serializers.ttl import TTL_SERIALIZER_NAME
+from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state.ttl import create_state as create_state_with_ttl
 from streamstate.runtime.state.ttl_clock import SystemTtlTimeProvider, TtlTimeProvider
 
 __all__ = [
-    "VOID_NAMESPACE",
     "KeyedSnapshot",
     "KeyedStateBackend",
-    "NamespaceSerializer",
     "StateEntryTransformer",
-    "VoidNamespace",
-    "VoidNamespaceSerializer",
-    "check_serializer_compatibility",
-    "restore_serializer",
-    "serializer_for_type_info",
     "state_not_mergeable_error",
     "state_without_key_error",
 ]
-
-
-class VoidNamespace:
-    """The namespace of state that is not scoped to a window (a singleton)."""
-
-    _instance: VoidNamespace | None = None
-
-    def __new__(cls) -> VoidNamespace:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (VoidNamespace, ())
-
-    def __repr__(self) -> str:
-        return "VoidNamespace"
-
-
-VOID_NAMESPACE = VoidNamespace()
-
-
-class VoidNamespaceSerializer(TypeSerializer):
-    """Serializer of :data:`VOID_NAMESPACE` (zero bytes)."""
-
-    name = "void-namespace"
-    version = 1
-
-    def serialize(self, value: Any) -> bytes:
-        if value is not VOID_NAMESPACE:
-            raise TypeError(f"expected VoidNamespace, got {type(value).__name__}")
-        return b""
-
-    def deserialize(self, data: bytes) -> Any:
-        return VOID_NAMESPACE
-
-
-class NamespaceSerializer(TypeSerializer):
-    """Serializer of state namespaces: the void namespace or any picklable window.
-
-    ``VOID_NAMESPACE`` is zero bytes (as :class:`VoidNamespaceSerializer`, so
-    void-namespace state reads the same); any other namespace (a window) is a
-    ``0x01`` tag followed by its pickle.
-    """
-
-    name = "namespace"
-    version = 1
-
-    def serialize(self, value: Any) -> bytes:
-        if value is VOID_NAMESPACE:
-            return b""
-        return b"\x01" + pickle.dumps(value, protocol=5)
-
-    def deserialize(self, data: bytes) -> Any:
-        if not data:
-            return VOID_NAMESPACE
-        if data[:1] != b"\x01":
-            raise ValueError(f"unknown namespace tag {data[:1]!r}")
-        return pickle.loads(data[1:])
 
 
 @dataclass(frozen=True)
@@ -355,82 +282,4 @@ def state_not_mergeable_error(state_name: str, kind: str) -> StateAccessError:
     return StateAccessError(
         f"state {state_name!r} is {kind} state, which cannot be merged; "
         f"merging windows need list, reducing or aggregating state"
-    )
-
-
-# ------------------------------------------------------------------ serializer plumbing
-
-
-def serializer_for_type_info(type_info: Any) -> TypeSerializer:
-    """The serializer of ``type_info`` (``None``: pickle), from the serializer registry."""
-    return serializer_for(type_info)
-
-
-def restore_serializer(snapshot: dict[str, Any], state_name: str) -> TypeSerializer:
-    """Rebuild the serializer a checkpoint recorded (``snapshot`` is its ``to_dict()``).
-
-    Raises ``StateMigrationError`` naming the state when no reader exists.
-    """
-    snap = TypeSerializerSnapshot.from_dict(snapshot)
-    if (
-        snap.name == VoidNamespaceSerializer.name
-        and snap.version == VoidNamespaceSerializer.version
-    ):
-        return VoidNamespaceSerializer()
-    if snap.name == NamespaceSerializer.name and snap.version == NamespaceSerializer.version:
-        return NamespaceSerializer()
-    try:
-        return _registry_restore(snap)
-    except StateMigrationError as e:
-        raise StateMigrationError(f"state {state_name!r}: {e}") from e
-
-
-def _describe(snapshot: TypeSerializerSnapshot) -> str:
-    return f"{snapshot.name!r} (version {snapshot.version}, params {snapshot.params})"
-
-
-def check_serializer_compatibility(
-    state_name: str,
-    role: str,
-    new: TypeSerializer,
-    old_snapshot: dict[str, Any],
-    require_as_is: bool = False,
-) -> None:
-    """Raise ``StateMigrationError`` if ``new`` cannot take over state written by ``old``.
-
-    Uses :func:`streamstate.runtime.serializers.compat.resolve_compatibility`:
-    "compatible after migration" is accepted (the heap backend reads with the
-    recorded serializer and writes with the new one) unless ``require_as_is``
-    (used for keys: their bytes decide the key group, so they must not change).
-    """
-    old = TypeSerializerSnapshot.from_dict(old_snapshot)
-    old_ttl, new_ttl = old.name == TTL_SERIALIZER_NAME, new.name == TTL_SERIALIZER_NAME
-    if old_ttl != new_ttl:
-        if old_ttl:
-            raise StateMigrationError(
-                f"state {state_name!r} was written with state TTL (its values carry expiration "
-                f"timestamps), but the new descriptor has no TTL. Enable TTL on the descriptor "
-                f"(descriptor.enable_time_to_live(StateTtlConfig.new_builder(ttl).build())), "
-                f"or give the state a new name."
-            )
-        raise StateMigrationError(
-            f"state {state_name!r} was written without state TTL, but the new descriptor "
-            f"enables TTL; state cannot switch TTL on across a restore (as in Flink). Remove "
-            f"enable_time_to_live() from the descriptor, or give the state a new name."
-        )
-    result = resolve_compatibility(old, new)
-    ok = result.is_compatible_as_is() if require_as_is else not result.is_incompatible()
-    if ok:
-        return
-    new_desc = _describe(new.snapshot_configuration())
-    if require_as_is:
-        raise StateMigrationError(
-            f"state {state_name!r}: the checkpoint's {role} serializer {_describe(old)} and the "
-            f"job's {role} serializer {new_desc} do not produce the same bytes, so keys would "
-            f"land in other key groups. Keep the key type (key_by's key_type) of the checkpoint."
-        )
-    raise StateMigrationError(
-        f"state {state_name!r}: the {role} serializer {new_desc} of the new descriptor cannot "
-        f"read data written by the restored {role} serializer {_describe(old)}. Use a type "
-        f"information compatible with the checkpoint, or a new state name."
     )

@@ -3,7 +3,7 @@
 The heap and the RocksDB backend hold each state in a *holder* (the heap's
 ``StateTable``, RocksDB's ``StateColumn``) with ``name``, ``kind``,
 ``serializers`` and ``restored_meta``, and both read and write the heap
-backend's checkpoint formats (:mod:`streamstate.runtime.state.heap.snapshot`).
+backend's checkpoint formats (:mod:`streamstate.runtime.state.format.keyed`).
 The rules that do not depend on where the objects live are here, so both
 backends apply them identically:
 
@@ -34,14 +34,15 @@ from streamstate.errors import (
 from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import TypeSerializer
-from streamstate.runtime.state.base import (
-    NamespaceSerializer,
+from streamstate.runtime.state.format import keyed as fmt
+from streamstate.runtime.state.format.namespaces import NamespaceSerializer
+from streamstate.runtime.state.format.serializers import (
+    STATE_KINDS,
+    StateSerializers,
     check_serializer_compatibility,
     restore_serializer,
     serializer_for_type_info,
 )
-from streamstate.runtime.state.heap import snapshot as fmt
-from streamstate.runtime.state.heap.table import STATE_KINDS, StateSerializers
 
 __all__ = [
     "apply_delta",

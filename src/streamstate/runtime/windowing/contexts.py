@@ -17,7 +17,7 @@ from streamstate.api.window_functions import (
     ProcessWindowFunction,
 )
 from streamstate.errors import StateAccessError
-from streamstate.runtime.state.base import VOID_NAMESPACE
+from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
 
 __all__ = [
     "AssignerContext",

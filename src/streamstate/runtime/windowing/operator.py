@@ -36,6 +36,7 @@ from streamstate.api.window_base import (
 )
 from streamstate.errors import ConfigurationError, StateAccessError
 from streamstate.runtime.operators.base import StreamOperator
+from streamstate.runtime.operators.timing import split_yielded_side_outputs
 from streamstate.runtime.timers import InternalTimerService
 from streamstate.runtime.windowing.contexts import (
     AssignerContext,
@@ -442,12 +443,7 @@ class WindowOperator(StreamOperator):
     def _split_side(self, out: list[Any], out_ts: list[Any]) -> tuple[list[Any], list[Any]]:
         """Yielded ``(OutputTag, value)`` pairs go to side outputs (PyFlink's convention)."""
         if out and getattr(self, "side_tags", None):
-            from streamstate.runtime.operators import base
-
-            split = getattr(base, "split_yielded_side_outputs", None)
-            if split is not None:
-                result: tuple[list[Any], list[Any]] = split(self, out, out_ts)
-                return result
+            return split_yielded_side_outputs(self, out, out_ts)
         return out, out_ts
 
     def __repr__(self) -> str:

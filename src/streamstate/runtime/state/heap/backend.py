@@ -25,15 +25,12 @@ from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state import restore_meta as rm
-from streamstate.runtime.state.base import (
-    KeyedSnapshot,
-    KeyedStateBackend,
-    StateEntryTransformer,
-)
-from streamstate.runtime.state.heap import snapshot as fmt
+from streamstate.runtime.state.base import KeyedSnapshot, KeyedStateBackend, StateEntryTransformer
+from streamstate.runtime.state.format import keyed as fmt
+from streamstate.runtime.state.format.serializers import StateSerializers
 from streamstate.runtime.state.heap.entries import HeapStateEntries
 from streamstate.runtime.state.heap.states import STATE_CLASSES
-from streamstate.runtime.state.heap.table import StateSerializers, StateTable
+from streamstate.runtime.state.heap.table import StateTable
 from streamstate.runtime.state.registry import register_keyed_backend
 
 __all__ = ["HeapKeyedStateBackend"]

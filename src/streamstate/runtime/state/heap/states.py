@@ -28,11 +28,11 @@ from streamstate.api.state import (
 )
 from streamstate.errors import KeySerializationError
 from streamstate.runtime.state.base import (
-    VOID_NAMESPACE,
     checked_list_values,
     state_not_mergeable_error,
     state_without_key_error,
 )
+from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
 from streamstate.runtime.state.heap.table import StateTable
 
 if TYPE_CHECKING:

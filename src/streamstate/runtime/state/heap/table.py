@@ -14,42 +14,12 @@ still present is written as a put, an absent one as a tombstone.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from streamstate.runtime.serializers.base import TypeSerializer
-from streamstate.runtime.state.base import VOID_NAMESPACE
+from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
+from streamstate.runtime.state.format.serializers import STATE_KINDS, StateSerializers
 
-__all__ = ["STATE_KINDS", "StateSerializers", "StateTable"]
-
-#: the kinds of keyed state, as recorded in snapshots
-STATE_KINDS = ("value", "list", "map", "reducing", "aggregating")
-
-
-@dataclass
-class StateSerializers:
-    """The serializers of one state.
-
-    ``value`` serializes the stored value; for list state it is the element
-    serializer, for map state the serializer of the map's values (``user_key``
-    is then the serializer of the map's keys).
-    """
-
-    key: TypeSerializer
-    namespace: TypeSerializer
-    value: TypeSerializer
-    user_key: TypeSerializer | None = None
-
-    def to_meta(self) -> dict[str, Any]:
-        meta = {
-            "key_serializer": self.key.snapshot_configuration().to_dict(),
-            "namespace_serializer": self.namespace.snapshot_configuration().to_dict(),
-            "value_serializer": self.value.snapshot_configuration().to_dict(),
-        }
-        if self.user_key is not None:
-            meta["user_key_serializer"] = self.user_key.snapshot_configuration().to_dict()
-        return meta
-
+__all__ = ["StateTable"]
 
 class StateTable:
     """All objects of one state for the key groups of one backend."""

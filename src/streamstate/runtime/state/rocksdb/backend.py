@@ -8,7 +8,7 @@ write-ahead log: durability comes from checkpoints, as in Flink.
 
 Checkpoints are backend-independent: :meth:`RocksDBKeyedStateBackend.snapshot`
 and :meth:`~RocksDBKeyedStateBackend.snapshot_delta` write the heap backend's
-byte formats (:mod:`streamstate.runtime.state.heap.snapshot`, through its own
+byte formats (:mod:`streamstate.runtime.state.format.keyed`, through its own
 writer functions), and :meth:`~RocksDBKeyedStateBackend.restore` /
 :meth:`~RocksDBKeyedStateBackend.apply_delta` read them with its readers, so
 a heap checkpoint restores into RocksDB and vice versa, at any parallelism.
@@ -49,14 +49,10 @@ from streamstate.runtime.checkpoint.incremental import IncrementalKeyedStateHand
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state import restore_meta as rm
-from streamstate.runtime.state.base import (
-    KeyedSnapshot,
-    KeyedStateBackend,
-    NamespaceSerializer,
-    StateEntryTransformer,
-)
-from streamstate.runtime.state.heap import snapshot as fmt
-from streamstate.runtime.state.heap.table import StateSerializers
+from streamstate.runtime.state.base import KeyedSnapshot, KeyedStateBackend, StateEntryTransformer
+from streamstate.runtime.state.format import keyed as fmt
+from streamstate.runtime.state.format.namespaces import NamespaceSerializer
+from streamstate.runtime.state.format.serializers import StateSerializers
 from streamstate.runtime.state.registry import register_keyed_backend
 from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX, StateColumn
 from streamstate.runtime.state.rocksdb.incremental import (

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from streamstate.errors import StateSerializationError
-from streamstate.runtime.state.base import VOID_NAMESPACE
-from streamstate.runtime.state.heap.table import StateSerializers
+from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
+from streamstate.runtime.state.format.serializers import StateSerializers
 from streamstate.runtime.state.rocksdb.states import (
     MAX_VALUE_BYTES,
     DirtyValues,

@@ -58,11 +58,11 @@ from streamstate.errors import (
     StateSerializationError,
 )
 from streamstate.runtime.state.base import (
-    VOID_NAMESPACE,
     checked_list_values,
     state_not_mergeable_error,
     state_without_key_error,
 )
+from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
 
 if TYPE_CHECKING:
     from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend

@@ -26,7 +26,8 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from streamstate.runtime.state.base import VOID_NAMESPACE, StateEntryTransformer
+from streamstate.runtime.state.base import StateEntryTransformer
+from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
 from streamstate.runtime.state.ttl_cleanup import expired_entry_filter
 
 if TYPE_CHECKING:
