@@ -106,7 +106,7 @@ class KeyedCoProcessFunction(Function):
         self, value: Any, ctx: KeyedCoProcessFunction.Context
     ) -> Iterable[Any] | None: ...
 
-    def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:  # noqa: B027
+    def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:
         """Called when a timer fires (timers come with the event-time work)."""
         return None
 
@@ -187,6 +187,6 @@ class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction):
         self, value: Any, ctx: KeyedBroadcastProcessFunction.Context
     ) -> Iterable[Any] | None: ...
 
-    def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:  # noqa: B027
+    def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:
         """Called when a timer fires (timers come with the event-time work)."""
         return None

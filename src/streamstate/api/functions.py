@@ -202,7 +202,7 @@ class KeyedProcessFunction(Function):
     ) -> Iterable[Any] | None:
         """Yield (or return an iterable of) the outputs for ``value``."""
 
-    def on_timer(  # noqa: B027
+    def on_timer(
         self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext
     ) -> Iterable[Any] | None:
         """Called when a timer registered through ``ctx.timer_service()`` fires; yields outputs."""

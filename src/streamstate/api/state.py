@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar, Generic, TypeVar
 
 from streamstate.api.state_ttl_config import StateTtlConfig
+from streamstate.common.typeinfo import Types
 
 __all__ = [
     "AggregatingState",
@@ -285,7 +286,7 @@ def _same_type_info(a: Any, b: Any) -> bool:
     try:
         if a == b:
             return True
-    except Exception:  # pragma: no cover - defensive against odd __eq__
+    except Exception:  # noqa: BLE001 - pragma: no cover - defensive against odd __eq__
         pass
     return type(a) is type(b) and repr(a) == repr(b)
 
@@ -545,12 +546,7 @@ class AggregatingStateDescriptor(StateDescriptor):
 
 
 def _composite(factory: str, *args: Any) -> Any:
-    """``Types.<factory>(*args)`` when the type system is available and args are typed."""
+    """``Types.<factory>(*args)`` when every argument is typed, else None (untyped)."""
     if any(a is None for a in args):
         return None
-    try:
-        from streamstate.common.typeinfo import Types  # type: ignore[import-not-found]
-
-        return getattr(Types, factory)(*args)
-    except Exception:
-        return None
+    return getattr(Types, factory)(*args)

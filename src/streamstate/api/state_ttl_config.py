@@ -41,7 +41,7 @@ class _CleanupStrategy:
         return ()
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self._key() == other._key()  # type: ignore[attr-defined]
+        return type(self) is type(other) and self._key() == other._key()  # type: ignore[attr-defined]  # subclasses define _key()
 
     def __hash__(self) -> int:
         return (type(self).__name__, self._key()).__hash__()
@@ -158,7 +158,7 @@ class _CleanupStrategies:
     def get_incremental_cleanup_strategy(self) -> _IncrementalCleanupStrategy | None:
         """The configured incremental cleanup, else the default (5, False) if in background."""
         default = _IncrementalCleanupStrategy(5, False) if self._is_cleanup_in_background else None
-        return self._strategies.get(_Strategies.INCREMENTAL_CLEANUP, default)  # type: ignore[return-value]
+        return self._strategies.get(_Strategies.INCREMENTAL_CLEANUP, default)  # type: ignore[return-value]  # the strategy stored under this key has this type
 
     def get_rocksdb_compact_filter_cleanup_strategy(
         self,
@@ -167,7 +167,7 @@ class _CleanupStrategies:
         default = (
             _RocksdbCompactFilterCleanupStrategy(1000) if self._is_cleanup_in_background else None
         )
-        return self._strategies.get(_Strategies.ROCKSDB_COMPACTION_FILTER, default)  # type: ignore[return-value]
+        return self._strategies.get(_Strategies.ROCKSDB_COMPACTION_FILTER, default)  # type: ignore[return-value]  # the strategy stored under this key has this type
 
     def is_explicit(self, strategy: _Strategies) -> bool:
         """Whether ``strategy`` was configured explicitly (not only by the background default)."""

@@ -110,8 +110,8 @@ class TimeWindow(Window):
     def __eq__(self, other: object) -> bool:
         return (
             type(other) is TimeWindow
-            and self.start == other.start  # type: ignore[attr-defined]
-            and self.end == other.end  # type: ignore[attr-defined]
+            and self.start == other.start  # type: ignore[attr-defined]  # type(other) was checked on the line above
+            and self.end == other.end  # type: ignore[attr-defined]  # type(other) was checked on the line above
         )
 
     def __hash__(self) -> int:
@@ -140,14 +140,14 @@ class CountWindow(Window):
 
     __slots__ = ("id",)
 
-    def __init__(self, id: int) -> None:  # noqa: A002 - PyFlink's parameter name
+    def __init__(self, id: int) -> None:  # PyFlink's parameter name
         self.id = id
 
     def max_timestamp(self) -> int:
         return MAX_LONG_VALUE
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is CountWindow and self.id == other.id  # type: ignore[attr-defined]
+        return type(other) is CountWindow and self.id == other.id  # type: ignore[attr-defined]  # type(other) was checked on the line above
 
     def __hash__(self) -> int:
         return self.id * 0x9E3779B1

@@ -72,7 +72,7 @@ class ProcessWindowFunction(Function):
         self, key: Any, context: ProcessWindowFunction.Context, elements: Iterable[Any]
     ) -> Iterable[Any] | None: ...
 
-    def clear(self, context: ProcessWindowFunction.Context) -> None:  # noqa: B027 - optional hook
+    def clear(self, context: ProcessWindowFunction.Context) -> None:  # optional hook
         """Delete per-window state when the window is purged (after its allowed lateness)."""
 
 
@@ -87,5 +87,5 @@ class ProcessAllWindowFunction(Function):
         self, context: ProcessAllWindowFunction.Context, elements: Iterable[Any]
     ) -> Iterable[Any] | None: ...
 
-    def clear(self, context: ProcessAllWindowFunction.Context) -> None:  # noqa: B027
+    def clear(self, context: ProcessAllWindowFunction.Context) -> None:
         """Delete per-window state when the window is purged."""

@@ -137,7 +137,7 @@ class _ContinuousTrigger(Trigger):
 
     def on_merge(self, window: TimeWindow, ctx: Trigger.OnMergeContext) -> None:
         ctx.merge_partitioned_state(self.state_desc)
-        nxt = ctx.get_partitioned_state(self.state_desc).get()  # type: ignore[attr-defined]
+        nxt = ctx.get_partitioned_state(self.state_desc).get()  # type: ignore[attr-defined]  # trigger contexts of the window operator have it
         if nxt is not None:
             self._register(nxt, ctx)
 

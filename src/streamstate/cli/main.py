@@ -388,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # e.g. `streamstate state ... | head`
         with contextlib.suppress(Exception):
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+            sys.stdout = open(os.devnull, "w")
         return 0
     except Exception:  # noqa: BLE001 - a job's own error: show it like python would
         traceback.print_exc()

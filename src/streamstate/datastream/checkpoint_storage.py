@@ -108,7 +108,7 @@ class JobManagerCheckpointStorage(CheckpointStorage):
         from streamstate.runtime.checkpoint.registry import get_checkpoint_storage_class
 
         cls = get_checkpoint_storage_class(self.storage_name)
-        return cls(  # type: ignore[call-arg]
+        return cls(  # type: ignore[call-arg]  # every registered access class takes these keyword arguments
             max_state_size=self._max_state_size,
             checkpoint_path=self._checkpoint_path,
             working_dir=working_dir,
@@ -182,7 +182,7 @@ class FileSystemCheckpointStorage(CheckpointStorage):
         from streamstate.runtime.checkpoint.registry import get_checkpoint_storage_class
 
         cls = get_checkpoint_storage_class(self.storage_name)
-        return cls(  # type: ignore[call-arg]
+        return cls(  # type: ignore[call-arg]  # every registered access class takes these keyword arguments
             checkpoint_path=self.get_checkpoint_path(),
             file_state_size_threshold=self.get_min_file_size_threshold(),
             working_dir=working_dir,

@@ -54,7 +54,7 @@ def default_clock() -> Clock:
     return _default_clock[-1] if _default_clock else system_clock_ms
 
 
-class use_default_clock:  # noqa: N801 - used as a context manager, like contextlib's helpers
+class use_default_clock:  # used as a context manager, like contextlib's helpers
     """Within the ``with`` block, jobs whose environment sets no clock use ``clock``.
 
     For test fixtures that run jobs through helpers they do not own; a job started inside

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import cloudpickle
@@ -27,29 +27,24 @@ import cloudpickle
 from streamstate.common.job_execution_result import JobExecutionResult
 from streamstate.common.job_status import JobStatus
 from streamstate.errors import (
-    CheckpointError,
     CorruptCheckpointError,
     JobExecutionError,
-    TaskFailure,
 )
-from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator, PendingCheckpoint
+from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess
+from streamstate.runtime.epoch_loop import EpochLoop, JobCancelled
 from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.job_metrics import JobMetrics
-from streamstate.runtime.job_state import JobState, source_uid
+from streamstate.runtime.job_state import JobState
 from streamstate.runtime.job_status import FailureInfo, JobLifecycle, JobObserver
-from streamstate.runtime.protocol import EpochSpec, StageTaskSpec, SubtaskAck, SubtaskSpec
+from streamstate.runtime.protocol import EpochSpec, StageTaskSpec, SubtaskAck
 from streamstate.runtime.restart import RestartStrategy
 from streamstate.runtime.settings import JobSettings
 
 __all__ = ["EpochRunner", "JobCancelled", "JobExecutor", "build_task_specs"]
 
 log = logging.getLogger("streamstate")
-
-
-class JobCancelled(Exception):
-    """Raised inside the loop when ``cancel()`` was requested; the job stops at an epoch boundary."""
 
 
 class EpochRunner(ABC):
@@ -101,12 +96,8 @@ class JobExecutor:
         self.metrics = JobMetrics()
         #: sink operator uid -> its driver-side committer
         self.committers: dict[str, Any] = {}
-        #: checkpoint notifications for the subtasks, delivered with the next epoch
-        self.notifications: list[tuple[str, int]] = []
-        self._listeners: bool | None = None
         self.restored_from: str | None = None
-        #: ids of aborted checkpoints whose files are still state-version bases
-        self._deferred_discard: list[int] = []
+        self.loop = EpochLoop(self)
 
     # -- public view ------------------------------------------------------------------------
     @property
@@ -187,7 +178,7 @@ class JobExecutor:
         try:
             while True:
                 try:
-                    self._run_epochs()
+                    self.loop.run()
                     break
                 except (JobCancelled, KeyboardInterrupt):
                     cancelled = True
@@ -219,14 +210,8 @@ class JobExecutor:
         self.metrics.bump("epochs_failed")
         self.restart.notify_failure()
         will_restart = self.restart.can_restart()
-        failure = FailureInfo(
-            self.clock(),
-            self.state.epoch + 1,
-            self.state.attempt,
-            getattr(e, "error_type", type(e).__name__),
-            str(e).split("\n\nworker traceback:", 1)[0],
-            e.remote_traceback if isinstance(e, TaskFailure) else "",
-            will_restart,
+        failure = FailureInfo.of(
+            e, self.clock(), self.state.epoch + 1, self.state.attempt, will_restart
         )
         self.metrics.failures.append(failure)
         self.lifecycle.notify("on_failure", failure)
@@ -252,246 +237,6 @@ class JobExecutor:
             self._cleanup_epoch_versions()
         except Exception as e:  # noqa: BLE001 - the job failure is what the caller must see
             log.warning("cleanup after job failure failed: %s", e)
-
-    def _has_listeners(self) -> bool:
-        """Whether any operator wants checkpoint notifications (built here, never opened)."""
-        if self._listeners is None:
-            self._listeners = any(
-                n.factory().listens_to_checkpoints()
-                for st in self.plan.stages
-                for n in st.nodes.values()
-                if n.factory is not None
-            )
-        return self._listeners
-
-    def _run_epochs(self) -> None:
-        state = self.state
-        while True:
-            if self.cancel_requested.is_set():
-                if self.lifecycle.status is JobStatus.RUNNING:
-                    self.lifecycle.transition(JobStatus.CANCELLING)
-                raise JobCancelled()
-            now = self.clock()
-            for st in self.plan.sources:
-                uid = source_uid(st)
-                state.source_states[uid] = st.source.discover(state.source_states[uid], now)
-            final = state.all_sources_finished()
-            if (
-                final
-                and not self.checkpointing
-                and (state.end_of_input_sent or not self._needs_final_watermark())
-            ):
-                self._commit_all(state.epoch)
-                return
-            if self.settings.max_epochs and state.epoch >= self.settings.max_epochs:
-                return
-            pending = None
-            if self.checkpointing and (final or self.coordinator.should_trigger(now)):
-                pending = self.coordinator.trigger(now)
-            read = self._run_one_epoch(pending, now)
-            if final:
-                if self.notifications and self._has_listeners():
-                    # deliver the last checkpoint's notify_checkpoint_complete: one input-free epoch
-                    self._run_one_epoch(None, self.clock(), notify_only=True)
-                return
-            if read == 0 and self.settings.idle_wait_s > 0:
-                # unbounded sources with nothing new: don't spin Spark jobs back to back
-                self.cancel_requested.wait(self.settings.idle_wait_s)
-
-    def _needs_final_watermark(self) -> bool:
-        """Keyed operators may hold event-time timers/windows: a bounded job without
-        checkpointing runs one more (empty) epoch to send them the final watermark."""
-        return any(n.keyed for st in self.plan.stages for n in st.nodes.values())
-
-    def _epoch_specs(
-        self, epoch: int, pending: PendingCheckpoint | None, started_ms: int, full: bool,
-        notify_only: bool, finished: dict[int, bool],
-    ) -> dict[int, EpochSpec]:
-        state = self.state
-        notes = tuple(self.notifications)
-        especs: dict[int, EpochSpec] = {}
-        for st in self.plan.stages:
-            assignments = (
-                st.source.plan_epoch(state.source_states[source_uid(st)], st.parallelism)
-                if st.is_source and not notify_only
-                else [None] * st.parallelism
-            )
-            op_uids = [n.uid for n in st.nodes.values()]
-            subs = tuple(
-                SubtaskSpec(
-                    assignments[i],
-                    state.versions.keyed_for(st.keyed_uids, i),
-                    state.wm_states.get((st.id, i), {}),
-                    state.versions.operator_for(op_uids, i),
-                )
-                for i in range(st.parallelism)
-            )
-            especs[st.id] = EpochSpec(
-                epoch,
-                state.attempt,
-                pending.checkpoint_id if pending else None,
-                full,
-                subs,
-                processing_time_ms=started_ms,
-                end_of_input=finished.get(st.id, False),
-                timestamp_ms=pending.trigger_ms if pending else started_ms,
-                notifications=notes,
-                notify_only=notify_only,
-            )
-        return especs
-
-    def _run_one_epoch(
-        self, pending: PendingCheckpoint | None, started_ms: int, notify_only: bool = False
-    ) -> int:
-        """Run epoch ``epoch + 1``; returns how many records the sources read.
-
-        ``notify_only``: the sources read nothing (the epoch only delivers notifications).
-        """
-        t0 = time.perf_counter()
-        state = self.state
-        epoch = state.epoch + 1
-        full = pending is None and (epoch - state.last_full_epoch) >= self.settings.full_every
-        finished = {
-            st.id: st.source.is_finished(state.source_states[source_uid(st)])
-            for st in self.plan.sources
-        }
-        especs = self._epoch_specs(epoch, pending, started_ms, full, notify_only, finished)
-        delivered = len(self.notifications)
-        try:
-            acks = self.runner.run_epoch(self.plan, especs)
-        except BaseException:
-            if pending is not None:
-                self.coordinator.abort(pending, "the epoch carrying its barrier failed")
-                self.notifications.append(("aborted", pending.checkpoint_id))
-            raise
-        del self.notifications[:delivered]
-        by_subtask = self._absorb(epoch, acks, notify_only)
-        if finished and all(finished.values()):
-            state.end_of_input_sent = True
-        for cid in self._deferred_discard:
-            if not (full or pending is not None):
-                break
-            self.storage.discard_checkpoint(cid)
-        if full or pending is not None:
-            self._deferred_discard = []
-            state.last_full_epoch = epoch
-        state.epoch = epoch
-        if pending is not None:
-            self._complete_checkpoint(pending, epoch, by_subtask)
-        elif not self.checkpointing:
-            self._commit_all(epoch)
-        stats = self.metrics.epoch_finished(
-            epoch,
-            state.attempt,
-            started_ms,
-            (time.perf_counter() - t0) * 1000.0,
-            pending.checkpoint_id if pending else None,
-            by_subtask.values(),
-            [source_uid(st) for st in self.plan.sources],
-        )
-        self.lifecycle.notify("on_epoch", stats)
-        return stats.source_records
-
-    def _absorb(
-        self, epoch: int, acks: Iterable[SubtaskAck], notify_only: bool = False
-    ) -> dict[tuple[int, int], SubtaskAck]:
-        """Check that every subtask acked, then fold the acks in; returns them by (stage, subtask)."""
-        by = {(a.stage, a.subtask): a for a in acks}
-        missing = [
-            (st.id, i)
-            for st in self.plan.stages
-            for i in range(st.parallelism)
-            if (st.id, i) not in by
-        ]
-        if missing:
-            raise CheckpointError(f"epoch {epoch}: no ack from (stage, subtask) {missing}")
-        state = self.state
-        superseded: list[Any] = []
-        for st in self.plan.stages:
-            sacks = [by[(st.id, i)] for i in range(st.parallelism)]
-            if st.is_source and not notify_only:
-                uid = source_uid(st)
-                state.source_states[uid] = st.source.apply_progress(
-                    state.source_states[uid], [a.source for a in sacks]
-                )
-            for a in sacks:
-                self.metrics.absorb(st.id, a)
-                state.wm_states[(st.id, a.subtask)] = dict(a.watermarks)
-                superseded.extend(state.versions.fold(a))
-            for n in st.nodes.values():
-                if n.uid in self.committers:
-                    self.committers[n.uid].prepare(epoch, [a.sinks.get(n.uid) for a in sacks])
-        if superseded:
-            self.storage.discard_epoch_state(superseded)
-        return by
-
-    def _complete_checkpoint(
-        self,
-        pending: PendingCheckpoint,
-        epoch: int,
-        acks: dict[tuple[int, int], SubtaskAck],
-    ) -> None:
-        now = self.clock()
-        if self.coordinator.is_expired(pending, now):
-            # The subtasks' lineages already point at this checkpoint's files: keep them until
-            # the next epoch has written full versions, then delete them.
-            self.coordinator.abort(
-                pending, "checkpoint timeout expired", discard=False, now_ms=now
-            )
-            self.notifications.append(("aborted", pending.checkpoint_id))
-            self._deferred_discard.append(pending.checkpoint_id)
-            self.state.last_full_epoch = -(10**9)
-            self.metrics.bump("checkpoints_failed")
-            if self.coordinator.should_fail_job():
-                raise CheckpointError(
-                    "more checkpoints failed than the tolerable failure number allows"
-                )
-            return
-        self._acknowledge(pending, acks)
-        self.coordinator.complete(
-            pending,
-            job_id=self.job_id,
-            source_offsets=self.state.source_offsets(),
-            sink_state={uid: c.snapshot(epoch) for uid, c in self.committers.items()},
-            properties={
-                "epoch": epoch,
-                "attempt": self.state.attempt,
-                "job_name": self.job_name,
-                "watermarks": self.state.watermark_property(),
-            },
-            now_ms=now,
-        )
-        self.notifications.append(("complete", pending.checkpoint_id))
-        self.metrics.bump("checkpoints")
-        self._commit_all(epoch)
-
-    def _acknowledge(
-        self, pending: PendingCheckpoint, acks: dict[tuple[int, int], SubtaskAck]
-    ) -> None:
-        """Every subtask of every operator that has checkpoint state acknowledges it
-        (with empty state where that subtask has none), so the coordinator can check that
-        none is missing."""
-        stateful = {uid for a in acks.values() for uid in (*a.checkpoint, *a.op_checkpoint)}
-        for st in self.plan.stages:
-            for n in st.nodes.values():
-                if n.uid not in stateful:
-                    continue
-                for i in range(st.parallelism):
-                    a = acks[(st.id, i)]
-                    kh = a.checkpoint.get(n.uid)
-                    oh = a.op_checkpoint.get(n.uid)
-                    pending.acknowledge(
-                        n.uid,
-                        i,
-                        st.parallelism,
-                        st.max_parallelism,
-                        keyed=(kh,) if kh is not None else (),
-                        operator=(oh,) if oh is not None else (),
-                    )
-
-    def _commit_all(self, epoch: int) -> None:
-        for c in self.committers.values():
-            c.commit(epoch)
 
     def _cleanup_epoch_versions(self) -> None:
         try:

@@ -167,6 +167,21 @@ class ExecutionPlan:
             n.uid: (s.parallelism, s.max_parallelism) for s in self.stages for n in s.nodes.values()
         }
 
+    def has_keyed_operators(self) -> bool:
+        """Keyed operators may hold event-time timers and windows (the final watermark
+        must reach them)."""
+        return any(n.keyed for s in self.stages for n in s.nodes.values())
+
+    def listens_to_checkpoints(self) -> bool:
+        """Whether any operator wants checkpoint notifications (builds each operator once,
+        without opening it)."""
+        return any(
+            n.factory().listens_to_checkpoints()
+            for s in self.stages
+            for n in s.nodes.values()
+            if n.factory is not None
+        )
+
     def describe(self) -> str:
         lines = []
         for s in self.stages:

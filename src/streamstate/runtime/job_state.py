@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from typing import Any
 
-from streamstate.errors import StateMigrationError
+from streamstate.errors import CheckpointError, StateMigrationError
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.graph import ExecutionPlan, Stage
+from streamstate.runtime.protocol import EpochSpec, SubtaskAck, SubtaskSpec
 from streamstate.runtime.versions import StateVersions
 from streamstate.runtime.watermarks import merge_states
 
@@ -137,6 +139,77 @@ class JobState:
                 if any(per):
                     out[n.uid] = per
         return out
+
+    def epoch_specs(
+        self,
+        epoch: int,
+        checkpoint_id: int | None,
+        timestamp_ms: int,
+        started_ms: int,
+        full: bool,
+        notify_only: bool,
+        finished: dict[int, bool],
+        notifications: tuple[tuple[str, int], ...],
+    ) -> dict[int, EpochSpec]:
+        """One :class:`EpochSpec` per stage for epoch ``epoch`` (plans the sources' slices)."""
+        especs: dict[int, EpochSpec] = {}
+        for st in self.plan.stages:
+            assignments = (
+                st.source.plan_epoch(self.source_states[source_uid(st)], st.parallelism)
+                if st.is_source and not notify_only
+                else [None] * st.parallelism
+            )
+            op_uids = [n.uid for n in st.nodes.values()]
+            subs = tuple(
+                SubtaskSpec(
+                    assignments[i],
+                    self.versions.keyed_for(st.keyed_uids, i),
+                    self.wm_states.get((st.id, i), {}),
+                    self.versions.operator_for(op_uids, i),
+                )
+                for i in range(st.parallelism)
+            )
+            especs[st.id] = EpochSpec(
+                epoch,
+                self.attempt,
+                checkpoint_id,
+                full,
+                subs,
+                processing_time_ms=started_ms,
+                end_of_input=finished.get(st.id, False),
+                timestamp_ms=timestamp_ms,
+                notifications=notifications,
+                notify_only=notify_only,
+            )
+        return especs
+
+    def absorb(
+        self, epoch: int, acks: Iterable[SubtaskAck], notify_only: bool
+    ) -> tuple[dict[tuple[int, int], SubtaskAck], list[Any]]:
+        """Check that every subtask acked, then fold in source progress, watermark states
+        and state versions. Returns the acks by (stage, subtask) and the epoch files the
+        new versions superseded (the caller deletes them)."""
+        by = {(a.stage, a.subtask): a for a in acks}
+        missing = [
+            (st.id, i)
+            for st in self.plan.stages
+            for i in range(st.parallelism)
+            if (st.id, i) not in by
+        ]
+        if missing:
+            raise CheckpointError(f"epoch {epoch}: no ack from (stage, subtask) {missing}")
+        superseded: list[Any] = []
+        for st in self.plan.stages:
+            sacks = [by[(st.id, i)] for i in range(st.parallelism)]
+            if st.is_source and not notify_only:
+                uid = source_uid(st)
+                self.source_states[uid] = st.source.apply_progress(
+                    self.source_states[uid], [a.source for a in sacks]
+                )
+            for a in sacks:
+                self.wm_states[(st.id, a.subtask)] = dict(a.watermarks)
+                superseded.extend(self.versions.fold(a))
+        return by, superseded
 
     def source_offsets(self) -> dict[str, Any]:
         """Every source's enumerator state, checked to be JSON (sources promise it)."""

@@ -92,6 +92,21 @@ class FailureInfo:
     traceback: str
     will_restart: bool
 
+    @staticmethod
+    def of(
+        e: BaseException, timestamp_ms: int, epoch: int, attempt: int, will_restart: bool
+    ) -> FailureInfo:
+        """The entry of failure ``e`` (a worker's TaskFailure keeps its remote traceback)."""
+        return FailureInfo(
+            timestamp_ms,
+            epoch,
+            attempt,
+            getattr(e, "error_type", type(e).__name__),
+            str(e).split("\n\nworker traceback:", 1)[0],
+            getattr(e, "remote_traceback", "") or "",
+            will_restart,
+        )
+
 
 class JobObserver:
     """Callbacks from a running job's driver; override what you need (all no-ops here)."""

@@ -138,7 +138,7 @@ class EdgeWriter:
                 kg_app[target](kg)
                 k_app[target](k)
                 v_app[target](v)
-        except Exception as e:  # name the key and the operator, keep the cause
+        except Exception as e:  # noqa: BLE001 - name the key and the operator, keep the cause
             self._raise_key_error(batch, e)
 
     def _add_hash_timed(self, batch: list[Any], timestamps: list[Any]) -> None:
@@ -188,7 +188,7 @@ class EdgeWriter:
                 ) from e
             try:
                 ser(k)
-            except Exception as se:  # noqa: BLE001
+            except Exception as se:
                 raise KeySerializationError(
                     f"the key of record {v!r} for the key_by after {self.node_name!r} cannot be "
                     f"serialized ({type(se).__name__}: {se}); keys must be serializable by the key "

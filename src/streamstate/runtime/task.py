@@ -197,7 +197,7 @@ def _setup_time(inst: _SubtaskInstance, node: OpNode, op: StreamOperator, state:
         op.ctx.current_watermark = wm
         gen = state.get("gen")
         if gen and op.generates_watermarks:
-            op.restore_watermark_state(gen)  # type: ignore[attr-defined]
+            op.restore_watermark_state(gen)  # type: ignore[attr-defined]  # only watermark generators have it (op.generates_watermarks)
 
 
 def run_stage_partition(
@@ -277,7 +277,7 @@ def run_stage_partition(
             elif ts is None and not op.generates_watermarks:
                 out, ots = op.process_batch(batch), None
             elif node.tid in ts_aware:
-                out, ots = op.process_batch_ts(batch, ts)  # type: ignore[arg-type]
+                out, ots = op.process_batch_ts(batch, ts)  # type: ignore[arg-type]  # ts is set for a node in ts_aware on timestamped input
             else:
                 out, ots = op.process_batch(batch), None
             counts[node.uid] = counts.get(node.uid, 0) + len(batch)
@@ -304,10 +304,10 @@ def run_stage_partition(
             reader = inst.ops.get(st.heads[0])
             source_ts = None
             if reader is not None:  # a SourceFunction: its operator runs the user's run(ctx)
-                records, source_progress = reader.read_epoch(  # type: ignore[attr-defined]
+                records, source_progress = reader.read_epoch(  # type: ignore[attr-defined]  # a source stage's operator head is a SourceFunction operator
                     sub.source_assignment, spec.source_budget
                 )
-                source_ts = reader.epoch_timestamps  # type: ignore[attr-defined]
+                source_ts = reader.epoch_timestamps  # type: ignore[attr-defined]  # a source stage's operator head is a SourceFunction operator
             else:
                 st.source.prepare_worker()
                 records, source_progress = st.source.read(sub.source_assignment, spec.source_budget)
@@ -446,7 +446,7 @@ def _advance_time(
             if res or op.side_outputs:
                 forward(node, op, res, hts if hts is not None and len(hts) == len(res) else None)
         if op.generates_watermarks:
-            gwm, gidle = op.output_watermark(wm_in, now)  # type: ignore[attr-defined]
+            gwm, gidle = op.output_watermark(wm_in, now)  # type: ignore[attr-defined]  # only watermark generators have it (op.generates_watermarks)
             out[tid] = (MIN_WATERMARK if gwm is None else gwm, gidle)
         else:
             out[tid] = (cur, idle_in)
@@ -458,7 +458,7 @@ def _watermark_states(st: Stage, inst: _SubtaskInstance) -> dict[str, Any]:
     states: dict[str, Any] = {}
     for tid, op in inst.ops.items():
         wm = inst.watermarks.get(tid, MIN_WATERMARK)
-        gen = op.snapshot_watermark_state() if op.generates_watermarks else None  # type: ignore[attr-defined]
+        gen = op.snapshot_watermark_state() if op.generates_watermarks else None  # type: ignore[attr-defined]  # only watermark generators have it (op.generates_watermarks)
         if wm != MIN_WATERMARK or gen is not None:
             states[st.nodes[tid].uid] = node_state(wm, gen)
     return states

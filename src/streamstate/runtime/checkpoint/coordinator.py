@@ -52,6 +52,7 @@ __all__ = [
     "CheckpointStatus",
     "PendingCheckpoint",
     "RetentionPolicy",
+    "cleanup_shared_state",
 ]
 
 log = logging.getLogger(__name__)
@@ -338,7 +339,7 @@ class CheckpointCoordinator:
         if not pending.is_savepoint:
             self._retained[pending.checkpoint_id] = pending
             self._prune()
-            self._cleanup_shared_state(pending.checkpoint_id)
+            cleanup_shared_state(self.storage, pending.checkpoint_id)
         return metadata
 
     def abort(
@@ -369,7 +370,7 @@ class CheckpointCoordinator:
             return
         try:
             self.storage.discard_checkpoint(pending.checkpoint_id)
-        except Exception as e:  # leftover files are harmless: they never get a _metadata
+        except Exception as e:  # noqa: BLE001 - leftover files are harmless: they never get a _metadata
             log.warning("could not clean up aborted checkpoint %d: %s", pending.checkpoint_id, e)
 
     def is_expired(self, pending: PendingCheckpoint, now_ms: int | None = None) -> bool:
@@ -387,41 +388,13 @@ class CheckpointCoordinator:
             )
         return expired
 
-    def _cleanup_shared_state(self, up_to_checkpoint_id: int) -> None:
-        """Delete ``shared/`` files that no retained checkpoint refers to.
-
-        The reference count of a shared file is the number of retained checkpoints
-        whose metadata names it; files at zero are deleted (as are leftovers of killed
-        uploads), but only those uploaded by checkpoints up to ``up_to_checkpoint_id``.
-        When a retained checkpoint's metadata cannot be read, nothing is deleted.
-        """
-        from streamstate.runtime.checkpoint.handles import FileStateHandle
-        from streamstate.runtime.checkpoint.incremental import shared_file_checkpoint_id
-
-        try:
-            if not self.storage.shared_state_files():
-                return
-            referenced: set[str] = set()
-            for cid in self.storage.list_checkpoints():
-                md = self.storage.load_metadata(cid, verify=False)
-                referenced.update(
-                    h.path for h in md.stream_handles() if isinstance(h, FileStateHandle)
-                )
-            self.storage.cleanup_shared_state(
-                referenced, up_to_checkpoint_id, shared_file_checkpoint_id
-            )
-        except Exception as e:  # cleanup must not fail the job; the next one retries
-            log.warning(
-                "shared state cleanup after checkpoint %d failed: %s", up_to_checkpoint_id, e
-            )
-
     def _prune(self) -> None:
         ids = self.storage.list_checkpoints()
         for cid in ids[: max(0, len(ids) - self.num_retained)]:
             self._subsume(cid)
             try:
                 self.storage.discard_checkpoint(cid)
-            except Exception as e:  # a failed delete must not fail the job
+            except Exception as e:  # noqa: BLE001 - a failed delete must not fail the job
                 log.warning("could not discard subsumed checkpoint %d: %s", cid, e)
 
     def _subsume(self, checkpoint_id: int) -> None:
@@ -447,5 +420,34 @@ class CheckpointCoordinator:
         for cid in ids:
             self._subsume(cid)
             self.storage.discard_checkpoint(cid)
-        self._cleanup_shared_state(2**62)  # the job is over: no upload is in flight
+        cleanup_shared_state(self.storage, 2**62)  # the job is over: no upload is in flight
         return ids
+
+
+def cleanup_shared_state(storage: CheckpointStorageAccess, up_to_checkpoint_id: int) -> None:
+    """Delete ``shared/`` files that no retained checkpoint refers to.
+
+    The reference count of a shared file is the number of retained checkpoints
+    whose metadata names it; files at zero are deleted (as are leftovers of killed
+    uploads), but only those uploaded by checkpoints up to ``up_to_checkpoint_id``.
+    When a retained checkpoint's metadata cannot be read, nothing is deleted.
+    """
+    from streamstate.runtime.checkpoint.handles import FileStateHandle
+    from streamstate.runtime.checkpoint.incremental import shared_file_checkpoint_id
+
+    try:
+        if not storage.shared_state_files():
+            return
+        referenced: set[str] = set()
+        for cid in storage.list_checkpoints():
+            md = storage.load_metadata(cid, verify=False)
+            referenced.update(
+                h.path for h in md.stream_handles() if isinstance(h, FileStateHandle)
+            )
+        storage.cleanup_shared_state(
+            referenced, up_to_checkpoint_id, shared_file_checkpoint_id
+        )
+    except Exception as e:  # noqa: BLE001 - cleanup must not fail the job; the next one retries
+        log.warning(
+            "shared state cleanup after checkpoint %d failed: %s", up_to_checkpoint_id, e
+        )

@@ -108,7 +108,7 @@ def atomic_write(fs: Any, path: str, data: bytes) -> None:
         try:
             if fs.exists(tmp):
                 fs.rm(tmp)
-        except Exception:  # best effort: the original error matters more
+        except Exception:  # noqa: BLE001 - best effort: the original error matters more
             pass
         if isinstance(e, OSError) and not isinstance(e, CheckpointStorageError):
             raise CheckpointStorageError(f"cannot write {path}: {e}") from e

@@ -146,7 +146,7 @@ class StreamOperator:
     #: True for operators that generate watermarks (assign_timestamps_and_watermarks)
     generates_watermarks = False
     #: class default, never mutated: an operator gets its own dict on its first side output
-    side_outputs: dict[str, tuple[list[Any], list[Any]]] = {}  # noqa: RUF012
+    side_outputs: dict[str, tuple[list[Any], list[Any]]] = {}
     #: tag ids with a consumer, set by the task: yielded ``(OutputTag, value)`` pairs are
     #: recognised as side outputs only when this is non-empty (checking costs per record)
     side_tags: frozenset[str] = frozenset()

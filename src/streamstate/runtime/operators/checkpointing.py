@@ -70,7 +70,7 @@ def initialize_function_state(fn: Any, context: FunctionInitializationContext) -
         fn.initialize_state(context)
     elif isinstance(fn, ListCheckpointed):
         state = _list_checkpointed_state(context)
-        fn._streamstate_list_state = state  # type: ignore[attr-defined]
+        fn._streamstate_list_state = state  # type: ignore[attr-defined]  # the ListCheckpointed adapter keeps its state on the user function
         if context.is_restored():
             fn.restore_state(list(state.get()))
 
@@ -82,4 +82,4 @@ def snapshot_function_state(fn: Any, checkpoint_id: int | None, timestamp_ms: in
         fn.snapshot_state(StateSnapshotContext(checkpoint_id, timestamp_ms))
     elif isinstance(fn, ListCheckpointed):
         values = fn.snapshot_state(checkpoint_id, timestamp_ms)
-        fn._streamstate_list_state.update(list(values or ()))  # type: ignore[attr-defined]
+        fn._streamstate_list_state.update(list(values or ()))  # type: ignore[attr-defined]  # the ListCheckpointed adapter keeps its state on the user function

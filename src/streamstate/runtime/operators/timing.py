@@ -172,7 +172,7 @@ class KeyedTimersMixin:
                 out.extend(r)
                 out_ts.extend([timer.timestamp] * (len(out) - n))
         if self.side_tags and out:
-            out, out_ts = split_yielded_side_outputs(self, out, out_ts)  # type: ignore[arg-type]
+            out, out_ts = split_yielded_side_outputs(self, out, out_ts)  # type: ignore[arg-type]  # out_ts is a list whenever the operator emits side outputs
         self.hook_timestamps = out_ts
         return out
 

@@ -35,14 +35,12 @@ composite's null bitmap, so every field type may be ``None`` there.
 
 from __future__ import annotations
 
-import datetime as _dt
 import operator
 import struct
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from streamstate.common.time import Instant
 from streamstate.runtime.serializers.base import TypeSerializer
 
 __all__ = [
@@ -55,15 +53,12 @@ __all__ = [
     "DoubleSerializer",
     "FieldSerializer",
     "FloatSerializer",
-    "InstantSerializer",
     "IntSerializer",
     "LongSerializer",
     "ShortSerializer",
-    "SqlDateSerializer",
-    "SqlTimeSerializer",
-    "SqlTimestampSerializer",
     "StringSerializer",
     "read_varint",
+    "type_error",
     "write_varint",
 ]
 
@@ -91,7 +86,7 @@ def read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _type_error(serializer: FieldSerializer, value: Any) -> TypeError:
+def type_error(serializer: FieldSerializer, value: Any) -> TypeError:
     return TypeError(
         f"{serializer.type_name} serializer expects {serializer.expected}, got "
         f"{type(value).__name__} {value!r}"
@@ -272,11 +267,11 @@ class _IntegerSerializer(_StructSerializer):
 
     def check(self, value: Any) -> int:
         if isinstance(value, bool):
-            raise _type_error(self, value)
+            raise type_error(self, value)
         try:
             return operator.index(value)  # int subclasses, numpy integers
         except TypeError:
-            raise _type_error(self, value) from None
+            raise type_error(self, value) from None
 
 
 class ByteSerializer(_IntegerSerializer):
@@ -311,7 +306,7 @@ class _FloatingSerializer(_StructSerializer):
         if isinstance(value, bool) or not isinstance(value, int | float):
             if hasattr(value, "__float__") and not isinstance(value, str | bytes | Decimal):
                 return float(value)  # numpy floats
-            raise _type_error(self, value)
+            raise type_error(self, value)
         try:
             return float(value)
         except OverflowError:
@@ -337,7 +332,7 @@ class BooleanSerializer(_StructSerializer):
     fast_types = (bool,)
 
     def check(self, value: Any) -> bool:
-        raise _type_error(self, value)
+        raise type_error(self, value)
 
 
 class CharSerializer(FieldSerializer):
@@ -350,7 +345,7 @@ class CharSerializer(FieldSerializer):
         if type(value) is not str or len(value) != 1:
             self.check_null(value)
             if not isinstance(value, str) or len(value) != 1:
-                raise _type_error(self, value)
+                raise type_error(self, value)
         out += value.encode("utf-8", "surrogatepass")
 
     def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
@@ -377,7 +372,7 @@ class StringSerializer(FieldSerializer):
             return b"\xff"
         if isinstance(value, str):
             return value.encode("utf-8", "surrogatepass")
-        raise _type_error(self, value)
+        raise type_error(self, value)
 
     def deserialize(self, data: bytes) -> Any:
         if data == b"\xff":
@@ -386,7 +381,7 @@ class StringSerializer(FieldSerializer):
 
     def write(self, value: Any, out: bytearray) -> None:
         if not isinstance(value, str):
-            raise _type_error(self, value)
+            raise type_error(self, value)
         b = value.encode("utf-8", "surrogatepass")
         write_varint(out, len(b))
         out += b
@@ -411,7 +406,7 @@ class BytesSerializer(FieldSerializer):
         self.check_null(value)
         if isinstance(value, bytes | bytearray | memoryview):
             return bytes(value)
-        raise _type_error(self, value)
+        raise type_error(self, value)
 
     def deserialize(self, data: bytes) -> Any:
         return bytes(data)
@@ -441,11 +436,11 @@ class BigIntSerializer(FieldSerializer):
         if type(value) is int:
             return value
         if isinstance(value, bool):
-            raise _type_error(self, value)
+            raise type_error(self, value)
         try:
             return operator.index(value)
         except TypeError:
-            raise _type_error(self, value) from None
+            raise type_error(self, value) from None
 
     def serialize(self, value: Any) -> bytes:
         if value is None:
@@ -484,7 +479,7 @@ class BigDecSerializer(FieldSerializer):
     def write(self, value: Any, out: bytearray) -> None:
         if not isinstance(value, Decimal):
             if isinstance(value, bool) or not isinstance(value, int):
-                raise _type_error(self, value)
+                raise type_error(self, value)
             value = Decimal(value)
         sign, digits, exponent = value.as_tuple()
         if isinstance(exponent, str):  # special value; NaN payloads are kept in digits
@@ -506,7 +501,7 @@ class BigDecSerializer(FieldSerializer):
             payload, pos = read_varint(data, pos + 1)
             digits = tuple(int(c) for c in str(payload)) if payload else ()
             # typeshed omits the special exponents "F"/"n"/"N" that Decimal accepts in tuples
-            return Decimal((sign, digits, _DEC_EXP[kind])), pos  # type: ignore[arg-type]
+            return Decimal((sign, digits, _DEC_EXP[kind])), pos  # type: ignore[arg-type]  # typeshed wants a Literal exponent; ours is an int from the table
         z, pos = read_varint(data, pos + 1)
         exponent = (z >> 1) ^ -(z & 1)
         n, pos = read_varint(data, pos)
@@ -515,91 +510,3 @@ class BigDecSerializer(FieldSerializer):
         magnitude = int.from_bytes(data[pos : pos + n], "big")
         digits = tuple(int(c) for c in str(magnitude))
         return Decimal((sign, digits, exponent)), pos + n
-
-
-# -- dates and times -------------------------------------------------------------------------
-
-_EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
-_EPOCH = _dt.datetime(1970, 1, 1)
-_US = _dt.timedelta(microseconds=1)
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_INSTANT = struct.Struct(">qI")
-
-
-class SqlDateSerializer(FieldSerializer):
-    """``Types.SQL_DATE()``: ``datetime.date`` (a ``datetime`` is rejected, not truncated)."""
-
-    name, type_name, expected = "sql_date", "SQL_DATE", "datetime.date"
-
-    def write(self, value: Any, out: bytearray) -> None:
-        if not isinstance(value, _dt.date) or isinstance(value, _dt.datetime):
-            raise _type_error(self, value)
-        out += _I32.pack(value.toordinal() - _EPOCH_ORDINAL)
-
-    def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
-        return _dt.date.fromordinal(_I32.unpack_from(data, pos)[0] + _EPOCH_ORDINAL), pos + 4
-
-
-class SqlTimeSerializer(FieldSerializer):
-    """``Types.SQL_TIME()``: naive ``datetime.time``, to the microsecond."""
-
-    name, type_name, expected = "sql_time", "SQL_TIME", "a naive datetime.time"
-
-    def write(self, value: Any, out: bytearray) -> None:
-        if not isinstance(value, _dt.time) or value.tzinfo is not None:
-            raise _type_error(self, value)
-        micros = (
-            (value.hour * 60 + value.minute) * 60 + value.second
-        ) * 1_000_000 + value.microsecond
-        out += _I64.pack(micros)
-
-    def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
-        micros = _I64.unpack_from(data, pos)[0]
-        secs, us = divmod(micros, 1_000_000)
-        mins, s = divmod(secs, 60)
-        h, m = divmod(mins, 60)
-        return _dt.time(h, m, s, us), pos + 8
-
-
-class SqlTimestampSerializer(FieldSerializer):
-    """``Types.SQL_TIMESTAMP()``: naive ``datetime.datetime``, to the microsecond.
-
-    Timezone-aware datetimes are rejected: use ``Types.INSTANT()`` for them.
-    """
-
-    name, type_name = "sql_timestamp", "SQL_TIMESTAMP"
-    expected = "a naive datetime.datetime (use Types.INSTANT() for aware ones)"
-
-    def write(self, value: Any, out: bytearray) -> None:
-        if not isinstance(value, _dt.datetime) or value.tzinfo is not None:
-            raise _type_error(self, value)
-        out += _I64.pack((value - _EPOCH) // _US)
-
-    def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
-        return _EPOCH + _dt.timedelta(microseconds=_I64.unpack_from(data, pos)[0]), pos + 8
-
-
-class InstantSerializer(FieldSerializer):
-    """``Types.INSTANT()``: :class:`~streamstate.common.time.Instant` values.
-
-    A timezone-aware ``datetime`` is accepted and converted; values always
-    deserialize as ``Instant``.
-    """
-
-    name, type_name = "instant", "INSTANT"
-    expected = "streamstate.common.Instant (or an aware datetime.datetime)"
-
-    def write(self, value: Any, out: bytearray) -> None:
-        if not isinstance(value, Instant):
-            if not isinstance(value, _dt.datetime) or value.tzinfo is None:
-                raise _type_error(self, value)
-            value = Instant.from_datetime(value)
-        try:
-            out += _INSTANT.pack(value.seconds, value.nanos)
-        except struct.error:
-            raise ValueError(f"{value!r} is out of range for INSTANT") from None
-
-    def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
-        secs, nanos = _INSTANT.unpack_from(data, pos)
-        return Instant(secs, nanos), pos + 12

@@ -310,7 +310,7 @@ class PrimitiveArraySerializer(FieldSerializer):
         if None in values:
             raise TypeError(f"PRIMITIVE_ARRAY elements must not be None, got {value!r}")
         if self._packed:
-            out += self._nested.pack_many(values)  # type: ignore[attr-defined]
+            out += self._nested.pack_many(values)  # type: ignore[attr-defined]  # nested serializers of this kind are fixed-width ones with a bulk path
         else:
             w = self._nested.write
             for v in values:
@@ -319,7 +319,7 @@ class PrimitiveArraySerializer(FieldSerializer):
     def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
         n, pos = read_varint(data, pos)
         if self._packed:
-            return self._nested.unpack_many(data, pos, n)  # type: ignore[attr-defined]
+            return self._nested.unpack_many(data, pos, n)  # type: ignore[attr-defined]  # nested serializers of this kind are fixed-width ones with a bulk path
         r = self._nested.read
         out: list[Any] = []
         for _ in range(n):

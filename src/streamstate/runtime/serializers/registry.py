@@ -18,7 +18,7 @@ from typing import Any
 
 from streamstate.common.typeinfo import TypeInformation
 from streamstate.errors import ConfigurationError, StateMigrationError
-from streamstate.runtime.serializers import basic
+from streamstate.runtime.serializers import basic, temporal
 from streamstate.runtime.serializers.base import (
     PickleSerializer,
     TypeSerializer,
@@ -198,10 +198,10 @@ def _register_builtins() -> None:
         basic.StringSerializer,
         basic.BigIntSerializer,
         basic.BigDecSerializer,
-        basic.SqlDateSerializer,
-        basic.SqlTimeSerializer,
-        basic.SqlTimestampSerializer,
-        basic.InstantSerializer,
+        temporal.SqlDateSerializer,
+        temporal.SqlTimeSerializer,
+        temporal.SqlTimestampSerializer,
+        temporal.InstantSerializer,
         basic.BytesSerializer,
         PickleSerializer,
     ):

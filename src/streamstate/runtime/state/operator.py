@@ -288,7 +288,7 @@ class DefaultOperatorStateStore(OperatorStateStore):
                 header.append(self._write(name, e, blobs))
             except StateAccessError:
                 raise
-            except Exception as ex:  # noqa: BLE001 - name the state and the operator
+            except Exception as ex:  # name the state and the operator
                 raise StateSerializationError(
                     name, self.operator_name, type(ex).__name__, str(ex)
                 ) from ex
@@ -372,7 +372,7 @@ def decode_operator_snapshot(
         return out
     except CorruptCheckpointError:
         raise
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise CorruptCheckpointError(f"{where} is damaged: {type(e).__name__}: {e}") from e
 
 

@@ -74,13 +74,13 @@ def serializers_for(
     value and user key)."""
     kind = descriptor.kind
     if kind == "list":
-        value = serializer_for_type_info(descriptor.elem_type_info)  # type: ignore[attr-defined]
+        value = serializer_for_type_info(descriptor.elem_type_info)  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass
     elif kind == "map":
-        value = serializer_for_type_info(descriptor.value_type_info)  # type: ignore[attr-defined]
+        value = serializer_for_type_info(descriptor.value_type_info)  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass
     else:
         value = serializer_for_type_info(descriptor.type_info)
     user_key = (
-        serializer_for_type_info(descriptor.key_type_info)  # type: ignore[attr-defined]
+        serializer_for_type_info(descriptor.key_type_info)  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass
         if kind == "map"
         else None
     )
@@ -94,7 +94,7 @@ def registered_handle(
     same name: ``StateDescriptorConflictError`` unless the descriptors are compatible."""
     existing, handle = entry
     if existing is descriptor or existing.is_compatible_with(descriptor):
-        return handle  # type: ignore[no-any-return]
+        return handle  # type: ignore[no-any-return]  # the registered handle is the State the caller asked for
     raise StateDescriptorConflictError(
         f"operator {operator_name!r}: state {descriptor.name!r} is already registered as "
         f"{existing!r}; it cannot be registered again as {descriptor!r}. Use another "
@@ -140,7 +140,7 @@ def read_serializers(holder: Any, name: str, sm: dict[str, Any]) -> StateSeriali
     def get(field: str) -> TypeSerializer:
         snap = sm[field]
         if live.get(field) == snap:
-            return getattr(holder.serializers, _FIELDS[field])  # type: ignore[no-any-return]
+            return getattr(holder.serializers, _FIELDS[field])  # type: ignore[no-any-return]  # StateSerializers fields are TypeSerializers
         return restore_serializer(snap, name)
 
     try:

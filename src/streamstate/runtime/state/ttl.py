@@ -88,12 +88,12 @@ def _raw_descriptor(descriptor: StateDescriptor, reduce_fn: Any, agg_fn: Any) ->
     if kind == "value":
         return ValueStateDescriptor(name, TtlTypeInfo(descriptor.type_info))
     if kind == "list":
-        return ListStateDescriptor(name, TtlTypeInfo(descriptor.elem_type_info))  # type: ignore[attr-defined]
+        return ListStateDescriptor(name, TtlTypeInfo(descriptor.elem_type_info))  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass
     if kind == "map":
         return MapStateDescriptor(
             name,
-            descriptor.key_type_info,  # type: ignore[attr-defined]
-            TtlTypeInfo(descriptor.value_type_info),  # type: ignore[attr-defined]
+            descriptor.key_type_info,  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass
+            TtlTypeInfo(descriptor.value_type_info),  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass
         )
     if kind == "reducing":
         return ReducingStateDescriptor(name, reduce_fn, TtlTypeInfo(descriptor.type_info))
@@ -141,7 +141,7 @@ def unwrap_stored(descriptor: StateDescriptor, stored: Any) -> Any:
     if kind == "map":
         return {k: v[0] for k, v in stored.items()}
     if kind == "aggregating":
-        return descriptor.get_agg_function().get_result(stored[0])  # type: ignore[attr-defined]
+        return descriptor.get_agg_function().get_result(stored[0])  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass
     return stored[0]
 
 
@@ -511,9 +511,9 @@ def create_state(
     kind = descriptor.kind
     reduce_fn = agg_fn = None
     if kind == "reducing":
-        reduce_fn = _TtlReduceFunction(descriptor.get_reduce_function(), ctx)  # type: ignore[attr-defined]
+        reduce_fn = _TtlReduceFunction(descriptor.get_reduce_function(), ctx)  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass
     elif kind == "aggregating":
-        agg_fn = _TtlAggregateFunction(descriptor.get_agg_function(), ctx)  # type: ignore[attr-defined]
+        agg_fn = _TtlAggregateFunction(descriptor.get_agg_function(), ctx)  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass
     raw = create_raw(_raw_descriptor(descriptor, reduce_fn, agg_fn))
     ctx.on_access = install_cleanups(backend, descriptor, cfg, ctx.ttl, ctx.now)
     if kind == "value":
@@ -524,4 +524,4 @@ def create_state(
         return TtlMapState(raw, ctx)
     if kind == "reducing":
         return TtlReducingState(raw, ctx)
-    return TtlAggregatingState(raw, ctx, descriptor.get_agg_function())  # type: ignore[attr-defined]
+    return TtlAggregatingState(raw, ctx, descriptor.get_agg_function())  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass

@@ -15,9 +15,12 @@ the window contents. A set is loaded for the current key, changed, and
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from functools import partial
 from typing import Any
 
-__all__ = ["MERGING_WINDOW_SET_STATE_NAME", "MergingWindowSet"]
+from streamstate.errors import StateAccessError
+
+__all__ = ["MERGING_WINDOW_SET_STATE_NAME", "MergingWindowSet", "merge_windows", "merging_element"]
 
 MERGING_WINDOW_SET_STATE_NAME = "merging-window-set"
 
@@ -99,3 +102,72 @@ class MergingWindowSet:
 
     def __repr__(self) -> str:
         return f"MergingWindowSet({self.mapping})"
+
+
+# -- the window operator's merging path (functions of the operator, ``self``)
+
+
+def merging_element(
+    self: Any, key: Any, value: Any, ts: Any, out: list[Any], out_ts: list[Any]
+) -> None:
+    windows = self.assigner.assign_windows(value, ts, self.assigner_ctx)
+    mws = MergingWindowSet(self.assigner, self.merging_sets_state)
+    ws = self.window_state
+    tctx = self.trigger_ctx
+    skipped = True
+    for window in windows:
+        actual = mws.add_window(window, partial(merge_windows, self))
+        if self.event_time and self._is_window_late(actual):
+            mws.retire_window(actual)
+            continue
+        skipped = False
+        state_window = mws.get_state_window(actual)
+        if state_window is None:
+            raise StateAccessError(f"window {actual!r} is not in the in-flight window set")
+        ws.set_current_namespace(state_window)
+        ws.add(value)
+        tctx.window = actual
+        result = self.trigger.on_element(value, ts, actual, tctx)
+        if result.is_fire():
+            self._fire(key, actual, state_window, out, out_ts)
+        if result.is_purge():
+            ws.set_current_namespace(state_window)
+            ws.clear()
+        self._register_cleanup_timer(actual)
+    mws.persist()
+    if skipped:
+        self._late(value, ts)
+
+def merge_windows(
+    self: Any,
+    merge_result: Any,
+    merged_windows: Any,
+    state_window_result: Any,
+    merged_state_windows: Any,
+) -> None:
+    timers = self.timers
+    if self.event_time:
+        if self._cleanup_time(merge_result) <= timers.current_watermark():
+            raise StateAccessError(
+                f"The end timestamp of an event-time window cannot become earlier than the "
+                f"current watermark by merging. Current watermark: "
+                f"{timers.current_watermark()} window: {merge_result!r}"
+            )
+    elif merge_result.max_timestamp() <= timers.current_processing_time():
+        raise StateAccessError(
+            f"The end timestamp of a processing-time window cannot become earlier than the "
+            f"current processing time by merging. Current processing time: "
+            f"{timers.current_processing_time()} window: {merge_result!r}"
+        )
+    tctx = self.trigger_ctx
+    tctx.window = merge_result
+    tctx.merged_windows = merged_windows
+    try:
+        self.trigger.on_merge(merge_result, tctx)
+    finally:
+        tctx.merged_windows = None
+    for m in merged_windows:
+        tctx.window = m
+        self.trigger.clear(m, tctx)
+        self._delete_cleanup_timer(m)
+    self.window_state.merge_namespaces(state_window_result, merged_state_windows)

@@ -25,14 +25,13 @@ group like any state.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from streamstate.api.state import MapStateDescriptor
 from streamstate.api.window_base import (
     MAX_LONG_VALUE,
-    MIN_LONG_VALUE,
     MergingWindowAssigner,
-    TimeWindow,
 )
 from streamstate.errors import ConfigurationError, StateAccessError
 from streamstate.runtime.operators.base import StreamOperator
@@ -44,7 +43,12 @@ from streamstate.runtime.windowing.contexts import (
     WindowProcessContext,
     keyed_state,
 )
-from streamstate.runtime.windowing.merging import MERGING_WINDOW_SET_STATE_NAME, MergingWindowSet
+from streamstate.runtime.windowing.merging import (
+    MERGING_WINDOW_SET_STATE_NAME,
+    MergingWindowSet,
+    merging_element,
+)
+from streamstate.runtime.windowing.tumbling import on_tumbling_timer, tumbling_batch
 
 __all__ = ["WINDOW_STATE_NAME", "WindowOperator"]
 
@@ -135,72 +139,12 @@ class WindowOperator(StreamOperator):
         out_ts: list[Any] = []
         set_key = self.backend.set_current_key
         if self._fast_tumbling:
-            batch, timestamps = self._tumbling_batch(batch, timestamps)
-        element = self._merging_element if self.merging else self._element
+            batch, timestamps = tumbling_batch(self, batch, timestamps)
+        element = partial(merging_element, self) if self.merging else self._element
         for (kg, key, value), ts in zip(batch, timestamps, strict=True):
             set_key(key, kg)
             element(key, value, ts, out, out_ts)
         return self._split_side(out, out_ts)
-
-    def _tumbling_batch(
-        self, batch: list[Any], timestamps: list[Any]
-    ) -> tuple[list[Any], list[Any]]:
-        """Tumbling event-time windows with the default trigger, in bulk.
-
-        Elements whose window has not reached the watermark only add to the window
-        contents and register the window's timers (deduplicated), exactly what the
-        generic path does for them; they are grouped per window so the state's
-        namespace is set once per window and each (key, window) registers its
-        timers once. Per (key, window) the elements keep their order, and windows
-        are independent, so the result is the generic path's. Returns the rest
-        (late elements, windows firing at once, missing timestamps) for it.
-        """
-        size, offset = self.assigner._size, self.assigner._offset
-        wm = self.timers.current_watermark()
-        #: window start -> key -> [key group, value, value, ...] (arrival order per key)
-        groups: dict[int, dict[Any, list[Any]]] = {}
-        rest: list[Any] = []
-        rest_ts: list[Any] = []
-        for rec, ts in zip(batch, timestamps, strict=True):
-            if ts is not None and ts > MIN_LONG_VALUE:
-                start = ts - (ts - offset + size) % size
-                if start + size - 1 > wm:
-                    g = groups.get(start)
-                    if g is None:
-                        g = groups[start] = {}
-                    key = rec[1]
-                    vals = g.get(key)
-                    if vals is None:
-                        g[key] = [rec[0], rec[2]]
-                    else:
-                        vals.append(rec[2])
-                    continue
-            rest.append(rec)
-            rest_ts.append(ts)
-        if groups:
-            set_key = self.backend.set_current_key
-            ws = self.window_state
-            add = ws.add
-            # one state access per (key, window) where the backend offers it
-            add_many = ws.add_all if self.is_list else getattr(ws, "add_many", None)
-            register = self.timers.register_event_time_timer
-            lateness = self.allowed_lateness
-            for start, per_key in groups.items():
-                window = TimeWindow(start, start + size)
-                max_ts = start + size - 1
-                cleanup = min(max_ts + lateness, MAX_LONG_VALUE)
-                ws.set_current_namespace(window)
-                for key, vals in per_key.items():
-                    set_key(key, vals[0])
-                    if add_many is not None:
-                        add_many(vals[1:])
-                    else:
-                        for v in vals[1:]:
-                            add(v)
-                    register(window, max_ts)
-                    if cleanup != max_ts and cleanup < MAX_LONG_VALUE:
-                        register(window, cleanup)
-        return rest, rest_ts
 
     def _element(self, key: Any, value: Any, ts: Any, out: list[Any], out_ts: list[Any]) -> None:
         windows = self.assigner.assign_windows(value, ts, self.assigner_ctx)
@@ -225,71 +169,6 @@ class WindowOperator(StreamOperator):
         if skipped:
             self._late(value, ts)
 
-    def _merging_element(
-        self, key: Any, value: Any, ts: Any, out: list[Any], out_ts: list[Any]
-    ) -> None:
-        windows = self.assigner.assign_windows(value, ts, self.assigner_ctx)
-        mws = MergingWindowSet(self.assigner, self.merging_sets_state)
-        ws = self.window_state
-        tctx = self.trigger_ctx
-        skipped = True
-        for window in windows:
-            actual = mws.add_window(window, self._merge)
-            if self.event_time and self._is_window_late(actual):
-                mws.retire_window(actual)
-                continue
-            skipped = False
-            state_window = mws.get_state_window(actual)
-            if state_window is None:
-                raise StateAccessError(f"window {actual!r} is not in the in-flight window set")
-            ws.set_current_namespace(state_window)
-            ws.add(value)
-            tctx.window = actual
-            result = self.trigger.on_element(value, ts, actual, tctx)
-            if result.is_fire():
-                self._fire(key, actual, state_window, out, out_ts)
-            if result.is_purge():
-                ws.set_current_namespace(state_window)
-                ws.clear()
-            self._register_cleanup_timer(actual)
-        mws.persist()
-        if skipped:
-            self._late(value, ts)
-
-    def _merge(
-        self,
-        merge_result: Any,
-        merged_windows: Any,
-        state_window_result: Any,
-        merged_state_windows: Any,
-    ) -> None:
-        timers = self.timers
-        if self.event_time:
-            if self._cleanup_time(merge_result) <= timers.current_watermark():
-                raise StateAccessError(
-                    f"The end timestamp of an event-time window cannot become earlier than the "
-                    f"current watermark by merging. Current watermark: "
-                    f"{timers.current_watermark()} window: {merge_result!r}"
-                )
-        elif merge_result.max_timestamp() <= timers.current_processing_time():
-            raise StateAccessError(
-                f"The end timestamp of a processing-time window cannot become earlier than the "
-                f"current processing time by merging. Current processing time: "
-                f"{timers.current_processing_time()} window: {merge_result!r}"
-            )
-        tctx = self.trigger_ctx
-        tctx.window = merge_result
-        tctx.merged_windows = merged_windows
-        try:
-            self.trigger.on_merge(merge_result, tctx)
-        finally:
-            tctx.merged_windows = None
-        for m in merged_windows:
-            tctx.window = m
-            self.trigger.clear(m, tctx)
-            self._delete_cleanup_timer(m)
-        self.window_state.merge_namespaces(state_window_result, merged_state_windows)
-
     def _late(self, value: Any, ts: Any) -> None:
         if not (self.event_time and ts + self.allowed_lateness <= self.timers.current_watermark()):
             return
@@ -302,7 +181,7 @@ class WindowOperator(StreamOperator):
     def process_watermark(self, watermark_ms: int) -> list[Any]:
         out: list[Any] = []
         out_ts: list[Any] = []
-        on_timer = self._on_tumbling_timer if self._fast_tumbling else self._on_timer
+        on_timer = partial(on_tumbling_timer, self) if self._fast_tumbling else self._on_timer
         for timer in self.timers.advance_watermark(watermark_ms):
             on_timer(timer, True, out, out_ts)
         out, out_ts = self._split_side(out, out_ts)
@@ -348,33 +227,6 @@ class WindowOperator(StreamOperator):
         if mws is not None:
             mws.persist()
 
-    def _on_tumbling_timer(
-        self, timer: Any, event: bool, out: list[Any], out_ts: list[Any]
-    ) -> None:
-        """``_on_timer`` for tumbling event-time windows with the default trigger.
-
-        ``EventTimeTrigger`` registers only the timer at ``max_timestamp`` and fires
-        on it; the cleanup timer is ``max_timestamp + allowed_lateness``. At
-        cleanup the trigger's only timer has fired already (timers fire in
-        order), so clearing the trigger deletes nothing and is skipped.
-        """
-        window = timer.namespace
-        t = timer.timestamp
-        max_ts = window.end - 1
-        ws = self.window_state
-        if t == max_ts:
-            self._fire(timer.key, window, window, out, out_ts)
-            if self.window_function.kind in ("process", "process_all"):
-                ws.set_current_namespace(window)  # the user function may have used state
-        else:
-            ws.set_current_namespace(window)
-        if t == min(max_ts + self.allowed_lateness, MAX_LONG_VALUE):
-            ws.clear()
-            if self.window_function.kind in ("process", "process_all"):
-                self.process_ctx._window = window
-                self.window_function.clear(window, self.process_ctx)
-
-    # ------------------------------------------------------------------ helpers
     def _fire(
         self, key: Any, window: Any, state_window: Any, out: list[Any], out_ts: list[Any]
     ) -> None:

@@ -295,7 +295,7 @@ class HeapReducingState(_HeapState, ReducingState):
         self, backend: HeapKeyedStateBackend, table: StateTable, descriptor: StateDescriptor
     ) -> None:
         super().__init__(backend, table, descriptor)
-        self._reduce = descriptor.get_reduce_function().reduce  # type: ignore[attr-defined]
+        self._reduce = descriptor.get_reduce_function().reduce  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass
 
     def _merge_values(self, a: Any, b: Any) -> Any:
         return self._reduce(a, b)
@@ -344,7 +344,7 @@ class HeapAggregatingState(_HeapState, AggregatingState):
         self, backend: HeapKeyedStateBackend, table: StateTable, descriptor: StateDescriptor
     ) -> None:
         super().__init__(backend, table, descriptor)
-        self._agg = descriptor.get_agg_function()  # type: ignore[attr-defined]
+        self._agg = descriptor.get_agg_function()  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass
 
     def _merge_values(self, a: Any, b: Any) -> Any:
         return self._agg.merge(a, b)

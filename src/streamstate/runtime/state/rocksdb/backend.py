@@ -29,19 +29,16 @@ entries here but one in the heap backend, and a delta holding both keeps one.
 
 from __future__ import annotations
 
-import os
 import shutil
 import struct
-import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from rocksdict import Rdict, WriteOptions
+from rocksdict import WriteOptions
 
 from streamstate.api.state import State, StateDescriptor
 from streamstate.errors import (
-    ConfigurationError,
     StateAccessError,
     StateSerializationError,
 )
@@ -55,13 +52,19 @@ from streamstate.runtime.state.format.namespaces import NamespaceSerializer
 from streamstate.runtime.state.format.serializers import StateSerializers
 from streamstate.runtime.state.registry import register_keyed_backend
 from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX, StateColumn
+from streamstate.runtime.state.rocksdb.database import (
+    RocksDBStorageError,
+    default_local_dir,
+    make_database_dir,
+    open_database,
+)
+from streamstate.runtime.state.rocksdb.encoding import MAX_VALUE_BYTES
 from streamstate.runtime.state.rocksdb.incremental import (
     restore_incremental,
     snapshot_incremental,
 )
 from streamstate.runtime.state.rocksdb.options import build_options
 from streamstate.runtime.state.rocksdb.states import (
-    MAX_VALUE_BYTES,
     STATE_CLASSES,
 )
 from streamstate.runtime.state.rocksdb.ttl_entries import (
@@ -74,17 +77,6 @@ __all__ = ["RocksDBKeyedStateBackend", "RocksDBStorageError"]
 _ATOMIC_KEY_TYPES = frozenset({str, int, bytes, float, bool, type(None)})
 _KG = struct.Struct(">H")
 _U32 = struct.Struct(">I")
-
-
-class RocksDBStorageError(StateAccessError, OSError):
-    """The local RocksDB directory cannot be created, opened or written (names the path)."""
-
-
-def default_local_dir() -> str:
-    """The executor's local disk: the first of Spark's ``SPARK_LOCAL_DIRS`` (set by the
-    cluster manager on executors), else the system temporary directory."""
-    dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d.strip()]
-    return dirs[0].strip() if dirs else tempfile.gettempdir()
 
 
 class RocksDBKeyedStateBackend(KeyedStateBackend):
@@ -125,9 +117,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._raw_options = dict(raw_options or {})
         self._opts = build_options(predefined_options, write_buffer_size, block_cache_size)
         self._wopts = WriteOptions()
-        self._wopts.disable_wal = True  # type: ignore[method-assign,assignment]
-        self.path = self._make_dir(self.local_dir, operator_name)
-        self._db = self._open(self.path, {})
+        self._wopts.disable_wal = True  # type: ignore[method-assign,assignment]  # rocksdict's stub types it as a method
+        self.path = make_database_dir(self.local_dir, operator_name)
+        self._db = open_database(self, self.path, {})
         #: column families present in the opened database (non-empty after adopt)
         self._cf_names: set[str] = set()
         #: unique per database instance: names its uploads and local copies
@@ -138,39 +130,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self.bytes_downloaded = 0
         #: how the last restore got its files: "local", "remote" or None (no restore)
         self.restore_source: str | None = None
-
-    def _open(self, path: str, column_families: dict[str, Any]) -> Rdict:
-        """Open (or create) the database at ``path``; I/O errors name the path."""
-        try:
-            db = Rdict(path, self._opts, column_families=column_families or None)
-        except Exception as e:
-            shutil.rmtree(path, ignore_errors=True)
-            raise self._io_error("open the database", e, path) from e
-        if self._raw_options:
-            try:
-                db.set_options(self._raw_options)
-            except Exception as e:
-                db.close()
-                raise ConfigurationError(
-                    f"RocksDB rejected the raw options {self._raw_options!r} "
-                    f"({type(e).__name__}: {e}); pass mutable RocksDB option names with "
-                    f"string values, e.g. {{'level0_file_num_compaction_trigger': '8'}}"
-                ) from e
-        return db
-
-    @staticmethod
-    def _make_dir(local_dir: str | None, operator_name: str) -> str:
-        prefix = "rocksdb-" + "".join(c if c.isalnum() else "_" for c in operator_name)[:40] + "-"
-        where = local_dir if local_dir is not None else tempfile.gettempdir()
-        try:
-            os.makedirs(where, exist_ok=True)
-            return tempfile.mkdtemp(prefix=prefix, dir=where)
-        except OSError as e:
-            raise RocksDBStorageError(
-                f"RocksDB state backend: cannot create its directory under {where!r} "
-                f"({type(e).__name__}: {e.strerror or e}); check that the local directory "
-                f"(state.backend.rocksdb.localdir) exists, is writable and has free space"
-            ) from e
 
     def _io_error(
         self, what: str, e: BaseException, path: str | None = None
@@ -279,37 +238,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             rm.check_migration(self.operator_name, col, descriptor, sers)
             old_meta = {**col.serializers.to_meta(), "namespace_serializer": None}
             if old_meta != {**sers.to_meta(), "namespace_serializer": None}:
-                self._migrate(col, sers)
+                migrate_column(self, col, sers)
             col.serializers = sers
         state: Any = STATE_CLASSES[kind](self, col, descriptor)
         self._raw_states.append(state)
-        return state  # type: ignore[no-any-return]
-
-    def _migrate(self, col: StateColumn, new: StateSerializers) -> None:
-        """Rewrite every stored value of ``col`` from its serializers to ``new``."""
-        old = col.serializers
-        for cf in (col.cf, col.ns_cf):
-            if cf is None:
-                continue
-            batch: list[tuple[bytes, bytes | None]] = []
-            for rk, v in list(col._scan(b"", None, cf)):
-                if col.kind == "map":
-                    kb = col.prefix_of(rk)
-                    uk = old.user_key.deserialize(rk[len(kb) : len(rk) - 4])  # type: ignore[union-attr]
-                    ukb = new.user_key.serialize(uk)  # type: ignore[union-attr]
-                    batch.append((rk, None))
-                    batch.append(
-                        (
-                            kb + ukb + _U32.pack(len(ukb)),
-                            new.value.serialize(old.value.deserialize(v)),
-                        )
-                    )
-                else:
-                    obj = col.decode(v)
-                    col.serializers = new
-                    batch.append((rk, col.encode(obj)))
-                    col.serializers = old
-            self._apply(col, batch, cf)
+        return state  # type: ignore[no-any-return]  # the TTL factory returns the State it was given
 
     def get_keys(self, state_name: str) -> Iterator[Any]:
         """Keys with a value in ``state_name`` (void namespace); empty for unknown states."""
@@ -354,7 +287,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._check_alive()
         self.run_snapshot_cleanups()
         cols = list(self._columns.values())
-        data, offsets, meta = fmt.write_full(cols, self._start, self._n, self.operator_name)  # type: ignore[arg-type]
+        data, offsets, meta = fmt.write_full(cols, self._start, self._n, self.operator_name)  # type: ignore[arg-type]  # columns are duck-typed tables for the shared format
         for c in cols:
             c.clear_dirty()
         return KeyedSnapshot(data, offsets, meta)
@@ -363,7 +296,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """Changes since the last snapshot/delta in the heap delta format."""
         self._check_alive()
         cols = list(self._columns.values())
-        data = fmt.write_delta(cols, self._start, self.operator_name)  # type: ignore[arg-type]
+        data = fmt.write_delta(cols, self._start, self.operator_name)  # type: ignore[arg-type]  # columns are duck-typed tables for the shared format
         for c in cols:
             c.clear_dirty()
         return data
@@ -412,20 +345,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         for c in self._columns.values():
             c.clear_dirty()
 
-    def adopt(self, path: str, handle: IncrementalKeyedStateHandle) -> None:
-        """Make the checkpoint materialised at ``path`` this backend's database."""
-        states = handle.meta.get("states", [])
-        names = [sm["name"] for sm in states]
-        present = set(Rdict.list_cf(path))
-        names += [n + NS_CF_SUFFIX for n in names if n + NS_CF_SUFFIX in present]
-        self._db.close()
-        shutil.rmtree(self.path, ignore_errors=True)
-        os.rename(path, self.path)
-        self._db = self._open(self.path, {n: self._opts for n in names})
-        self._cf_names = set(names)
-        self._resolve_states(states)
-        self.uploaded_files = dict(handle.shared)
-
     # ------------------------------------------------------------------- lifecycle
     def dispose(self) -> None:
         """Close the database and delete its directory (idempotent)."""
@@ -459,3 +378,32 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
 
 register_keyed_backend("rocksdb", RocksDBKeyedStateBackend)
+
+
+def migrate_column(
+    backend: RocksDBKeyedStateBackend, col: StateColumn, new: StateSerializers
+) -> None:
+    """Rewrite every stored value of ``col`` from its serializers to ``new``."""
+    old = col.serializers
+    for cf in (col.cf, col.ns_cf):
+        if cf is None:
+            continue
+        batch: list[tuple[bytes, bytes | None]] = []
+        for rk, v in list(col._scan(b"", None, cf)):
+            if col.kind == "map":
+                kb = col.prefix_of(rk)
+                uk = old.user_key.deserialize(rk[len(kb) : len(rk) - 4])  # type: ignore[union-attr]  # map state always has a user-key serializer
+                ukb = new.user_key.serialize(uk)  # type: ignore[union-attr]  # map state always has a user-key serializer
+                batch.append((rk, None))
+                batch.append(
+                    (
+                        kb + ukb + _U32.pack(len(ukb)),
+                        new.value.serialize(old.value.deserialize(v)),
+                    )
+                )
+            else:
+                obj = col.decode(v)
+                col.serializers = new
+                batch.append((rk, col.encode(obj)))
+                col.serializers = old
+        backend._apply(col, batch, cf)

@@ -14,16 +14,14 @@ from typing import TYPE_CHECKING, Any
 from streamstate.errors import StateSerializationError
 from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
 from streamstate.runtime.state.format.serializers import StateSerializers
-from streamstate.runtime.state.rocksdb.states import (
+from streamstate.runtime.state.rocksdb.adapters import DirtyValues, Entries, Sinks
+from streamstate.runtime.state.rocksdb.encoding import (
     MAX_VALUE_BYTES,
-    DirtyValues,
-    Entries,
-    Sinks,
     frame_elements,
     map_key_matches,
     unframe_elements,
 )
-from streamstate.runtime.state.rocksdb.states import (
+from streamstate.runtime.state.rocksdb.encoding import (
     MISSING as _MISSING,
 )
 
@@ -97,7 +95,7 @@ class StateColumn:
             sfx = cache.get(namespace)
         except TypeError:  # unhashable namespace: serialize every time
             sfx = None
-            cache = None  # type: ignore[assignment]
+            cache = None  # type: ignore[assignment]  # no cache: every lookup serializes
         if sfx is None:
             try:
                 nsb = self.serializers.namespace.serialize(namespace)
@@ -180,7 +178,7 @@ class StateColumn:
         if self.kind != "map":
             data = cf.get(kb)
             return _MISSING if data is None else self.decode(data)
-        uk, val = self.serializers.user_key.deserialize, self.serializers.value.deserialize  # type: ignore[union-attr]
+        uk, val = self.serializers.user_key.deserialize, self.serializers.value.deserialize  # type: ignore[union-attr]  # map state always has a user-key serializer
         out = {}
         for rk, v in self._scan(kb, None, cf):
             if map_key_matches(rk, len(kb)) >= 0:
@@ -195,7 +193,7 @@ class StateColumn:
         self.delete(batch, kb, cf)
         sers = self.serializers
         for k, v in obj.items():
-            ukb = sers.user_key.serialize(k)  # type: ignore[union-attr]
+            ukb = sers.user_key.serialize(k)  # type: ignore[union-attr]  # map state always has a user-key serializer
             batch.append((kb + ukb + _U32.pack(len(ukb)), sers.value.serialize(v)))
 
     def delete(self, batch: Any, kb: bytes, cf: Any = None) -> None:
@@ -227,7 +225,7 @@ class StateColumn:
                 e.vals.append(self.decode(v))
             return
         sers = self.serializers
-        uk, val = sers.user_key.deserialize, sers.value.deserialize  # type: ignore[union-attr]
+        uk, val = sers.user_key.deserialize, sers.value.deserialize  # type: ignore[union-attr]  # map state always has a user-key serializer
         groups: dict[bytes, Any] = {}
         for rk, v in rows:
             kb = self.prefix_of(rk)

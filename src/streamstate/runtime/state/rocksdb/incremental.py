@@ -39,6 +39,7 @@ from streamstate.runtime.checkpoint.incremental import (
     shared_file_name,
 )
 from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX
+from streamstate.runtime.state.rocksdb.database import open_database
 
 if TYPE_CHECKING:
     from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend
@@ -262,7 +263,7 @@ def restore_incremental(
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
-        backend.adopt(path, h)
+        adopt(backend, path, h)
     else:
         for h in mine:
             aside = os.path.join(backend.local_dir, f"restore-{uuid.uuid4().hex}")
@@ -313,3 +314,18 @@ def _copy_key_groups(
     finally:
         with contextlib.suppress(Exception):
             db.close()
+
+
+def adopt(backend: RocksDBKeyedStateBackend, path: str, handle: IncrementalKeyedStateHandle) -> None:
+    """Make the checkpoint materialised at ``path`` this backend's database."""
+    states = handle.meta.get("states", [])
+    names = [sm["name"] for sm in states]
+    present = set(Rdict.list_cf(path))
+    names += [n + NS_CF_SUFFIX for n in names if n + NS_CF_SUFFIX in present]
+    backend._db.close()
+    shutil.rmtree(backend.path, ignore_errors=True)
+    os.rename(path, backend.path)
+    backend._db = open_database(backend, backend.path, {n: backend._opts for n in names})
+    backend._cf_names = set(names)
+    backend._resolve_states(states)
+    backend.uploaded_files = dict(handle.shared)

@@ -63,16 +63,18 @@ from streamstate.runtime.state.base import (
     state_without_key_error,
 )
 from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
+from streamstate.runtime.state.rocksdb.encoding import (
+    MAX_VALUE_BYTES,
+    MISSING,
+    map_key_matches,
+    too_large,
+    unframe_elements,
+)
 
 if TYPE_CHECKING:
     from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend
 
 __all__ = [
-    "MISSING",
-    "DirtyValues",
-    "Entries",
-    "Sinks",
-    "MAX_VALUE_BYTES",
     "STATE_CLASSES",
     "RocksDBAggregatingState",
     "RocksDBListState",
@@ -81,58 +83,8 @@ __all__ = [
     "RocksDBValueState",
 ]
 
-#: the largest serialized key or value a state accepts (bytes)
-MAX_VALUE_BYTES = 2**31 - 1
-
-_U32 = struct.Struct(">I")
-_pack_u32 = _U32.pack
-_MISSING: Any = object()
-#: "absent" marker of StateColumn.read (shared with the backend module)
-MISSING = _MISSING
-_KG_PACK = struct.Struct(">H").pack
-
-
-def too_large(state: str, operator: str, value: Any, size: int) -> StateSerializationError:
-    return StateSerializationError(
-        state,
-        operator,
-        type(value).__qualname__,
-        f"its serialized form has {size} bytes, more than the {MAX_VALUE_BYTES} bytes "
-        f"(2^31 - 1) a RocksDB state value may have; split it (e.g. use MapState or ListState)",
-    )
-
-
-def frame_elements(ser: Any, values: Iterable[Any]) -> bytes:
-    """The list-state encoding of ``values``: ``u32 length`` + bytes, per element."""
-    parts: list[bytes] = []
-    for v in values:
-        b = ser.serialize(v)
-        parts.append(_pack_u32(len(b)))
-        parts.append(b)
-    return b"".join(parts)
-
-
-def unframe_elements(ser: Any, data: bytes) -> list[Any]:
-    """Inverse of :func:`frame_elements`."""
-    out: list[Any] = []
-    mv = memoryview(data)
-    pos, n = 0, len(data)
-    loads = ser.deserialize
-    while pos < n:
-        (ln,) = _U32.unpack_from(data, pos)
-        pos += 4
-        out.append(loads(bytes(mv[pos : pos + ln])))
-        pos += ln
-    return out
-
-
-def map_key_matches(rk: bytes, prefix_len: int) -> int:
-    """The user key's start in map entry key ``rk`` if it belongs to a prefix of that length.
-
-    Returns ``-1`` when the entry belongs to another (longer) key sharing the prefix.
-    """
-    (ulen,) = _U32.unpack_from(rk, len(rk) - 4)
-    return prefix_len if len(rk) - 4 - ulen == prefix_len else -1
+_MISSING = MISSING
+_pack_u32 = struct.Struct(">I").pack
 
 
 class _RocksState:
@@ -349,7 +301,7 @@ class RocksDBValueState(_RocksState, ValueState):
             # the common case inlined (hot path): serialize, check the size, put
             try:
                 data = self._dumps(value)
-            except Exception:
+            except Exception:  # noqa: BLE001 - any serializer error: the slow path re-raises it typed
                 data = self._ser(value)  # raises the typed error
             if len(data) > MAX_VALUE_BYTES:
                 raise too_large(self._name, b.operator_name, value, len(data))
@@ -517,7 +469,7 @@ class RocksDBReducingState(_RocksState, ReducingState):
         self, backend: RocksDBKeyedStateBackend, column: Any, descriptor: StateDescriptor
     ) -> None:
         super().__init__(backend, column, descriptor)
-        self._reduce = descriptor.get_reduce_function().reduce  # type: ignore[attr-defined]
+        self._reduce = descriptor.get_reduce_function().reduce  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass
 
     def _merge_stored(self, a: bytes, b: bytes) -> bytes:
         return self._ser(self._reduce(self._loads(a), self._loads(b)))
@@ -560,7 +512,7 @@ class RocksDBAggregatingState(_RocksState, AggregatingState):
         self, backend: RocksDBKeyedStateBackend, column: Any, descriptor: StateDescriptor
     ) -> None:
         super().__init__(backend, column, descriptor)
-        self._agg = descriptor.get_agg_function()  # type: ignore[attr-defined]
+        self._agg = descriptor.get_agg_function()  # type: ignore[attr-defined]  # the state kind checked above fixes the descriptor subclass
 
     def _merge_stored(self, a: bytes, b: bytes) -> bytes:
         return self._ser(self._agg.merge(self._loads(a), self._loads(b)))
@@ -596,109 +548,6 @@ class RocksDBAggregatingState(_RocksState, AggregatingState):
             self._write(kb, self._ser(acc))
         b = self._backend
         self._dirty[b._key] = b._kgi
-
-
-# ------------------------------------------------------------ heap-format adapters
-
-
-class Entries:
-    """``(keys, values)`` of one key group, shaped as the dict the heap writer iterates."""
-
-    __slots__ = ("keys", "vals")
-
-    def __init__(self) -> None:
-        self.keys: list[Any] = []
-        self.vals: list[Any] = []
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.keys)
-
-    def values(self) -> list[Any]:
-        return self.vals
-
-    def __bool__(self) -> bool:
-        return bool(self.keys)
-
-
-class DirtyValues:
-    """``namespaces[ns][kgi]`` for the heap delta writer: current objects of dirty keys."""
-
-    def __init__(self, col: Any, namespace: Any = VOID_NAMESPACE) -> None:
-        self.col = col
-        self.namespace = namespace
-
-    def __getitem__(self, kgi: int) -> _KgView:
-        return _KgView(self.col, kgi, self.namespace)
-
-
-class _KgView:
-    __slots__ = ("col", "prefix", "cache", "suffix", "cf")
-
-    def __init__(self, col: Any, kgi: int, namespace: Any) -> None:
-        self.col = col
-        self.prefix = _KG_PACK(col.backend._start + kgi)
-        self.suffix = col.ns_suffix(namespace)
-        self.cf = col.cf_for(namespace)
-        self.cache: dict[Any, Any] = {}
-
-    def _get(self, key: Any) -> Any:
-        v = self.cache.get(key, _MISSING)
-        if v is _MISSING:
-            try:
-                kb = self.prefix + self.col.serializers.key.serialize(key) + self.suffix
-            except Exception as e:
-                raise StateSerializationError(
-                    self.col.name, self.col.backend.operator_name, type(key).__qualname__, str(e)
-                ) from e
-            v = self.cache[key] = self.col.read(kb, self.cf)
-        return v
-
-    def __contains__(self, key: Any) -> bool:
-        return self._get(key) is not _MISSING
-
-    def __getitem__(self, key: Any) -> Any:
-        v = self._get(key)
-        if v is _MISSING:
-            raise KeyError(key)
-        return v
-
-
-class Sinks:
-    __slots__ = ("col", "namespace")
-
-    def __init__(self, col: Any, namespace: Any = VOID_NAMESPACE) -> None:
-        self.col = col
-        self.namespace = namespace
-
-    def __getitem__(self, kgi: int) -> _KgSink:
-        return _KgSink(self.col, kgi, self.namespace)
-
-
-class _KgSink:
-    """Writes restored/replayed ``{key: object}`` of one key group and namespace into RocksDB."""
-
-    __slots__ = ("col", "prefix", "suffix", "cf")
-
-    def __init__(self, col: Any, kgi: int, namespace: Any) -> None:
-        self.col = col
-        self.prefix = _KG_PACK(col.backend._start + kgi)
-        self.suffix = col.ns_suffix(namespace)
-        self.cf = col.cf_for(namespace)
-
-    def _kb(self, key: Any) -> bytes:
-        return self.prefix + self.col.serializers.key.serialize(key) + self.suffix
-
-    def update(self, pairs: Any) -> None:
-        batch: list[tuple[bytes, bytes | None]] = []
-        for key, obj in pairs:
-            self.col.write(batch, self._kb(key), obj, self.cf)
-        self.col.backend._apply(self.col, batch, self.cf)
-
-    def pop(self, key: Any, default: Any = None) -> Any:
-        batch: list[tuple[bytes, bytes | None]] = []
-        self.col.delete(batch, self._kb(key), self.cf)
-        self.col.backend._apply(self.col, batch, self.cf)
-        return default
 
 
 #: state kind -> handle class

@@ -1,0 +1,244 @@
+"""The epoch loop: plan an epoch, run it, fold its acks back, complete its checkpoint.
+
+:class:`EpochLoop` is the part of the driver that runs while a job is healthy (Flink's
+scheduler and checkpoint triggering); the :class:`~streamstate.runtime.executor.JobExecutor`
+around it owns the job's lifecycle, failures and restores. Each epoch is one call of
+``runner.run_epoch``; a checkpoint is triggered at an epoch boundary and completes at
+the end of the epoch that carries its barrier, or is aborted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from streamstate.common.job_status import JobStatus
+from streamstate.errors import CheckpointError
+from streamstate.runtime.checkpoint.coordinator import PendingCheckpoint
+from streamstate.runtime.graph import ExecutionPlan
+from streamstate.runtime.job_state import source_uid
+from streamstate.runtime.protocol import SubtaskAck
+
+if TYPE_CHECKING:
+    from streamstate.runtime.executor import JobExecutor
+
+__all__ = ["EpochLoop", "JobCancelled", "acknowledge_checkpoint"]
+
+
+class JobCancelled(Exception):
+    """Raised inside the loop when ``cancel()`` was requested; the job stops at an epoch boundary."""
+
+
+class EpochLoop:
+    """Runs a job's epochs; shares the job's state, metrics, coordinator and committers."""
+
+    def __init__(self, job: JobExecutor) -> None:
+        self.job_id = job.job_id
+        self.job_name = job.job_name
+        self.plan = job.plan
+        self.settings = job.settings
+        self.clock = job.clock
+        self.checkpointing = job.checkpointing
+        self.runner = job.runner
+        self.storage = job.storage
+        self.coordinator = job.coordinator
+        self.lifecycle = job.lifecycle
+        self.cancel_requested = job.cancel_requested
+        self.state = job.state
+        self.metrics = job.metrics
+        self.committers = job.committers
+        #: checkpoint notifications for the subtasks, delivered with the next epoch
+        self.notifications: list[tuple[str, int]] = []
+        #: ids of aborted checkpoints whose files are still state-version bases
+        self._deferred_discard: list[int] = []
+        self._listeners: bool | None = None
+
+    def run(self) -> None:
+        """Run epochs until every bounded source is done (and committed), the epoch limit
+        is reached, or a cancel is requested (raises :class:`JobCancelled`)."""
+        state = self.state
+        while True:
+            if self.cancel_requested.is_set():
+                if self.lifecycle.status is JobStatus.RUNNING:
+                    self.lifecycle.transition(JobStatus.CANCELLING)
+                raise JobCancelled()
+            now = self.clock()
+            for st in self.plan.sources:
+                uid = source_uid(st)
+                state.source_states[uid] = st.source.discover(state.source_states[uid], now)
+            final = state.all_sources_finished()
+            if (
+                final
+                and not self.checkpointing
+                and (state.end_of_input_sent or not self.plan.has_keyed_operators())
+            ):
+                self._commit_all(state.epoch)
+                return
+            if self.settings.max_epochs and state.epoch >= self.settings.max_epochs:
+                return
+            pending = None
+            if self.checkpointing and (final or self.coordinator.should_trigger(now)):
+                pending = self.coordinator.trigger(now)
+            read = self._run_one_epoch(pending, now)
+            if final:
+                if self.notifications and self._listens_to_checkpoints():
+                    # deliver the last checkpoint's notify_checkpoint_complete: one input-free epoch
+                    self._run_one_epoch(None, self.clock(), notify_only=True)
+                return
+            if read == 0 and self.settings.idle_wait_s > 0:
+                # unbounded sources with nothing new: don't spin Spark jobs back to back
+                self.cancel_requested.wait(self.settings.idle_wait_s)
+
+    def _run_one_epoch(
+        self, pending: PendingCheckpoint | None, started_ms: int, notify_only: bool = False
+    ) -> int:
+        """Run epoch ``epoch + 1``; returns how many records the sources read.
+
+        ``notify_only``: the sources read nothing (the epoch only delivers notifications).
+        """
+        t0 = time.perf_counter()
+        state = self.state
+        epoch = state.epoch + 1
+        full = pending is None and (epoch - state.last_full_epoch) >= self.settings.full_every
+        finished = {
+            st.id: st.source.is_finished(state.source_states[source_uid(st)])
+            for st in self.plan.sources
+        }
+        especs = state.epoch_specs(
+            epoch,
+            pending.checkpoint_id if pending else None,
+            pending.trigger_ms if pending else started_ms,
+            started_ms,
+            full,
+            notify_only,
+            finished,
+            tuple(self.notifications),
+        )
+        delivered = len(self.notifications)
+        try:
+            acks = self.runner.run_epoch(self.plan, especs)
+        except BaseException:
+            if pending is not None:
+                self.coordinator.abort(pending, "the epoch carrying its barrier failed")
+                self.notifications.append(("aborted", pending.checkpoint_id))
+            raise
+        del self.notifications[:delivered]
+        by_subtask = self._absorb(epoch, acks, notify_only)
+        if finished and all(finished.values()):
+            state.end_of_input_sent = True
+        for cid in self._deferred_discard:
+            if not (full or pending is not None):
+                break
+            self.storage.discard_checkpoint(cid)
+        if full or pending is not None:
+            self._deferred_discard = []
+            state.last_full_epoch = epoch
+        state.epoch = epoch
+        if pending is not None:
+            self._complete_checkpoint(pending, epoch, by_subtask)
+        elif not self.checkpointing:
+            self._commit_all(epoch)
+        stats = self.metrics.epoch_finished(
+            epoch,
+            state.attempt,
+            started_ms,
+            (time.perf_counter() - t0) * 1000.0,
+            pending.checkpoint_id if pending else None,
+            by_subtask.values(),
+            [source_uid(st) for st in self.plan.sources],
+        )
+        self.lifecycle.notify("on_epoch", stats)
+        return stats.source_records
+
+    def _absorb(
+        self, epoch: int, acks: Iterable[SubtaskAck], notify_only: bool = False
+    ) -> dict[tuple[int, int], SubtaskAck]:
+        """Fold the acks into the job state, metrics and sink committers; returns them by
+        (stage, subtask)."""
+        by, superseded = self.state.absorb(epoch, acks, notify_only)
+        for a in by.values():
+            self.metrics.absorb(a.stage, a)
+        for st in self.plan.stages:
+            for n in st.nodes.values():
+                if n.uid in self.committers:
+                    results = [by[(st.id, i)].sinks.get(n.uid) for i in range(st.parallelism)]
+                    self.committers[n.uid].prepare(epoch, results)
+        if superseded:
+            self.storage.discard_epoch_state(superseded)
+        return by
+
+    def _complete_checkpoint(
+        self,
+        pending: PendingCheckpoint,
+        epoch: int,
+        acks: dict[tuple[int, int], SubtaskAck],
+    ) -> None:
+        now = self.clock()
+        if self.coordinator.is_expired(pending, now):
+            # The subtasks' lineages already point at this checkpoint's files: keep them until
+            # the next epoch has written full versions, then delete them.
+            self.coordinator.abort(
+                pending, "checkpoint timeout expired", discard=False, now_ms=now
+            )
+            self.notifications.append(("aborted", pending.checkpoint_id))
+            self._deferred_discard.append(pending.checkpoint_id)
+            self.state.last_full_epoch = -(10**9)
+            self.metrics.bump("checkpoints_failed")
+            if self.coordinator.should_fail_job():
+                raise CheckpointError(
+                    "more checkpoints failed than the tolerable failure number allows"
+                )
+            return
+        acknowledge_checkpoint(pending, self.plan, acks)
+        self.coordinator.complete(
+            pending,
+            job_id=self.job_id,
+            source_offsets=self.state.source_offsets(),
+            sink_state={uid: c.snapshot(epoch) for uid, c in self.committers.items()},
+            properties={
+                "epoch": epoch,
+                "attempt": self.state.attempt,
+                "job_name": self.job_name,
+                "watermarks": self.state.watermark_property(),
+            },
+            now_ms=now,
+        )
+        self.notifications.append(("complete", pending.checkpoint_id))
+        self.metrics.bump("checkpoints")
+        self._commit_all(epoch)
+
+    def _listens_to_checkpoints(self) -> bool:
+        """Whether any operator wants checkpoint notifications (built here, never opened)."""
+        if self._listeners is None:
+            self._listeners = self.plan.listens_to_checkpoints()
+        return self._listeners
+
+    def _commit_all(self, epoch: int) -> None:
+        for c in self.committers.values():
+            c.commit(epoch)
+
+
+def acknowledge_checkpoint(
+    pending: PendingCheckpoint, plan: ExecutionPlan, acks: dict[tuple[int, int], SubtaskAck]
+) -> None:
+    """Every subtask of every operator that has checkpoint state acknowledges it (with
+    empty state where that subtask has none), so the coordinator can check that none is
+    missing."""
+    stateful = {uid for a in acks.values() for uid in (*a.checkpoint, *a.op_checkpoint)}
+    for st in plan.stages:
+        for n in st.nodes.values():
+            if n.uid not in stateful:
+                continue
+            for i in range(st.parallelism):
+                a = acks[(st.id, i)]
+                kh = a.checkpoint.get(n.uid)
+                oh = a.op_checkpoint.get(n.uid)
+                pending.acknowledge(
+                    n.uid,
+                    i,
+                    st.parallelism,
+                    st.max_parallelism,
+                    keyed=(kh,) if kh is not None else (),
+                    operator=(oh,) if oh is not None else (),
+                )
