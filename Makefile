@@ -3,6 +3,7 @@
 #   make venv         .venv with streamstate installed editable (+ dev tools)
 #   make demo         the temperature-alert showcase (examples/temperature_alerts.py)
 #   make test         unit + integration tests, then ruff, mypy and the import layers
+#   make test-unit    the unit tests only: no Spark, well under a minute
 #   make lint         ruff + mypy + import-linter layers (enforced; ruff format is reported only)
 #   make bench        the keyed-count benchmark (installs the "bench" extra)
 #   make bench-peers  the same workload on Spark's stateful APIs and on PyFlink
@@ -14,7 +15,7 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint bench bench-install bench-peers clean
+.PHONY: help venv demo test test-unit lint bench bench-install bench-peers clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -48,6 +49,9 @@ test: venv
 	$(BIN)/python -m ruff check src tests examples
 	$(BIN)/python -m mypy src
 	$(BIN)/lint-imports
+
+test-unit: venv
+	$(BIN)/python -m pytest -q tests/unit $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/python -m ruff check src tests examples

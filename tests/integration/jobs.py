@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamstate.common import Configuration, Types
-from streamstate.common.restart_strategy import RestartStrategies
+from streamstate.common import Types
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.connectors import CollectSink
 from streamstate.datastream.state import ValueStateDescriptor
+from tests.support import envs
 
 
 class CountPerKey(KeyedProcessFunction):
@@ -26,15 +26,8 @@ def records(n: int, keys: int) -> list[tuple[str, int]]:
 
 
 def make_env(spark: Any, epoch_records: int = 50, **conf: str) -> StreamExecutionEnvironment:
-    c = Configuration()
-    c.set_string("execution.epoch.max-records", str(epoch_records))
-    for k, v in conf.items():
-        c.set_string(k, v)
-    env = StreamExecutionEnvironment.get_execution_environment(c, spark=spark)
-    env.set_parallelism(2)
-    # bounded retries: a deterministic bug must fail the test, not restart forever
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
-    return env
+    """A local[2] job environment: parallelism 2, bounded restarts."""
+    return envs.make_env(spark=spark, max_records=epoch_records, restarts=3, conf=conf)
 
 
 def count_job(env: StreamExecutionEnvironment, data: list[Any], pre: Any = None) -> CollectSink:

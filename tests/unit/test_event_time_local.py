@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from typing import Any
 
 import pytest
@@ -13,9 +14,9 @@ from tests.integration.event_time_jobs import (
     readings,
     readings_strategy,
 )
+from tests.support import envs
 
-from streamstate.common import Configuration, Duration, Types, WatermarkStrategy
-from streamstate.common.restart_strategy import RestartStrategies
+from streamstate.common import Duration, Types, WatermarkStrategy
 from streamstate.datastream import (
     ExternalizedCheckpointCleanup,
     KeyedBroadcastProcessFunction,
@@ -23,7 +24,6 @@ from streamstate.datastream import (
     KeyedProcessFunction,
     OutputTag,
     ProcessFunction,
-    StreamExecutionEnvironment,
     TimeDomain,
 )
 from streamstate.datastream.connectors import CollectSink
@@ -32,19 +32,7 @@ from streamstate.errors import ConfigurationError, JobExecutionError, StateAcces
 from streamstate.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 
-
-def make_env(
-    parallelism: int = 2, max_records: int = 10, **conf_kv: str
-) -> StreamExecutionEnvironment:
-    conf = Configuration()
-    conf.set_string("execution.runner", "local")
-    conf.set_string("execution.epoch.max-records", str(max_records))
-    for k, v in conf_kv.items():
-        conf.set_string(k, v)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
-    return env
+make_env = partial(envs.make_env, max_records=10, restarts=3)
 
 
 def collect(ds) -> CollectSink:

@@ -6,8 +6,9 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from tests.support import envs
 
-from streamstate.common import Configuration, Types
+from streamstate.common import Types
 from streamstate.common.restart_strategy import RestartStrategies
 from streamstate.datastream import (
     AggregateFunction,
@@ -36,18 +37,7 @@ from streamstate.testing import TickingClock, use_default_clock
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def make_env(
-    parallelism: int = 2, max_records: int | None = None, **conf_kv: str
-) -> StreamExecutionEnvironment:
-    conf = Configuration()
-    conf.set_string("execution.runner", "local")
-    if max_records is not None:
-        conf.set_string("execution.epoch.max-records", str(max_records))
-    for k, v in conf_kv.items():
-        conf.set_string(k.replace("_", "."), v)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    return env
+make_env = envs.make_env
 
 
 def run_collect(ds) -> tuple[list[Any], Any]:

@@ -1,78 +1,21 @@
-"""The keyed-state contract suite, parametrised over every registered keyed backend,
-plus cross-backend checkpoints (heap <-> RocksDB, with rescaling).
-
-The contract tests are the heap suite's own functions (``test_heap_backend``), run
-with its ``backend()`` factory swapped for the parametrised backend's. RocksDB
-databases go to a tmpfs directory when there is one (see ``keyed_backends.py``).
+"""Cross-backend checkpoints (heap <-> RocksDB, with rescaling). The per-backend contract
+suite is ``test_keyed_backend_contract.py`` (every test runs on every registered backend).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import test_heap_backend as H
-from keyed_backends import Made, made_backends
+from tests.support import backends as H
+from tests.support.backends import Made
 
 from streamstate.runtime.state.registry import registered_keyed_backends
-
-#: heap-suite tests whose contract holds for every backend
-SHARED = [
-    "test_value_state",
-    "test_list_state",
-    "test_map_state_and_dunders",
-    "test_reducing_state",
-    "test_aggregating_state",
-    "test_no_current_key_and_out_of_range",
-    "test_unhashable_key",
-    "test_conflicts",
-    "test_snapshot_restore_round_trip",
-    "test_restore_keeps_only_own_key_groups",
-    "test_unregistered_restored_state_is_carried_over",
-    "test_restore_kind_mismatch_and_incompatible_serializer",
-    "test_restore_after_registration_is_refused",
-    "test_delta_puts_and_tombstones",
-    "test_delta_applied_at_other_parallelism",
-    "test_snapshot_plus_deltas_equals_live_backend",
-    "test_corrupt_snapshot_bytes",
-    "test_corrupt_delta_bytes",
-    "test_dispose",
-    "test_round_trip_with_default_key_serializer",
-    "test_key_serializer_must_stay_the_same",
-]
-
-
-@pytest.fixture(params=registered_keyed_backends())
-def made(request: pytest.FixtureRequest) -> Iterator[Made]:
-    yield from made_backends(request.param)
-
-
-@pytest.fixture
-def heap() -> Iterator[Made]:
-    yield from made_backends("hashmap")
-
-
-@pytest.fixture
-def rocks() -> Iterator[Made]:
-    yield from made_backends("rocksdb")
 
 
 def test_every_builtin_backend_is_covered() -> None:
     assert {"hashmap", "rocksdb"} <= set(registered_keyed_backends())
-
-
-@pytest.mark.parametrize("name", SHARED)
-def test_heap_suite(name: str, made: Made, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(H, "backend", made.backend)
-    monkeypatch.setattr(H, "HeapKeyedStateBackend", made)
-    getattr(H, name)()
-
-
-@pytest.mark.parametrize("new_p", [1, 2, 4])
-def test_heap_suite_rescale(new_p: int, made: Made, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(H, "backend", made.backend)
-    H.test_rescale_from_p3(new_p)
 
 
 # ------------------------------------------------------------------------ cross-backend

@@ -8,14 +8,13 @@ deltas, restores and rescales carry every namespace, across backends too (heap
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import test_heap_backend as H
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from keyed_backends import Made, made_backends
+from tests.support import backends as H
+from tests.support.backends import Made
 
 from streamstate.datastream.state import ListState, MapState, ValueState
 from streamstate.datastream.window import TimeWindow
@@ -28,21 +27,6 @@ from streamstate.runtime.state.registry import registered_keyed_backends
 W1, W2, W3 = TimeWindow(0, 10), TimeWindow(10, 20), TimeWindow(5, 25)
 NAMESPACES = (VOID_NAMESPACE, W1, W2, W3)
 KEYS = [f"k{i}" for i in range(60)]
-
-
-@pytest.fixture(params=registered_keyed_backends())
-def made(request: pytest.FixtureRequest) -> Iterator[Made]:
-    yield from made_backends(request.param)
-
-
-@pytest.fixture
-def heap() -> Iterator[Made]:
-    yield from made_backends("hashmap")
-
-
-@pytest.fixture
-def rocks() -> Iterator[Made]:
-    yield from made_backends("rocksdb")
 
 
 def read(s: Any) -> Any:

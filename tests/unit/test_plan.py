@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from tests.support import envs
 
-from streamstate.common import Configuration
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
 from streamstate.errors import ConfigurationError
@@ -22,12 +22,7 @@ class Passthrough(KeyedProcessFunction):
         yield value
 
 
-def make_env(parallelism: int = 2) -> StreamExecutionEnvironment:
-    conf = Configuration()
-    conf.set_string("execution.runner", "local")
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    return env
+make_env = envs.make_env
 
 
 def plan_of(env: StreamExecutionEnvironment) -> ExecutionPlan:

@@ -6,9 +6,11 @@ import glob
 import logging
 import os
 from collections import Counter
+from functools import partial
 from typing import Any
 
 import pytest
+from tests.support import envs
 
 from streamstate.common import Configuration, Types
 from streamstate.common.restart_strategy import RestartStrategies
@@ -47,19 +49,7 @@ def to_record(i: int) -> tuple[str, int]:
     return f"k{i % KEYS}", i
 
 
-def make_env(
-    parallelism: int = 2,
-    max_records: int = 5,
-    max_epochs: int | None = None,
-) -> StreamExecutionEnvironment:
-    conf = Configuration()
-    conf.set_string("execution.runner", "local")
-    conf.set_string("execution.epoch.max-records", str(max_records))
-    if max_epochs is not None:
-        conf.set_string("execution.epoch.max-epochs", str(max_epochs))
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    return env
+make_env = partial(envs.make_env, max_records=5)
 
 
 def build_job(env, fail: Any = None):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import test_heap_backend as H
-from keyed_backends import Made, made_backends
+from tests.support import backends as H
+from tests.support.backends import Made
 
 from streamstate.datastream.state import (
     ListStateDescriptor,
@@ -25,12 +24,6 @@ from streamstate.runtime.state.rocksdb.backend import (
     RocksDBKeyedStateBackend,
     RocksDBStorageError,
 )
-
-
-@pytest.fixture
-def rocks() -> Iterator[Made]:
-    yield from made_backends("rocksdb")
-
 
 # ------------------------------------------------------------------------ RocksDB specifics
 

@@ -6,7 +6,7 @@ import pickle
 import shutil
 
 import pytest
-from keyed_backends import fast_local_dir
+from tests.support.backends import fast_local_dir
 
 from streamstate.common import Configuration
 from streamstate.datastream import (

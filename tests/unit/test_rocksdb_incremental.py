@@ -4,12 +4,11 @@ fallback to an older checkpoint, killed uploads, local recovery, rescaling."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import test_heap_backend as H
-from keyed_backends import Made, made_backends
+from tests.support import backends as H
+from tests.support.backends import Made, made_backends
 
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.errors import CorruptCheckpointError
@@ -22,11 +21,6 @@ from streamstate.runtime.checkpoint.metadata import (
 from streamstate.runtime.state.rocksdb import incremental as inc
 
 V = ValueStateDescriptor("v")
-
-
-@pytest.fixture
-def rocks() -> Iterator[Made]:
-    yield from made_backends("rocksdb")
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ class _Backends:
 
 @pytest.fixture(autouse=True, params=registered_keyed_backends())
 def _each_backend(request: Any) -> Any:
-    from keyed_backends import fast_local_dir
+    from tests.support.backends import fast_local_dir
 
     _Backends.kind = request.param
     _Backends.made = []

@@ -19,13 +19,13 @@ from tests.integration.window_jobs import (
     strategy,
     tumbling_count,
 )
+from tests.support import envs
 
-from streamstate.common import Configuration, Duration
+from streamstate.common import Duration
 from streamstate.common.restart_strategy import RestartStrategies
 from streamstate.datastream import (
     ExternalizedCheckpointCleanup,
     ProcessAllWindowFunction,
-    StreamExecutionEnvironment,
 )
 from streamstate.datastream.connectors import CollectSink
 from streamstate.datastream.window import (
@@ -53,18 +53,10 @@ def _each_backend(request: Any, tmp_path: Any) -> Any:
     _BACKEND_CONF.clear()
 
 
-def make_env(parallelism: int = 2, max_records: int = 20, **conf_kv: str) -> Any:
-    conf = Configuration()
-    conf.set_string("execution.runner", "local")
-    for k, v in _BACKEND_CONF.items():
-        conf.set_string(k, v)
-    conf.set_string("execution.epoch.max-records", str(max_records))
-    for k, v in conf_kv.items():
-        conf.set_string(k, v)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
-    return env
+def make_env(parallelism: int = 2, max_records: int = 20, **conf: str) -> Any:
+    return envs.make_env(
+        parallelism, max_records=max_records, restarts=3, conf={**_BACKEND_CONF, **conf}
+    )
 
 
 def collect(ds: Any) -> CollectSink:

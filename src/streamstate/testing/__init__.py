@@ -1,4 +1,7 @@
-"""Failure injection for tests: functions that fail exactly once, where you say.
+"""Testing tools: ``KeyedFunctionHarness`` (a keyed user function on the real runtime,
+without a job), a deterministic driver clock, and failure injection.
+
+Failure injection: functions that fail exactly once, where you say.
 
 ``FailOnce`` is an identity :class:`MapFunction` that fails the first time it
 runs in ``epoch`` on subtask ``subtask`` (after ``after_records`` records of
@@ -21,8 +24,16 @@ from typing import Any
 
 from streamstate.api.functions import MapFunction, RuntimeContext
 from streamstate.runtime.clock import TickingClock, use_default_clock
+from streamstate.testing.harness import HarnessSnapshot, KeyedFunctionHarness
 
-__all__ = ["FailOnce", "InjectedFailure", "TickingClock", "use_default_clock"]
+__all__ = [
+    "FailOnce",
+    "HarnessSnapshot",
+    "InjectedFailure",
+    "KeyedFunctionHarness",
+    "TickingClock",
+    "use_default_clock",
+]
 
 
 class InjectedFailure(RuntimeError):

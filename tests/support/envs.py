@@ -1,0 +1,44 @@
+"""The one way tests build a StreamExecutionEnvironment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from streamstate.common import Configuration, RestartStrategies
+from streamstate.datastream import StreamExecutionEnvironment
+
+__all__ = ["make_env"]
+
+
+def make_env(
+    parallelism: int = 2,
+    *,
+    spark: Any = None,
+    max_records: int | None = None,
+    max_epochs: int | None = None,
+    restarts: int | None = None,
+    conf: Mapping[str, str] | None = None,
+    **keys: str,
+) -> StreamExecutionEnvironment:
+    """An environment on the in-process runner, or on ``spark`` when given.
+
+    ``max_records``/``max_epochs``: ``execution.epoch.max-records``/``max-epochs``.
+    ``restarts``: a fixed-delay strategy with that many attempts and no delay (a
+    deterministic bug must fail the test, not restart forever). ``conf`` and ``keys``
+    are further configuration keys (in ``keys``, ``_`` stands for ``.``).
+    """
+    c = Configuration()
+    if spark is None:
+        c.set_string("execution.runner", "local")
+    if max_records is not None:
+        c.set_string("execution.epoch.max-records", str(max_records))
+    if max_epochs is not None:
+        c.set_string("execution.epoch.max-epochs", str(max_epochs))
+    for k, v in {**(conf or {}), **{k.replace("_", "."): v for k, v in keys.items()}}.items():
+        c.set_string(k, v)
+    env = StreamExecutionEnvironment.get_execution_environment(c, spark=spark)
+    env.set_parallelism(parallelism)
+    if restarts is not None:
+        env.set_restart_strategy(RestartStrategies.fixed_delay_restart(restarts, 0))
+    return env
