@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from tests.integration.ttl_jobs import CLOCK, TtlProbe, events, model
+from tests.support import envs
 
 from streamstate.cli.main import main
 from streamstate.common import Configuration, Types
@@ -48,14 +49,10 @@ def checkpoint_every_epoch() -> Any:
 
 
 def make_env(tmp_path: Any, name: str, max_records: int = 4, **conf: str) -> Any:
-    c = Configuration()
-    c.set_string("execution.runner", "local")
-    c.set_string("execution.epoch.max-records", str(max_records))
-    c.set_string("state.ttl.time-provider", CLOCK)
-    for k, v in conf.items():
-        c.set_string(k, v)
-    env = StreamExecutionEnvironment.get_execution_environment(c)
-    env.set_parallelism(2)
+    """Checkpoints every epoch (with the ticking clock), retained, deterministic TTL clock."""
+    env = envs.make_env(
+        max_records=max_records, conf={"state.ttl.time-provider": CLOCK, **conf}
+    )
     env.enable_checkpointing(1)
     cc = env.get_checkpoint_config()
     cc.set_checkpoint_storage_dir(str(tmp_path / name))
