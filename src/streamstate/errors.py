@@ -90,8 +90,41 @@ class CorruptCheckpointError(CheckpointStorageError):
 class JobExecutionError(StreamStateError, RuntimeError):
     """The job failed and the restart strategy allows no further attempt.
 
-    ``__cause__`` carries the last failure (the user's traceback where the user's code raised).
+    ``__cause__`` is the last failure, as the type the worker raised (the worker's
+    traceback attached once, as a note). Built with :meth:`caused_by`, the error is also an
+    instance of that type where Python allows it, so ``except ValueError`` around
+    ``env.execute()`` catches a job whose function raised ``ValueError``.
     """
+
+    @staticmethod
+    def caused_by(message: str, cause: BaseException) -> JobExecutionError:
+        """A JobExecutionError that is also a ``type(cause)`` (when the two classes combine;
+        otherwise a plain JobExecutionError), with ``cause`` as its cause."""
+        cls = type(cause)
+        err: JobExecutionError
+        try:
+            combined = _COMBINED.get(cls)
+            if combined is None and not issubclass(cls, (JobExecutionError, TaskFailure)):
+                combined = type(
+                    "JobExecutionError",
+                    (JobExecutionError, cls),
+                    {"__module__": __name__, "__qualname__": f"JobExecutionError[{cls.__name__}]"},
+                )
+                _COMBINED[cls] = combined
+            if combined is None:
+                raise TypeError("no combination")
+            err = Exception.__new__(combined)
+            Exception.__init__(err, message)
+            str(err)  # a class with its own __str__ may need its constructor's fields
+        except Exception:  # noqa: BLE001 - the layouts do not combine (e.g. OSError): plain error
+            err = JobExecutionError(message)
+        err.__cause__ = cause
+        err.__suppress_context__ = True
+        return err
+
+
+#: user exception class -> its JobExecutionError combination (built once)
+_COMBINED: dict[type, type[JobExecutionError]] = {}
 
 
 class TaskFailure(StreamStateError, RuntimeError):

@@ -306,9 +306,14 @@ def test_restart_round_trip():
 
 def test_restart_errors():
     assert co.restart_strategy_from_configuration({}) is None
-    with pytest.raises(ConfigurationError, match="not supported"):
-        co.restart_strategy_from_configuration({"restart-strategy.type": "exponential-delay"})
-    with pytest.raises(ConfigurationError, match="none .*fixed-delay, failure-rate"):
+    with pytest.raises(ConfigurationError, match="jitter-factor must be a number"):
+        co.restart_strategy_from_configuration(
+            {
+                "restart-strategy.type": "exponential-delay",
+                "restart-strategy.exponential-delay.jitter-factor": "lots",
+            }
+        )
+    with pytest.raises(ConfigurationError, match="none .*fixed-delay, failure-rate, exponential"):
         co.restart_strategy_from_configuration({"restart-strategy.type": "sometimes"})
 
 

@@ -240,10 +240,11 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(
     cc.set_num_retained_checkpoints(2)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
     fail = CorruptNewestThenFail(str(tmp_path / "chk"), str(tmp_path), epoch=5)
-    with caplog.at_level(logging.WARNING, logger="streamstate"):
+    with caplog.at_level(logging.INFO, logger="streamstate"):
         out, result = run(env, fail)
     assert fail.fail.fired
     assert result.get_accumulator_result("restarts") == 1
+    assert result.get_accumulator_result("first-failure").startswith("InjectedFailure")
     assert "skipping checkpoint 4" in caplog.text  # the truncated one (checkpoint of epoch 4)
     assert "from checkpoint 3" in caplog.text
     assert final_counts(out) == EXPECTED_COUNTS

@@ -11,6 +11,7 @@ from streamstate.common.restart_strategy import RestartStrategies, RestartStrate
 from streamstate.datastream.config_options import restart_strategy_from_configuration
 from streamstate.errors import ConfigurationError
 from streamstate.runtime.restart import (
+    ExponentialDelayRestartStrategy,
     FailureRateRestartStrategy,
     FixedDelayRestartStrategy,
     NoRestartStrategy,
@@ -101,16 +102,27 @@ def test_failure_rate_window():
     s = FailureRateRestartStrategy(
         max_failures_per_interval=3, interval_ms=1000, delay_ms=50, clock=clock
     )
-    for t in (0, 100):
+    # Flink 2.x: 3 restarts within the interval are allowed, the 4th failure fails the job
+    for t in (0, 100, 200):
         clock.now = t
         s.notify_failure()
         assert s.can_restart()
-    clock.now = 1000  # 3rd failure; the 1st is exactly `interval` old: still within
+    clock.now = 1000  # 4th failure; the 1st is exactly `interval` old: still within
     s.notify_failure()
     assert not s.can_restart()
     clock.now = 1001  # ... and just outside
     assert s.can_restart()
     assert s.get_backoff_time_ms() == 50
+
+
+def test_failure_rate_3_per_10s_fails_at_the_4th_failure():
+    """The issue's case: failure_rate_restart(3, 10 s) allows 3 restarts."""
+    s = create_restart_strategy(RestartStrategies.failure_rate_restart(3, 10_000, 0))
+    decisions = []
+    for i in range(4):
+        s.notify_failure(now_ms=i * 1000)
+        decisions.append(s.can_restart(now_ms=i * 1000))
+    assert decisions == [True, True, True, False]
 
 
 def test_failure_rate_spaced_failures_restart_forever():
@@ -126,7 +138,53 @@ def test_failure_rate_burst_after_quiet_period():
     s.notify_failure(500)
     assert s.can_restart(now_ms=500)
     s.notify_failure(550)
-    assert not s.can_restart(now_ms=550)
+    assert s.can_restart(now_ms=550)  # 2 restarts within 100 ms are allowed
+    s.notify_failure(560)
+    assert not s.can_restart(now_ms=560)
+
+
+def test_exponential_delay_grows_caps_and_resets():
+    clock = Clock()
+    s = ExponentialDelayRestartStrategy(
+        initial_ms=100, max_ms=1000, multiplier=2.0, reset_threshold_ms=5000, jitter=0.0,
+        clock=clock,
+    )
+    delays = []
+    for t in range(0, 600, 100):
+        clock.now = t
+        s.notify_failure()
+        assert s.can_restart()
+        delays.append(s.get_backoff_time_ms())
+    assert delays == [100, 200, 400, 800, 1000, 1000]
+    clock.now = 500 + 5000 + 1000  # quiet for the threshold plus the current backoff
+    s.notify_failure()
+    assert s.get_backoff_time_ms() == 100
+
+
+def test_exponential_delay_jitter_stays_within_the_factor():
+    import random
+
+    s = ExponentialDelayRestartStrategy(1000, 60_000, 1.5, 3_600_000, 0.1, rng=random.Random(7))
+    s.notify_failure(now_ms=0)
+    seen = {s.get_backoff_time_ms() for _ in range(200)}
+    assert min(seen) >= 900 and max(seen) <= 1100 and len(seen) > 10
+
+
+def test_exponential_delay_from_configuration_and_back():
+    conf = Configuration().set_string("restart-strategy.type", "exponential-delay")
+    conf.set_string("restart-strategy.exponential-delay.initial-backoff", "2 s")
+    conf.set_string("restart-strategy.exponential-delay.max-backoff", "30 s")
+    conf.set_string("restart-strategy.exponential-delay.backoff-multiplier", "3")
+    cfg = restart_strategy_from_configuration(conf)
+    s = create_restart_strategy(cfg)
+    assert isinstance(s, ExponentialDelayRestartStrategy)
+    assert (s.initial_ms, s.max_ms, s.multiplier, s.jitter) == (2000, 30_000, 3.0, 0.1)
+    from streamstate.datastream.config_options import restart_strategy_to_configuration
+
+    again = restart_strategy_from_configuration(restart_strategy_to_configuration(cfg))
+    assert again == cfg
+    with pytest.raises(ConfigurationError, match="backoff_multiplier"):
+        RestartStrategies.exponential_delay_restart(1000, 2000, 1.0, 10_000, 0.1)
 
 
 def test_invalid_runtime_strategies():
@@ -156,8 +214,15 @@ def test_create_from_configuration_objects():
 def test_create_defaults_and_fallback():
     assert isinstance(create_restart_strategy(None), NoRestartStrategy)
     s = create_restart_strategy(None, checkpointing_enabled=True)
-    assert isinstance(s, FixedDelayRestartStrategy)
-    assert s.attempts == 2**31 - 1 and s.delay_ms == 1000
+    # Flink 2.x's default with checkpointing: exponential delay
+    assert isinstance(s, ExponentialDelayRestartStrategy)
+    assert (s.initial_ms, s.max_ms, s.multiplier, s.reset_threshold_ms, s.jitter) == (
+        1000,
+        60_000,
+        1.5,
+        3_600_000,
+        0.1,
+    )
     conf = Configuration().set_string("restart-strategy.type", "fixed-delay")
     conf.set_string("restart-strategy.fixed-delay.attempts", "7")
     configured = restart_strategy_from_configuration(conf)

@@ -76,7 +76,7 @@ class RestartStrategies:
 
     @dataclass(frozen=True, init=False)
     class FailureRateRestartStrategyConfiguration(RestartStrategyConfiguration):
-        """Restart unless ``max_failure_rate`` failures happened within ``failure_interval``."""
+        """Restart at most ``max_failure_rate`` times within any ``failure_interval``."""
 
         max_failure_rate: int
         failure_interval_ms: int
@@ -118,6 +118,72 @@ class RestartStrategies:
                 f"{self.delay_between_attempts_interval_ms} ms."
             )
 
+    @dataclass(frozen=True, init=False)
+    class ExponentialDelayRestartStrategyConfiguration(RestartStrategyConfiguration):
+        """Restart after a delay that grows by ``backoff_multiplier`` per failure up to
+        ``max_backoff``, back to ``initial_backoff`` after ``reset_backoff_threshold`` without
+        a failure; ``jitter_factor`` spreads each delay by +-that fraction (Flink 2.x's
+        default strategy: 1 s, 1 min, x1.5, 1 h, 0.1)."""
+
+        initial_backoff_ms: int
+        max_backoff_ms: int
+        backoff_multiplier: float
+        reset_backoff_threshold_ms: int
+        jitter_factor: float
+
+        def __init__(
+            self,
+            initial_backoff: Any,
+            max_backoff: Any,
+            backoff_multiplier: float,
+            reset_backoff_threshold: Any,
+            jitter_factor: float,
+        ) -> None:
+            initial = to_millis(initial_backoff, "initial_backoff")
+            maximum = to_millis(max_backoff, "max_backoff")
+            reset = to_millis(reset_backoff_threshold, "reset_backoff_threshold")
+            if not 1 <= initial <= maximum:
+                raise ConfigurationError(
+                    f"initial_backoff ({initial} ms) must be >= 1 ms and <= max_backoff "
+                    f"({maximum} ms)"
+                )
+            if not float(backoff_multiplier) > 1:
+                raise ConfigurationError(
+                    f"backoff_multiplier must be > 1, got {backoff_multiplier!r}"
+                )
+            if reset < 1:
+                raise ConfigurationError(f"reset_backoff_threshold must be >= 1 ms, got {reset}")
+            if not 0 <= float(jitter_factor) <= 1:
+                raise ConfigurationError(f"jitter_factor must be in [0, 1], got {jitter_factor!r}")
+            object.__setattr__(self, "initial_backoff_ms", initial)
+            object.__setattr__(self, "max_backoff_ms", maximum)
+            object.__setattr__(self, "backoff_multiplier", float(backoff_multiplier))
+            object.__setattr__(self, "reset_backoff_threshold_ms", reset)
+            object.__setattr__(self, "jitter_factor", float(jitter_factor))
+
+        def get_initial_backoff(self) -> timedelta:
+            return timedelta(milliseconds=self.initial_backoff_ms)
+
+        def get_max_backoff(self) -> timedelta:
+            return timedelta(milliseconds=self.max_backoff_ms)
+
+        def get_backoff_multiplier(self) -> float:
+            return self.backoff_multiplier
+
+        def get_reset_backoff_threshold(self) -> timedelta:
+            return timedelta(milliseconds=self.reset_backoff_threshold_ms)
+
+        def get_jitter_factor(self) -> float:
+            return self.jitter_factor
+
+        def get_description(self) -> str:
+            return (
+                f"Restart with exponential delay: starting at {self.initial_backoff_ms} ms, "
+                f"increasing by {self.backoff_multiplier}, with maximum "
+                f"{self.max_backoff_ms} ms. Delay resets after "
+                f"{self.reset_backoff_threshold_ms} ms, jitter {self.jitter_factor}."
+            )
+
     @dataclass(frozen=True)
     class FallbackRestartStrategyConfiguration(RestartStrategyConfiguration):
         """Use the strategy from the configuration (``restart-strategy.type``) or the default."""
@@ -148,13 +214,27 @@ class RestartStrategies:
         )
 
     @staticmethod
+    def exponential_delay_restart(
+        initial_backoff: Any,
+        max_backoff: Any,
+        backoff_multiplier: float,
+        reset_backoff_threshold: Any,
+        jitter_factor: float,
+    ) -> RestartStrategies.ExponentialDelayRestartStrategyConfiguration:
+        """Generates an ExponentialDelayRestartStrategyConfiguration (durations: int ms or
+        timedelta)."""
+        return RestartStrategies.ExponentialDelayRestartStrategyConfiguration(
+            initial_backoff, max_backoff, backoff_multiplier, reset_backoff_threshold, jitter_factor
+        )
+
+    @staticmethod
     def failure_rate_restart(
         failure_rate: int, failure_interval: Any, delay_interval: Any
     ) -> RestartStrategies.FailureRateRestartStrategyConfiguration:
         """Generates a FailureRateRestartStrategyConfiguration.
 
-        :param failure_rate: Maximum number of failures in ``failure_interval`` before the job
-                             fails.
+        :param failure_rate: Maximum number of restarts within ``failure_interval``: the job
+                             fails at the next failure (Flink 2.x's arithmetic).
         :param failure_interval: Time interval for failures: int ms or timedelta.
         :param delay_interval: Delay between restart attempts: int ms or timedelta.
         """

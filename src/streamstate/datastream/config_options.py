@@ -91,6 +91,11 @@ FIXED_DELAY_DELAY = "restart-strategy.fixed-delay.delay"
 FAILURE_RATE_MAX = "restart-strategy.failure-rate.max-failures-per-interval"
 FAILURE_RATE_INTERVAL = "restart-strategy.failure-rate.failure-rate-interval"
 FAILURE_RATE_DELAY = "restart-strategy.failure-rate.delay"
+EXP_INITIAL_BACKOFF = "restart-strategy.exponential-delay.initial-backoff"
+EXP_MAX_BACKOFF = "restart-strategy.exponential-delay.max-backoff"
+EXP_MULTIPLIER = "restart-strategy.exponential-delay.backoff-multiplier"
+EXP_RESET_THRESHOLD = "restart-strategy.exponential-delay.reset-backoff-threshold"
+EXP_JITTER = "restart-strategy.exponential-delay.jitter-factor"
 PARALLELISM = "parallelism.default"
 MAX_PARALLELISM = "pipeline.max-parallelism"
 STATE_BACKEND_INCREMENTAL = "state.backend.incremental"
@@ -132,6 +137,17 @@ def _int(conf: ConfLike, *keys: str, minimum: int | None = None) -> int | None:
     if minimum is not None and value < minimum:
         raise ConfigurationError(f"{key} must be >= {minimum}, got {value}")
     return value
+
+
+def _float(conf: ConfLike, *keys: str) -> float | None:
+    found = _raw(conf, *keys)
+    if found is None:
+        return None
+    key, raw = found
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{key} must be a number, got {raw!r}") from None
 
 
 def _duration(conf: ConfLike, *keys: str) -> int | None:
@@ -366,16 +382,17 @@ _RESTART_TYPES = {
 
 def restart_strategy_from_configuration(conf: ConfLike) -> RestartStrategyConfiguration | None:
     """``restart-strategy.type`` and its options (Flink's defaults for absent options:
-    fixed-delay 1 attempt / 1 s; failure-rate 1 failure per 1 min / 1 s delay).
+    fixed-delay 1 attempt / 1 s; failure-rate 1 restart per 1 min / 1 s delay;
+    exponential-delay 1 s / 1 min / x1.5 / reset after 1 h / jitter 0.1).
 
-    Returns None when no type is configured. ``exponential-delay`` is not supported yet.
+    Returns None when no type is configured.
     """
     kind = _choice(
         conf,
         _RESTART_TYPES,
         RESTART_STRATEGY_TYPE,
         _LEGACY_RESTART_STRATEGY,
-        shown="none (or off, disable), fixed-delay, failure-rate",
+        shown="none (or off, disable), fixed-delay, failure-rate, exponential-delay",
     )
     if kind is None:
         return None
@@ -396,9 +413,17 @@ def restart_strategy_from_configuration(conf: ConfLike) -> RestartStrategyConfig
             60_000 if interval is None else interval,
             1000 if delay is None else delay,
         )
-    raise ConfigurationError(
-        f"{RESTART_STRATEGY_TYPE}: 'exponential-delay' is not supported by streamstate yet; "
-        f"use one of: none, fixed-delay, failure-rate"
+    initial = _duration(conf, EXP_INITIAL_BACKOFF)
+    maximum = _duration(conf, EXP_MAX_BACKOFF)
+    multiplier = _float(conf, EXP_MULTIPLIER)
+    reset = _duration(conf, EXP_RESET_THRESHOLD)
+    jitter = _float(conf, EXP_JITTER)
+    return RestartStrategies.exponential_delay_restart(
+        1000 if initial is None else initial,
+        60_000 if maximum is None else maximum,
+        1.5 if multiplier is None else multiplier,
+        3_600_000 if reset is None else reset,
+        0.1 if jitter is None else jitter,
     )
 
 
@@ -418,6 +443,13 @@ def restart_strategy_to_configuration(
         conf.set_string(FAILURE_RATE_MAX, str(config.max_failure_rate))
         conf.set_string(FAILURE_RATE_INTERVAL, f"{config.failure_interval_ms} ms")
         conf.set_string(FAILURE_RATE_DELAY, f"{config.delay_between_attempts_interval_ms} ms")
+    elif isinstance(config, RestartStrategies.ExponentialDelayRestartStrategyConfiguration):
+        conf.set_string(RESTART_STRATEGY_TYPE, "exponential-delay")
+        conf.set_string(EXP_INITIAL_BACKOFF, f"{config.initial_backoff_ms} ms")
+        conf.set_string(EXP_MAX_BACKOFF, f"{config.max_backoff_ms} ms")
+        conf.set_string(EXP_MULTIPLIER, str(config.backoff_multiplier))
+        conf.set_string(EXP_RESET_THRESHOLD, f"{config.reset_backoff_threshold_ms} ms")
+        conf.set_string(EXP_JITTER, str(config.jitter_factor))
     return conf
 
 

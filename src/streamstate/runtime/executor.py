@@ -156,7 +156,7 @@ class JobExecutor:
         else:
             for c in self.committers.values():
                 c.abort(0)
-        log.warning(
+        log.info(
             "job %s restarting (attempt %d) from %s",
             self.job_id,
             self.state.attempt,
@@ -219,13 +219,25 @@ class JobExecutor:
             self.lifecycle.transition(JobStatus.FAILING)
             self._terminate_failed()
             self.lifecycle.transition(JobStatus.FAILED)
-            raise JobExecutionError(
+            raise JobExecutionError.caused_by(
                 f"job {self.job_name!r} ({self.job_id}) failed and the restart strategy "
-                f"({self.restart.describe()}) allows no further attempt: {e}"
-            ) from e
-        log.warning("epoch %d failed: %s", self.state.epoch + 1, _first_line(e))
+                f"({self.restart.describe()}) allows no further attempt: "
+                f"{failure.exception_type}: {failure.message}",
+                e,
+            )
+        backoff_ms = self.restart.get_backoff_time_ms()
+        log.warning(
+            "job %s: epoch %d failed (%s: %s); restarting in %d ms (restart %d, %s)",
+            self.job_id,
+            self.state.epoch + 1,
+            failure.exception_type,
+            failure.message.strip().splitlines()[0] if failure.message.strip() else "",
+            backoff_ms,
+            self.metrics.stats["restarts"] + 1,
+            self.restart.describe(),
+        )
         self.lifecycle.transition(JobStatus.RESTARTING)
-        self.cancel_requested.wait(self.restart.get_backoff_time_ms() / 1000.0)
+        self.cancel_requested.wait(backoff_ms / 1000.0)
         self.metrics.bump("restarts")
         self._recover_after_failure()
         self.lifecycle.transition(JobStatus.RUNNING)
@@ -278,8 +290,3 @@ def _strip_factories(st: Stage) -> Stage:
             n.factory = True  # marker: "has an operator"; the worker unpickles factories[tid]
         n.committer_factory = None
     return s
-
-
-def _first_line(e: BaseException) -> str:
-    s = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {s[-1] if s else ''}"

@@ -106,4 +106,8 @@ class JobMetrics:
         acc.update({f"subtask-seconds.{k}": round(v, 3) for k, v in self.timings.items()})
         acc["subtask-workers"] = {k: sorted(v) for k, v in self.workers.items()}
         acc["latest-checkpoint"] = latest_checkpoint
+        if self.failures:
+            first = self.failures[0]
+            # the cause of the first restart (later ones are often consequences of it)
+            acc["first-failure"] = f"{first.exception_type}: {first.message}"
         return acc

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamstate.common.job_status import JobStatus
-from streamstate.errors import IllegalLifecycleTransition
+from streamstate.errors import IllegalLifecycleTransition, TaskFailure
 
 __all__ = ["EpochStats", "FailureInfo", "JobLifecycle", "JobObserver", "StageEpochStats"]
 
@@ -102,7 +102,9 @@ class FailureInfo:
             epoch,
             attempt,
             getattr(e, "error_type", type(e).__name__),
-            str(e).split("\n\nworker traceback:", 1)[0],
+            str(e).split("\n\nworker traceback:", 1)[0].split(": ", 1)[-1]
+            if isinstance(e, TaskFailure)
+            else str(e),
             getattr(e, "remote_traceback", "") or "",
             will_restart,
         )

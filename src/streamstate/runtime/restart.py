@@ -13,9 +13,12 @@ The arithmetic is Flink's:
 
 * :class:`FixedDelayRestartStrategy` ``(attempts=N)``: failures 1..N restart, failure N+1
   fails the job.
-* :class:`FailureRateRestartStrategy` ``(max_failures_per_interval=N, interval)``: the job
-  fails when N failures (counting the current one) happened within ``interval`` ms, i.e.
-  when the N-th most recent failure is not older than ``interval``.
+* :class:`FailureRateRestartStrategy` ``(max_failures_per_interval=N, interval)``: at most
+  N restarts within ``interval`` ms; the job fails at the (N+1)-th failure within the
+  interval (Flink 2.x: ``failureTimestamps.size() > maxFailuresPerInterval``).
+* :class:`ExponentialDelayRestartStrategy`: always restarts; the delay starts at the
+  initial backoff, grows by the multiplier per failure up to the maximum, and resets when
+  the job ran ``reset threshold + current backoff`` without a failure (Flink 2.x's default).
 * :class:`NoRestartStrategy`: never restarts.
 
 Time comes from an injectable ``clock`` (ms) unless ``now_ms`` is passed explicitly.
@@ -23,6 +26,7 @@ Time comes from an injectable ``clock`` (ms) unless ``now_ms`` is passed explici
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
@@ -33,6 +37,7 @@ from streamstate.runtime.clock import system_clock_ms
 
 __all__ = [
     "DEFAULT_RESTART_DELAY_MS",
+    "ExponentialDelayRestartStrategy",
     "FailureRateRestartStrategy",
     "FixedDelayRestartStrategy",
     "NoRestartStrategy",
@@ -137,14 +142,14 @@ class FailureRateRestartStrategy(RestartStrategy):
         self.max_failures_per_interval = max_failures_per_interval
         self.interval_ms = interval_ms
         self.delay_ms = delay_ms
-        # The most recent max_failures_per_interval failure times, oldest first.
-        self._times: deque[int] = deque(maxlen=max_failures_per_interval)
+        # The most recent max_failures_per_interval + 1 failure times, oldest first.
+        self._times: deque[int] = deque(maxlen=max_failures_per_interval + 1)
 
     def _record(self, now_ms: int) -> None:
         self._times.append(now_ms)
 
     def can_restart(self, now_ms: int | None = None) -> bool:
-        if len(self._times) < self.max_failures_per_interval:
+        if len(self._times) <= self.max_failures_per_interval:
             return True
         now = self._clock() if now_ms is None else now_ms
         return now - self._times[0] > self.interval_ms
@@ -154,8 +159,64 @@ class FailureRateRestartStrategy(RestartStrategy):
 
     def describe(self) -> str:
         return (
-            f"failure rate: at most {self.max_failures_per_interval} failures within "
+            f"failure rate: at most {self.max_failures_per_interval} restarts within "
             f"{self.interval_ms} ms, delay {self.delay_ms} ms"
+        )
+
+
+class ExponentialDelayRestartStrategy(RestartStrategy):
+    """Restarts always, after a delay growing from ``initial_ms`` to ``max_ms``."""
+
+    def __init__(
+        self,
+        initial_ms: int = 1000,
+        max_ms: int = 60_000,
+        multiplier: float = 1.5,
+        reset_threshold_ms: int = 3_600_000,
+        jitter: float = 0.1,
+        clock: Callable[[], int] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(clock)
+        if not 1 <= initial_ms <= max_ms:
+            raise ConfigurationError(
+                f"initial backoff ({initial_ms} ms) must be >= 1 ms and <= max backoff ({max_ms} ms)"
+            )
+        if not multiplier > 1:
+            raise ConfigurationError(f"backoff multiplier must be > 1, got {multiplier}")
+        if reset_threshold_ms < 1:
+            raise ConfigurationError(f"reset backoff threshold must be >= 1 ms, got {reset_threshold_ms}")
+        if not 0 <= jitter <= 1:
+            raise ConfigurationError(f"jitter factor must be in [0, 1], got {jitter}")
+        self.initial_ms = initial_ms
+        self.max_ms = max_ms
+        self.multiplier = multiplier
+        self.reset_threshold_ms = reset_threshold_ms
+        self.jitter = jitter
+        self.current_ms = initial_ms
+        self._last_failure_ms: int | None = None
+        self._rng = rng or random.Random()
+
+    def _record(self, now_ms: int) -> None:
+        last = self._last_failure_ms
+        if last is None or now_ms - last >= self.reset_threshold_ms + self.current_ms:
+            self.current_ms = self.initial_ms
+        elif self.current_ms < self.max_ms:
+            self.current_ms = min(int(self.current_ms * self.multiplier), self.max_ms)
+        self._last_failure_ms = now_ms
+
+    def can_restart(self, now_ms: int | None = None) -> bool:
+        return True
+
+    def get_backoff_time_ms(self) -> int:
+        offset = int(self.current_ms * self.jitter)
+        jittered = self.current_ms + (self._rng.randint(-offset, offset) if offset else 0)
+        return max(0, min(jittered, self.max_ms))
+
+    def describe(self) -> str:
+        return (
+            f"exponential delay {self.initial_ms} ms .. {self.max_ms} ms (x{self.multiplier}, "
+            f"reset after {self.reset_threshold_ms} ms without failure, jitter {self.jitter})"
         )
 
 
@@ -169,9 +230,9 @@ def create_restart_strategy(
 
     ``config`` (from ``env.set_restart_strategy``) wins; ``None`` or the fallback
     configuration mean: ``configured`` (parsed from ``restart-strategy.type`` and friends)
-    if set, else the default: no restart without checkpointing, and with checkpointing
-    fixed delay with unlimited (2^31-1) attempts and 1 s delay. (Flink 2.x defaults to
-    exponential delay, which streamstate does not implement yet.)
+    if set, else Flink 2.x's default: no restart without checkpointing, and with
+    checkpointing exponential delay (1 s initial, 1 min max, x1.5, reset after 1 h of no
+    failure, jitter 0.1).
     """
     if config is None or isinstance(config, RestartStrategies.FallbackRestartStrategyConfiguration):
         config = configured
@@ -179,13 +240,22 @@ def create_restart_strategy(
             config, RestartStrategies.FallbackRestartStrategyConfiguration
         ):
             if checkpointing_enabled:
-                return FixedDelayRestartStrategy(_INT_MAX, DEFAULT_RESTART_DELAY_MS, clock)
+                return ExponentialDelayRestartStrategy(clock=clock)
             return NoRestartStrategy(clock)
     if isinstance(config, RestartStrategies.NoRestartStrategyConfiguration):
         return NoRestartStrategy(clock)
     if isinstance(config, RestartStrategies.FixedDelayRestartStrategyConfiguration):
         return FixedDelayRestartStrategy(
             config.restart_attempts, config.delay_between_attempts_interval_ms, clock
+        )
+    if isinstance(config, RestartStrategies.ExponentialDelayRestartStrategyConfiguration):
+        return ExponentialDelayRestartStrategy(
+            config.initial_backoff_ms,
+            config.max_backoff_ms,
+            config.backoff_multiplier,
+            config.reset_backoff_threshold_ms,
+            config.jitter_factor,
+            clock,
         )
     if isinstance(config, RestartStrategies.FailureRateRestartStrategyConfiguration):
         return FailureRateRestartStrategy(

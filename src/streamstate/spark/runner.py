@@ -12,11 +12,13 @@ run once.
 
 from __future__ import annotations
 
+import builtins
 import re
+import sys
 from functools import partial
 from typing import Any
 
-from streamstate.errors import StreamStateError, TaskFailure
+from streamstate.errors import TaskFailure
 from streamstate.runtime.executor import EpochRunner
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import EpochSpec, SubtaskAck
@@ -60,10 +62,15 @@ class SparkEpochRunner(EpochRunner):
         return f"Spark ({self.spark.sparkContext.master})" if self.spark else "Spark"
 
     def start(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
-        from streamstate.spark.session import get_or_create_spark
+        from streamstate.spark.session import get_or_create_spark, silence_task_failure_logs
 
         if self.spark is None:
             self.spark = get_or_create_spark(self.configuration)
+        keep = self.configuration is not None and str(
+            self.configuration.get_string("execution.task-failure-logs", "false")
+        ).strip().lower() in ("true", "1", "yes")
+        if not keep:
+            silence_task_failure_logs(self.spark)
         sc = self.spark.sparkContext
         self._broadcasts = []
         for sid, blob in specs.items():
@@ -106,8 +113,7 @@ class SparkEpochRunner(EpochRunner):
         try:
             return list(final.collect())
         except Exception as e:  # noqa: BLE001
-            err = translate_spark_error(e)
-            raise err from (err.__cause__ if err.__cause__ is not None else e)
+            raise translate_spark_error(e) from None
         finally:
             for r in persisted:
                 r.unpersist()
@@ -122,43 +128,80 @@ class SparkEpochRunner(EpochRunner):
 
 
 _TB = "Traceback (most recent call last):"
-_LAST = re.compile(
-    r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Transition)[\w]*): ?(.*)$"
-)
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?:: (.*))?$")
+_LOST_TASK = re.compile(r"Lost task (\d+)\.\d+ in stage ([\d.]+)")
+
+
+def _exception_line(tb: str) -> tuple[str, str]:
+    """The final exception's qualified type name and message in a Python traceback."""
+    lines = tb.strip().splitlines()
+    last_frame = max((k for k, ln in enumerate(lines) if ln.startswith('  File "')), default=-1)
+    k = last_frame + 1
+    while k < len(lines) and (lines[k].startswith(" ") or not lines[k].strip()):
+        k += 1
+    if k >= len(lines):
+        return "Exception", ""
+    m = _EXC_LINE.match(lines[k].strip())
+    if m is None:
+        return "Exception", "\n".join(lines[k:])
+    rest = "\n".join([m.group(2) or "", *lines[k + 1 :]]).strip()
+    return m.group(1), rest
+
+
+def _user_class(qualified: str) -> type[BaseException] | None:
+    """The exception class of this name in the driver (builtins, streamstate.errors, or a
+    module the driver already imported, e.g. the job script), never importing anything."""
+    module, _, name = qualified.rpartition(".")
+    owner: Any = builtins if not module else sys.modules.get(module)
+    cls = getattr(owner, name, None) if owner is not None else None
+    return cls if isinstance(cls, type) and issubclass(cls, BaseException) else None
 
 
 def translate_spark_error(e: BaseException) -> BaseException:
-    """Turn a Spark job failure into the worker's Python error.
+    """Turn a Spark job failure into the error the worker raised, as that type.
 
-    The worker's traceback is kept in a :class:`TaskFailure`; if the worker raised
-    one of streamstate's typed errors, that type is re-created (chained to the
-    TaskFailure) so callers can catch it as if it had been raised locally.
+    The worker's exception is re-created as its own class when the driver knows the class
+    (builtins, streamstate's errors, the job's modules), with the worker's traceback as a
+    note; otherwise it is a :class:`TaskFailure` carrying the traceback. A Python worker
+    that died without raising (killed, ``os._exit``, out of memory, a crash in native
+    code) is a TaskFailure ``WorkerCrashed`` naming the subtask (the Spark partition).
     """
     text = str(e)
     i = text.rfind(_TB)
     if i < 0:
         if "exited unexpectedly" in text or "crashed" in text:
-            return TaskFailure("WorkerCrashed", "a Python worker process died", text[-4000:])
-        return TaskFailure(
-            type(e).__name__, text.strip().splitlines()[0] if text.strip() else "", text[-4000:]
-        )
+            m = _LOST_TASK.search(text)
+            where = (
+                f"subtask {m.group(1)} (Spark task {m.group(1)} of stage {m.group(2)})"
+                if m
+                else "a subtask"
+            )
+            return TaskFailure(
+                "WorkerCrashed",
+                f"the Python worker running {where} died without raising an exception "
+                f"(killed by a signal, os._exit, out of memory, or a crash in native code; "
+                f"Spark does not report its exit code). Check the executor's log and memory "
+                f"(spark.executor.memory, spark.python.worker.memory)",
+                "",
+            )
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        return TaskFailure(type(e).__name__, first, text[-4000:])
     tb = text[i:]
     end = tb.find("\n\tat ")
-    tb = tb if end < 0 else tb[:end]
-    last_type, last_msg = "Exception", ""
-    for line in tb.strip().splitlines():
-        m = _LAST.match(line.strip())
-        if m:
-            last_type, last_msg = m.group(1), m.group(2)
-    failure = TaskFailure(last_type, last_msg, tb.strip())
-    name = last_type.rsplit(".", 1)[-1]
-    if last_type.startswith("streamstate."):
-        from streamstate import errors
-
-        cls = getattr(errors, name, None)
-        if isinstance(cls, type) and issubclass(cls, StreamStateError):
+    tb = (tb if end < 0 else tb[:end]).strip()
+    qualified, message = _exception_line(tb)
+    cls = _user_class(qualified)
+    if cls is not None:
+        try:
             err = cls.__new__(cls)
-            Exception.__init__(err, last_msg)
-            err.__cause__ = failure
-            return err
-    return failure
+            Exception.__init__(err, message)
+            str(err)  # classes whose __str__ needs their constructor's fields fall back below
+        except Exception:  # noqa: BLE001 - the class cannot be rebuilt from a message
+            cls = None
+    if cls is None:
+        return TaskFailure(qualified, message, tb)
+    err.add_note(f"worker traceback:\n{tb}")
+    # what FailureInfo and the job's exception history read
+    err.error_type = qualified  # type: ignore[attr-defined]  # an annotation on the rebuilt error
+    err.remote_traceback = tb  # type: ignore[attr-defined]  # an annotation on the rebuilt error
+    return err

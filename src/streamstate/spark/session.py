@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["get_or_create_spark"]
+__all__ = ["TASK_FAILURE_LOGGERS", "get_or_create_spark", "silence_task_failure_logs"]
 
 
 def get_or_create_spark(configuration: Any = None, app_name: str = "streamstate") -> Any:
@@ -44,3 +44,23 @@ def get_or_create_spark(configuration: Any = None, app_name: str = "streamstate"
         if k.startswith("spark."):
             builder = builder.config(k, v)
     return builder.getOrCreate()
+
+
+#: the JVM loggers that print every failed task's Python traceback (the executor's ERROR and
+#: the scheduler's WARN): streamstate raises the worker's error itself, once
+TASK_FAILURE_LOGGERS = (
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+)
+
+
+def silence_task_failure_logs(spark: Any) -> None:
+    """Turn off the JVM's per-task failure logs (``execution.task-failure-logs: true`` keeps
+    them): the job's error already carries the worker's traceback, so they only repeat it."""
+    try:
+        jvm = spark.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.OFF
+        for name in TASK_FAILURE_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+    except Exception:  # noqa: BLE001 - a JVM without log4j 2 keeps its logs; nothing breaks
+        pass
