@@ -311,10 +311,12 @@ class StreamExecutionEnvironment:
     def _executor(self, job_name: str | None) -> Any:
         from streamstate.datastream import config_options
         from streamstate.datastream.checkpoint_storage import JobManagerCheckpointStorage
+        from streamstate.datastream.config_validation import validate_configuration
         from streamstate.runtime.executor import JobExecutor
         from streamstate.runtime.restart import create_restart_strategy
         from streamstate.runtime.settings import JobSettings
 
+        validate_configuration(self._configuration)
         settings = JobSettings.from_environment(
             job_name=job_name or "streamstate job",
             configuration=self._configuration,

@@ -114,13 +114,18 @@ class JobSettings:
             job_name=job_name,
             checkpoint=CheckpointSettings.from_checkpoint_config(checkpoint_config),
             epoch_records=conf_int(
-                configuration, "execution.epoch.max-records", DEFAULT_EPOCH_RECORDS
+                configuration, "execution.epoch.max-records", DEFAULT_EPOCH_RECORDS, minimum=1
             ),
             full_every=conf_int(
-                configuration, "execution.epoch.full-snapshot-interval", DEFAULT_FULL_VERSION_EVERY
+                configuration,
+                "execution.epoch.full-snapshot-interval",
+                DEFAULT_FULL_VERSION_EVERY,
+                minimum=1,
             ),
-            max_epochs=conf_int(configuration, "execution.epoch.max-epochs", 0),
-            idle_wait_s=conf_int(configuration, "execution.epoch.idle-wait-ms", DEFAULT_IDLE_WAIT_MS)
+            max_epochs=conf_int(configuration, "execution.epoch.max-epochs", 0, minimum=0),
+            idle_wait_s=conf_int(
+                configuration, "execution.epoch.idle-wait-ms", DEFAULT_IDLE_WAIT_MS, minimum=0
+            )
             / 1000.0,
             state_dir=configuration.get_string("execution.epoch.state-dir", None),
             ttl_time_provider=ttl_time_provider_from_configuration(configuration),
@@ -132,12 +137,15 @@ class JobSettings:
         )
 
 
-def conf_int(conf: Any, key: str, default: int) -> int:
-    """Integer value of ``key`` in ``conf`` (``default`` when unset)."""
+def conf_int(conf: Any, key: str, default: int, minimum: int | None = None) -> int:
+    """Integer value of ``key`` in ``conf`` (``default`` when unset), at least ``minimum``."""
     raw = conf.get_string(key, None) if conf is not None else None
     if raw is None:
         return default
     try:
-        return int(str(raw).strip())
+        value = int(str(raw).strip())
     except ValueError as e:
         raise ConfigurationError(f"{key} must be an integer, got {raw!r}") from e
+    if minimum is not None and value < minimum:
+        raise ConfigurationError(f"{key} must be >= {minimum}, got {value}")
+    return value
