@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import pickle
+import random
 import uuid
 
 import fsspec
@@ -180,9 +181,39 @@ def test_truncated_metadata_is_skipped_and_explicit_load_raises(tmp_path, caplog
     with caplog.at_level(logging.WARNING):
         assert s.latest_valid_checkpoint() == md1
     assert "skipping checkpoint 2" in caplog.text
-    with pytest.raises(CorruptCheckpointError, match="not valid JSON") as e:
+    with pytest.raises(CorruptCheckpointError, match="no valid header") as e:
         s.load_metadata(2)
     assert str(meta) in str(e.value)
+
+
+def test_every_bit_flip_in_metadata_is_detected(tmp_path):
+    """_metadata verifies itself before parsing: no flipped bit loads as changed fields."""
+    s = fs_storage(str(tmp_path))
+    write_checkpoint(s, 1)
+    meta = tmp_path / JOB / "chk-1" / "_metadata"
+    good = meta.read_bytes()
+    assert good.startswith(b"streamstate-metadata v2 crc32=")
+    rng = random.Random(11)
+    positions = list(range(len(good)))
+    for pos in positions:
+        flipped = bytearray(good)
+        flipped[pos] ^= 1 << rng.randrange(8)
+        meta.write_bytes(bytes(flipped))
+        with pytest.raises(CorruptCheckpointError):
+            s.load_metadata(1, verify=False)
+    meta.write_bytes(good[: len(good) // 2])
+    with pytest.raises(CorruptCheckpointError, match="checksum"):
+        s.load_metadata(1, verify=False)
+
+
+def test_format_1_metadata_without_checksum_is_still_read(tmp_path):
+    s = fs_storage(str(tmp_path))
+    md = write_checkpoint(s, 1)
+    meta = tmp_path / JOB / "chk-1" / "_metadata"
+    doc = json.loads(meta.read_bytes().split(b"\n", 1)[1])
+    doc["format_version"] = 1
+    meta.write_text(json.dumps(doc))
+    assert s.load_metadata(1).operator_states == md.operator_states
 
 
 def test_wrong_crc_detected(tmp_path):
@@ -216,7 +247,7 @@ def test_unknown_format_version_rejected(tmp_path):
     s = fs_storage(str(tmp_path))
     write_checkpoint(s, 1)
     meta = tmp_path / JOB / "chk-1" / "_metadata"
-    doc = json.loads(meta.read_bytes())
+    doc = json.loads(meta.read_bytes().split(b"\n", 1)[1])  # a format-1 style plain document
     doc["format_version"] = FORMAT_VERSION + 1
     meta.write_text(json.dumps(doc))
     with pytest.raises(CorruptCheckpointError, match="format version"):

@@ -115,6 +115,35 @@ def test_local_recovery_downloads_nothing(
     assert {x.path for _, x in h.shared} <= {x.path for _, x in h2.shared}
 
 
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_a_damaged_local_copy_is_replaced_by_the_remote_one(
+    rocks: Made, storage: FileSystemCheckpointStorageAccess, damage: str, caplog: Any
+) -> None:
+    """Issue 17: a corrupted SST file in the local recovery copy was opened and the job
+    failed; now the copy is checked against the checkpoint's CRCs and never opened."""
+    b = incremental(rocks)
+    put(b, KEYS[:300], 7)
+    h = b.snapshot_incremental(storage, 1, "op-0")
+    local = os.path.join(b.local_dir, inc.LOCAL_DIR_NAME, h.local_id)
+    name = max((n for n, _ in h.shared), key=lambda n: os.path.getsize(os.path.join(local, n)))
+    path = os.path.join(local, name)
+    data = bytearray(open(path, "rb").read())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x10  # same size, one bit different
+    else:
+        data = data[: len(data) - 7]
+    os.unlink(path)  # the copy is a hard link of the live database's file: replace, not edit
+    with open(path, "wb") as f:
+        f.write(data)
+    r = rocks.backend()
+    with caplog.at_level("WARNING", logger="streamstate"):
+        r.restore([h])
+    assert r.restore_source == "remote"
+    assert "does not match its checkpoint" in caplog.text
+    assert values(r) == dict.fromkeys(KEYS[:300], 7)
+    assert not os.path.exists(local)  # the damaged copy is gone
+
+
 def test_rescale_restores_only_own_key_groups(
     rocks: Made, storage: FileSystemCheckpointStorageAccess
 ) -> None:

@@ -8,11 +8,19 @@ source offsets to rewind to, the sinks' pending transactions and free-form prope
 Compatibility contract: :data:`FORMAT_VERSION` is written into every document; a reader
 accepts every version up to its own and rejects newer ones with
 :class:`CorruptCheckpointError` (never guesses).
+
+Self-verification (format 2): the file is one header line,
+``streamstate-metadata 2 crc32=<8 hex> length=<bytes>``, then the JSON document; the
+reader checks the length and the CRC32 of the JSON bytes *before* parsing, so a flipped
+or truncated byte anywhere is a :class:`CorruptCheckpointError`, never a silently changed
+field. Format 1 files (plain JSON, no checksum) are still read.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +40,9 @@ __all__ = [
     "build_operator_states",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_HEADER_PREFIX = b"streamstate-metadata "
+_HEADER = re.compile(rb"^streamstate-metadata v(\d+) crc32=([0-9a-f]{8}) length=(\d+)\n$")
 
 
 @dataclass(frozen=True)
@@ -198,6 +208,44 @@ class CheckpointMetadata:
             raise CorruptCheckpointError(
                 f"checkpoint metadata {where} is malformed: {type(e).__name__}: {e}"
             ) from e
+
+    def to_file_bytes(self) -> bytes:
+        """The ``_metadata`` file: a header line with length and CRC32, then the JSON."""
+        body = self.to_json_bytes()
+        header = b"%sv%d crc32=%08x length=%d\n" % (
+            _HEADER_PREFIX,
+            FORMAT_VERSION,
+            zlib.crc32(body) & 0xFFFFFFFF,
+            len(body),
+        )
+        return header + body
+
+    @staticmethod
+    def from_file_bytes(data: bytes, where: str = "<memory>") -> CheckpointMetadata:
+        """Parse a ``_metadata`` file, verifying its checksum first (format 1: plain JSON)."""
+        if data[:1] == b"{":
+            return CheckpointMetadata.from_json_bytes(data, where)
+        nl = data.find(b"\n")
+        m = _HEADER.match(data[: nl + 1]) if nl > 0 else None
+        if m is None:
+            raise CorruptCheckpointError(
+                f"checkpoint metadata {where} has no valid header (damaged, or not a "
+                f"streamstate _metadata file)"
+            )
+        version, crc, length = int(m.group(1)), int(m.group(2), 16), int(m.group(3))
+        if version > FORMAT_VERSION:
+            raise CorruptCheckpointError(
+                f"checkpoint metadata {where} has format version {version}, but this "
+                f"streamstate reads versions 1..{FORMAT_VERSION}; restore it with the "
+                f"streamstate release that wrote it (or a newer one)"
+            )
+        body = data[nl + 1 :]
+        if len(body) != length or (zlib.crc32(body) & 0xFFFFFFFF) != crc:
+            raise CorruptCheckpointError(
+                f"checkpoint metadata {where} fails its checksum ({len(body)} bytes, expected "
+                f"{length}; the file was truncated or changed after it was written)"
+            )
+        return CheckpointMetadata.from_json_bytes(body, where)
 
     @staticmethod
     def from_json_bytes(data: bytes, where: str = "<memory>") -> CheckpointMetadata:

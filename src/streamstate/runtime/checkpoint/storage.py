@@ -181,7 +181,7 @@ def load_metadata_from_path(path: str, verify: bool = True) -> CheckpointMetadat
             data = f.read()
     except FileNotFoundError as e:
         raise CorruptCheckpointError(f"{meta_url} disappeared while reading it") from e
-    md = CheckpointMetadata.from_json_bytes(data, meta_url)
+    md = CheckpointMetadata.from_file_bytes(data, meta_url)
     if verify:
         verify_state_files(md, meta_url)
     return md
@@ -251,7 +251,7 @@ class CheckpointDirectory:
 
     def store_metadata(self, metadata: CheckpointMetadata) -> str:
         path = _join(self.checkpoint_path(metadata.checkpoint_id), METADATA_FILE_NAME)
-        atomic_write(self.fs, path, metadata.to_json_bytes())
+        atomic_write(self.fs, path, metadata.to_file_bytes())
         return self.url(path)
 
     def load_metadata(self, checkpoint_id: int, verify: bool = True) -> CheckpointMetadata:

@@ -22,10 +22,12 @@ ranges of this backend's key groups are copied over, column family by column fam
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import struct
 import uuid
+import zlib
 from typing import TYPE_CHECKING, Any
 
 from rocksdict import Checkpoint, Rdict
@@ -52,6 +54,8 @@ __all__ = [
     "snapshot_incremental",
     "unpack_files",
 ]
+
+log = logging.getLogger("streamstate")
 
 LOCAL_DIR_NAME = "streamstate-local"
 #: local copies kept per subtask scope
@@ -190,20 +194,37 @@ def _prune_local_copies(root: str, scope: str, keep: str) -> None:
 # ----------------------------------------------------------------------------- restore
 
 
+def _file_crc(path: str) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return crc & 0xFFFFFFFF
+
+
 def _local_copy_matches(directory: str, handle: IncrementalKeyedStateHandle) -> bool:
+    """Whether the local copy holds exactly the checkpoint's files: the private pack and
+    every SST file have the size *and CRC32* the checkpoint recorded. A damaged copy (a
+    flipped bit, a truncated file) is never opened: the caller downloads the remote one."""
     try:
         with open(os.path.join(directory, "_private.pack"), "rb") as f:
             pack = f.read()
-    except OSError:
+        if len(pack) != handle.private.size or checksum(pack) != handle.private.crc:
+            raise ValueError("the private files differ")
+        for name, h in handle.shared:
+            path = os.path.join(directory, name)
+            if os.path.getsize(path) != h.size or _file_crc(path) != h.crc:
+                raise ValueError(f"{name} differs from the checkpoint's copy")
+    except FileNotFoundError:
         return False
-    if len(pack) != handle.private.size or checksum(pack) != handle.private.crc:
+    except (OSError, ValueError) as e:
+        log.warning(
+            "local RocksDB copy %s does not match its checkpoint (%s): using the remote copy",
+            directory,
+            e,
+        )
+        shutil.rmtree(directory, ignore_errors=True)
         return False
-    for name, h in handle.shared:
-        try:
-            if os.path.getsize(os.path.join(directory, name)) != h.size:
-                return False
-        except OSError:
-            return False
     return True
 
 
