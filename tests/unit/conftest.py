@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from tests.support.backends import Made, made_backends
 
 from streamstate.runtime.state.registry import registered_keyed_backends
+from tests.support.backends import Made, made_backends
 
 
 @pytest.fixture(params=registered_keyed_backends())

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 
 import pytest
-from tests.support import envs
 
 from streamstate.common import Configuration
 from streamstate.datastream.config_validation import KNOWN_KEYS, validate_configuration
 from streamstate.errors import ConfigurationError
+from tests.support import envs
 
 
 def run(**keys: str) -> None:

@@ -7,14 +7,6 @@ from functools import partial
 from typing import Any
 
 import pytest
-from tests.integration.event_time_jobs import (
-    ALERTS_LATE,
-    TagOdd,
-    TemperatureJumpAlert,
-    readings,
-    readings_strategy,
-)
-from tests.support import envs
 
 from streamstate.common import Duration, Types, WatermarkStrategy
 from streamstate.datastream import (
@@ -31,6 +23,14 @@ from streamstate.datastream.state import MapStateDescriptor, ValueStateDescripto
 from streamstate.errors import ConfigurationError, JobExecutionError, StateAccessError
 from streamstate.runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
+from tests.integration.event_time_jobs import (
+    ALERTS_LATE,
+    TagOdd,
+    TemperatureJumpAlert,
+    readings,
+    readings_strategy,
+)
+from tests.support import envs
 
 make_env = partial(envs.make_env, max_records=10, restarts=3)
 

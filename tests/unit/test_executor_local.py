@@ -6,7 +6,6 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from tests.support import envs
 
 from streamstate.common import Types
 from streamstate.common.restart_strategy import RestartStrategies
@@ -33,6 +32,7 @@ from streamstate.errors import (
 )
 from streamstate.runtime.local_runner import LocalEpochRunner
 from streamstate.testing import TickingClock, use_default_clock
+from tests.support import envs
 
 # -- helpers ---------------------------------------------------------------------------------
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.support.backends import fast_local_dir
 
 from streamstate.common import Types
 from streamstate.datastream import KeyedProcessFunction, MapFunction, OutputTag, RuntimeContext
@@ -13,6 +12,7 @@ from streamstate.datastream.state import ListStateDescriptor, ValueStateDescript
 from streamstate.errors import ConfigurationError, StateAccessError
 from streamstate.runtime.state.registry import registered_keyed_backends
 from streamstate.testing import KeyedFunctionHarness
+from tests.support.backends import fast_local_dir
 
 BIG = OutputTag("big", Types.STRING())
 COUNT = ValueStateDescriptor("count", Types.LONG())

@@ -16,24 +16,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support.backends import (
-    ALL,
-    KEYS,
-    MAX_P,
-    A,
-    AvgAgg,
-    L,
-    M,
-    Made,
-    R,
-    SumReduce,
-    V,
-    at,
-    dump,
-    fill,
-    handle_of,
-    kg_of,
-)
 
 from streamstate.datastream import state as state_mod
 from streamstate.datastream.state import (
@@ -69,6 +51,24 @@ from streamstate.runtime.serializers.base import PickleSerializer
 from streamstate.runtime.state.base import KeyedSnapshot, KeyedStateBackend
 from streamstate.runtime.state.heap.backend import HeapKeyedStateBackend
 from streamstate.runtime.state.registry import create_keyed_backend
+from tests.support.backends import (
+    ALL,
+    KEYS,
+    MAX_P,
+    A,
+    AvgAgg,
+    L,
+    M,
+    Made,
+    R,
+    SumReduce,
+    V,
+    at,
+    dump,
+    fill,
+    handle_of,
+    kg_of,
+)
 
 # ------------------------------------------------------------------------ primitives
 

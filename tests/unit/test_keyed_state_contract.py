@@ -8,10 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tests.support import backends as H
-from tests.support.backends import Made
 
 from streamstate.runtime.state.registry import registered_keyed_backends
+from tests.support import backends as H
+from tests.support.backends import Made
 
 
 def test_every_builtin_backend_is_covered() -> None:

@@ -13,8 +13,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support import backends as H
-from tests.support.backends import Made
 
 from streamstate.datastream.state import ListState, MapState, ValueState
 from streamstate.datastream.window import TimeWindow
@@ -23,6 +21,8 @@ from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorag
 from streamstate.runtime.checkpoint.incremental import IncrementalKeyedStateHandle
 from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
 from streamstate.runtime.state.registry import registered_keyed_backends
+from tests.support import backends as H
+from tests.support.backends import Made
 
 W1, W2, W3 = TimeWindow(0, 10), TimeWindow(10, 20), TimeWindow(5, 25)
 NAMESPACES = (VOID_NAMESPACE, W1, W2, W3)

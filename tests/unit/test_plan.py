@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from tests.support import envs
 
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
@@ -15,6 +14,7 @@ from streamstate.runtime.graph import (
     TransformationKind,
     build_plan,
 )
+from tests.support import envs
 
 
 class Passthrough(KeyedProcessFunction):

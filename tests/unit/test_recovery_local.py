@@ -10,7 +10,6 @@ from functools import partial
 from typing import Any
 
 import pytest
-from tests.support import envs
 
 from streamstate.common import Configuration, Types
 from streamstate.common.restart_strategy import RestartStrategies
@@ -30,6 +29,7 @@ from streamstate.errors import (
     StateSizeExceededError,
 )
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
+from tests.support import envs
 
 N = 60
 KEYS = 7

@@ -7,8 +7,6 @@ import stat
 from typing import Any
 
 import pytest
-from tests.support import backends as H
-from tests.support.backends import Made
 
 from streamstate.datastream.state import (
     ListStateDescriptor,
@@ -24,6 +22,8 @@ from streamstate.runtime.state.rocksdb.backend import (
     RocksDBKeyedStateBackend,
     RocksDBStorageError,
 )
+from tests.support import backends as H
+from tests.support.backends import Made
 
 # ------------------------------------------------------------------------ RocksDB specifics
 

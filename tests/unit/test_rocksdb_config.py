@@ -6,7 +6,6 @@ import pickle
 import shutil
 
 import pytest
-from tests.support.backends import fast_local_dir
 
 from streamstate.common import Configuration
 from streamstate.datastream import (
@@ -22,6 +21,7 @@ from streamstate.errors import ConfigurationError
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import PickleSerializer
 from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend
+from tests.support.backends import fast_local_dir
 
 
 def test_embedded_backend_defaults_and_setters() -> None:

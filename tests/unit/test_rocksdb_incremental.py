@@ -7,8 +7,6 @@ import os
 from typing import Any
 
 import pytest
-from tests.support import backends as H
-from tests.support.backends import Made, made_backends
 
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.errors import CorruptCheckpointError
@@ -19,6 +17,8 @@ from streamstate.runtime.checkpoint.metadata import (
     CheckpointMetadata,
 )
 from streamstate.runtime.state.rocksdb import incremental as inc
+from tests.support import backends as H
+from tests.support.backends import Made, made_backends
 
 V = ValueStateDescriptor("v")
 

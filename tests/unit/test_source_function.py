@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 from test_executor_local import find_in_chain, make_env, run_collect
-from tests.integration.opstate_jobs import CounterSource, SlowSource
 
 from streamstate.common.restart_strategy import RestartStrategies
 from streamstate.datastream import SourceFunction, StreamExecutionEnvironment
 from streamstate.errors import ConfigurationError, JobExecutionError
 from streamstate.runtime.local_runner import LocalEpochRunner
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
+from tests.integration.opstate_jobs import CounterSource, SlowSource
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.integration.ttl_jobs import CLOCK, TtlProbe, events, model
-from tests.support import envs
 
 from streamstate.cli.main import main
 from streamstate.common import Configuration, Types
@@ -39,6 +37,8 @@ from streamstate.runtime.state_reader import (
     read_keyed_state,
 )
 from streamstate.testing import TickingClock, use_default_clock
+from tests.integration.ttl_jobs import CLOCK, TtlProbe, events, model
+from tests.support import envs
 
 
 @pytest.fixture(autouse=True)

@@ -9,17 +9,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from tests.integration.window_jobs import (
-    LATENESS_MS,
-    WINDOW_MS,
-    count_windows,
-    out_of_order_events,
-    session_events,
-    sessions,
-    strategy,
-    tumbling_count,
-)
-from tests.support import envs
 
 from streamstate.common import Duration
 from streamstate.common.restart_strategy import RestartStrategies
@@ -36,6 +25,17 @@ from streamstate.datastream.window import (
 from streamstate.errors import JobExecutionError
 from streamstate.runtime.state.registry import registered_keyed_backends
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
+from tests.integration.window_jobs import (
+    LATENESS_MS,
+    WINDOW_MS,
+    count_windows,
+    out_of_order_events,
+    session_events,
+    sessions,
+    strategy,
+    tumbling_count,
+)
+from tests.support import envs
 
 EVENTS = out_of_order_events(240)
 

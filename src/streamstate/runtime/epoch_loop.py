@@ -9,6 +9,7 @@ the end of the epoch that carries its barrier, or is aborted.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -19,6 +20,8 @@ from streamstate.runtime.checkpoint.coordinator import PendingCheckpoint
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.job_state import source_uid
 from streamstate.runtime.protocol import SubtaskAck
+
+log = logging.getLogger("streamstate")
 
 if TYPE_CHECKING:
     from streamstate.runtime.executor import JobExecutor
@@ -76,12 +79,14 @@ class EpochLoop:
                 self._commit_all(state.epoch)
                 return
             if self.settings.max_epochs and state.epoch >= self.settings.max_epochs:
+                self._final_checkpoint("execution.epoch.max-epochs reached")
                 return
             pending = None
             if self.checkpointing and (final or self.coordinator.should_trigger(now)):
                 pending = self.coordinator.trigger(now)
             read = self._run_one_epoch(pending, now)
             if final:
+                self._final_checkpoint("every bounded source is finished")
                 if self.notifications and self._listens_to_checkpoints():
                     # deliver the last checkpoint's notify_checkpoint_complete: one input-free epoch
                     self._run_one_epoch(None, self.clock(), notify_only=True)
@@ -89,6 +94,28 @@ class EpochLoop:
             if read == 0 and self.settings.idle_wait_s > 0:
                 # unbounded sources with nothing new: don't spin Spark jobs back to back
                 self.cancel_requested.wait(self.settings.idle_wait_s)
+
+    def _final_checkpoint(self, why: str) -> None:
+        """A job that ends commits what it promised: with checkpointing, its last epoch must
+        be covered by a completed checkpoint. If the checkpoint of that epoch failed (e.g. it
+        expired), input-free epochs carrying a new barrier are run until one completes; each
+        failure counts against the tolerable checkpoint failures, beyond which the job fails
+        with :class:`CheckpointError` and its uncommitted output is kept for a restore."""
+        if not self.checkpointing:
+            return
+        while self.state.committed_epoch < self.state.epoch:
+            if self.cancel_requested.is_set():
+                raise JobCancelled()
+            log.warning(
+                "job %s: %s, but epochs %d..%d are not covered by a completed checkpoint: "
+                "taking a final checkpoint",
+                self.job_id,
+                why,
+                self.state.committed_epoch + 1,
+                self.state.epoch,
+            )
+            now = self.clock()
+            self._run_one_epoch(self.coordinator.trigger(now), now, notify_only=True)
 
     def _run_one_epoch(
         self, pending: PendingCheckpoint | None, started_ms: int, notify_only: bool = False
@@ -187,7 +214,15 @@ class EpochLoop:
             self.metrics.bump("checkpoints_failed")
             if self.coordinator.should_fail_job():
                 raise CheckpointError(
-                    "more checkpoints failed than the tolerable failure number allows"
+                    f"checkpoint {pending.checkpoint_id} expired (timeout "
+                    f"{self.coordinator.timeout_ms} ms) and {self.coordinator.consecutive_failures} "
+                    f"checkpoints in a row failed, more than "
+                    f"execution.checkpointing.tolerable-failed-checkpoints "
+                    f"({self.coordinator.tolerable_failures}) allows. The output of epochs "
+                    f"{self.state.committed_epoch + 1}..{epoch} is not committed: it is kept "
+                    f"(pending sink results, in-progress files) for a restore from the last "
+                    f"completed checkpoint. Raise the checkpoint timeout or the tolerable "
+                    f"failures if checkpoints are slow"
                 )
             return
         acknowledge_checkpoint(pending, self.plan, acks)
@@ -206,6 +241,7 @@ class EpochLoop:
         )
         self.notifications.append(("complete", pending.checkpoint_id))
         self.metrics.bump("checkpoints")
+        self.state.committed_epoch = epoch
         self._commit_all(epoch)
 
     def _listens_to_checkpoints(self) -> bool:

@@ -51,6 +51,8 @@ class JobState:
         self.wm_states: dict[tuple[int, int], dict[str, Any]] = {}
         #: the final watermark went out (bounded sources exhausted)
         self.end_of_input_sent = False
+        #: the last epoch covered by a completed checkpoint (its output is committed)
+        self.committed_epoch = 0
 
     def reset(self) -> None:
         """A fresh start at epoch 0 of the current attempt."""
@@ -64,12 +66,14 @@ class JobState:
         )
         self.wm_states = {}
         self.end_of_input_sent = False
+        self.committed_epoch = 0
 
     def restore(self, md: CheckpointMetadata) -> None:
         """Continue after the checkpoint ``md`` (call :meth:`reset` first)."""
         epoch = int(md.properties.get("epoch", 0))
         self.epoch = epoch
         self.last_full_epoch = epoch
+        self.committed_epoch = epoch
         token = (self.attempt, epoch)
         for st in self.plan.sources:
             uid = source_uid(st)
