@@ -14,6 +14,7 @@ __all__ = [
     "IllegalLifecycleTransition",
     "JobExecutionError",
     "KeySerializationError",
+    "OutputTypeError",
     "StateAccessError",
     "StateDescriptorConflictError",
     "StateMigrationError",
@@ -65,6 +66,11 @@ class KeySerializationError(StreamStateError, TypeError):
 
 class TimestampError(StreamStateError, TypeError):
     """An event timestamp or a timer time that is not int milliseconds."""
+
+
+class OutputTypeError(StreamStateError, TypeError):
+    """A user function produced something its operator cannot use, or a value that does not
+    fit the type the job declared for it (``output_type``); names the operator and the fix."""
 
 
 class StateMigrationError(StreamStateError):

@@ -83,23 +83,40 @@ class DataStream:
         return self._env
 
     # -- transformations --------------------------------------------------------
-    def _one_input(self, name: str, factory: Callable[[], Any], keyed: bool = False) -> DataStream:
+    def _one_input(
+        self,
+        name: str,
+        factory: Callable[[], Any],
+        keyed: bool = False,
+        output_type: Any = None,
+    ) -> DataStream:
         t = Transformation(
-            TransformationKind.ONE_INPUT, name, [self._t], payload=factory, keyed=keyed
+            TransformationKind.ONE_INPUT,
+            name,
+            [self._t],
+            payload=factory,
+            keyed=keyed,
+            output_type=output_type,
         )
         return DataStream(self._env, t)
 
     def map(self, func: Any, output_type: Any = None) -> DataStream:
-        return self._one_input("Map", partial(_make, stateless.MapOperator, func))
+        return self._one_input(
+            "Map", partial(_make, stateless.MapOperator, func), output_type=output_type
+        )
 
     def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
-        return self._one_input("FlatMap", partial(_make, stateless.FlatMapOperator, func))
+        return self._one_input(
+            "FlatMap", partial(_make, stateless.FlatMapOperator, func), output_type=output_type
+        )
 
     def filter(self, func: Any) -> DataStream:
         return self._one_input("Filter", partial(_make, stateless.FilterOperator, func))
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
-        return self._one_input("Process", partial(_make, stateless.ProcessOperator, func))
+        return self._one_input(
+            "Process", partial(_make, stateless.ProcessOperator, func), output_type=output_type
+        )
 
     def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> DataStream:
         """Give every record an event timestamp and generate watermarks (per epoch).
@@ -286,19 +303,23 @@ class KeyedStream(DataStream):
         super().__init__(env, transformation)
         self._origin = origin
 
-    def _keyed(self, name: str, factory: Callable[[], Any]) -> DataStream:
-        return self._one_input(name, factory, keyed=True)
+    def _keyed(
+        self, name: str, factory: Callable[[], Any], output_type: Any = None
+    ) -> DataStream:
+        return self._one_input(name, factory, keyed=True, output_type=output_type)
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
         return self._keyed(
-            "KeyedProcess", partial(_make, keyed.KeyedProcessOperator, func)
+            "KeyedProcess", partial(_make, keyed.KeyedProcessOperator, func), output_type
         )
 
     def map(self, func: Any, output_type: Any = None) -> DataStream:
-        return self._keyed("Map", partial(_make, keyed.KeyedMapOperator, func))
+        return self._keyed("Map", partial(_make, keyed.KeyedMapOperator, func), output_type)
 
     def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
-        return self._keyed("FlatMap", partial(_make, keyed.KeyedFlatMapOperator, func))
+        return self._keyed(
+            "FlatMap", partial(_make, keyed.KeyedFlatMapOperator, func), output_type
+        )
 
     def filter(self, func: Any) -> DataStream:
         return self._keyed("Filter", partial(_make, keyed.KeyedFilterOperator, func))

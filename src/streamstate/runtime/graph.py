@@ -71,6 +71,8 @@ class Transformation:
     uid: str | None = None
     #: SINK: zero-arg factory of the driver-side SinkCommitter (None: no commit protocol)
     committer_factory: Any = None
+    #: the declared type of the outputs (``map(f, output_type=Types.LONG())``): checked
+    output_type: Any = None
     id: int = field(default_factory=lambda: next(_ids))
 
     def default_uid(self, position: int) -> str:
@@ -113,6 +115,8 @@ class OpNode:
     committer_factory: Any = None
     #: chained consumers of side outputs: tag id -> node tids
     side_children: dict[str, list[int]] = field(default_factory=dict)
+    #: the declared output type (a TypeInformation), checked per output when set
+    output_type: Any = None
 
 
 @dataclass
@@ -306,7 +310,16 @@ def build_plan(
             if t.kind is TransformationKind.SOURCE
             else t.payload
         )
-        node = OpNode(t.id, uid, t.name, factory, t.keyed, p, committer_factory=t.committer_factory)
+        node = OpNode(
+            t.id,
+            uid,
+            t.name,
+            factory,
+            t.keyed,
+            p,
+            committer_factory=t.committer_factory,
+            output_type=t.output_type,
+        )
         nodes[t.id] = node
         if t.kind is TransformationKind.SOURCE:
             st = Stage(len(stages), p, mp, source=t.payload, source_uid=uid)

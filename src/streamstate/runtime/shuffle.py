@@ -189,10 +189,19 @@ class EdgeWriter:
             try:
                 ser(k)
             except Exception as se:
+                declared = getattr(ser, "__self__", None)
+                type_name = getattr(declared, "type_name", "") or ""
+                what = (
+                    f"key_by(..., key_type=Types.{type_name}()) declares {type_name} keys, but the "
+                    f"key selector returned {type(k).__name__} {k!r:.60}; return keys of the "
+                    f"declared type, or change key_type"
+                    if type_name and not getattr(declared, "name", "").startswith("default")
+                    else "keys must be serializable by the key type given to key_by (or be "
+                    "str/int/float/bool/bytes/tuples of these)"
+                )
                 raise KeySerializationError(
-                    f"the key of record {v!r} for the key_by after {self.node_name!r} cannot be "
-                    f"serialized ({type(se).__name__}: {se}); keys must be serializable by the key "
-                    f"type given to key_by (or be str/int/float/bool/bytes/tuples of these)"
+                    f"the key of record {v!r:.80} for the key_by after {self.node_name!r} cannot "
+                    f"be serialized ({type(se).__name__}: {se}): {what}"
                 ) from se
         raise e
 

@@ -29,6 +29,7 @@ from typing import Any
 from streamstate.runtime.graph import OpNode, Stage
 from streamstate.runtime.keygroups import compute_key_group_range_for_operator_index
 from streamstate.runtime.operators.base import OperatorContext, StreamOperator
+from streamstate.runtime.operators.output_types import OutputTypeCheck
 from streamstate.runtime.protocol import (
     DRIVER,
     EpochSpec,
@@ -70,6 +71,8 @@ class _SubtaskInstance:
         self.watermarks: dict[int, int] = {}
         #: node tids whose operator reads timestamps (process_batch_ts on timestamped input)
         self.ts_aware: set[int] = set()
+        #: node tid -> the check of its declared output type (only nodes that declared one)
+        self.output_checks: dict[int, Any] = {}
 
     def close(self) -> None:
         for op in self.ops.values():
@@ -168,6 +171,8 @@ def _build_instance(
         inst.contexts.append(ctx)
         inst.ops[tid] = op
         _setup_time(inst, node, op, sub.watermarks.get(node.uid))
+        if node.output_type is not None:
+            inst.output_checks[tid] = OutputTypeCheck(node.name, node.output_type)
     # Flink's order: initializeState (operator and keyed state stores) before open()
     for tid, op in inst.ops.items():
         store = inst.op_stores[st.nodes[tid].uid]
@@ -260,6 +265,7 @@ def run_stage_partition(
         counts: dict[str, int] = {}
         ops = inst.ops
         ts_aware = inst.ts_aware
+        checks = inst.output_checks
         now = epoch_spec.processing_time_ms
         if now is not None:
             for ctx in inst.contexts:
@@ -281,6 +287,8 @@ def run_stage_partition(
             else:
                 out, ots = op.process_batch(batch), None
             counts[node.uid] = counts.get(node.uid, 0) + len(batch)
+            if checks and out and node.tid in checks:
+                checks[node.tid](out)
             forward(node, op, out, ots)
 
         def forward(

@@ -24,6 +24,7 @@ from typing import Any
 
 from streamstate.api.functions import RuntimeContext
 from streamstate.errors import StateAccessError
+from streamstate.runtime.operators.outputs import outputs_not_iterable
 from streamstate.runtime.operators.timing import QueryOnlyTimerService
 from streamstate.runtime.watermarks import MIN_WATERMARK
 
@@ -185,7 +186,10 @@ class StreamOperator:
             self.current_timestamp = t
             r = self.process_batch([v])
             if r:
-                out.extend(r)
+                try:
+                    out.extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
                 out_ts.extend([t] * len(r))
         self.current_timestamp = None
         return out, out_ts
@@ -200,7 +204,10 @@ class StreamOperator:
             self.current_timestamp = t
             r = self.process_batch2([v])
             if r:
-                out.extend(r)
+                try:
+                    out.extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
                 out_ts.extend([t] * len(r))
         self.current_timestamp = None
         return out, out_ts

@@ -24,7 +24,8 @@ from streamstate.runtime.operators.base import (
     close_function,
     open_function,
 )
-from streamstate.runtime.operators.timing import KeyedTimersMixin, split_yielded_side_outputs
+from streamstate.runtime.operators.outputs import outputs_not_iterable, split_yielded_side_outputs
+from streamstate.runtime.operators.timing import KeyedTimersMixin
 
 __all__ = ["BroadcastProcessOperator", "KeyedBroadcastProcessOperator"]
 
@@ -165,7 +166,10 @@ class _BroadcastOperator(StreamOperator):
         for v in batch:
             r = f(v, ctx)
             if r is not None:
-                out.extend(r)
+                try:
+                    out.extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
         return split_yielded_side_outputs(self, out, None)[0] if self.side_tags else out
 
 
@@ -176,7 +180,10 @@ class BroadcastProcessOperator(_BroadcastOperator):
         for v in batch:
             r = f(v, ctx)
             if r is not None:
-                out.extend(r)
+                try:
+                    out.extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
         return split_yielded_side_outputs(self, out, None)[0] if self.side_tags else out
 
 
@@ -201,7 +208,10 @@ class KeyedBroadcastProcessOperator(KeyedTimersMixin, _BroadcastOperator):
             set_key(key, kg)
             r = f(v, ctx)
             if r is not None:
-                out.extend(r)
+                try:
+                    out.extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
         return split_yielded_side_outputs(self, out, None)[0] if self.side_tags else out
 
     def apply_to_keyed_state(self, descriptor: Any, function: Callable[[Any, Any], None]) -> None:

@@ -22,7 +22,8 @@ from streamstate.runtime.operators.base import (
     close_function,
     open_function,
 )
-from streamstate.runtime.operators.timing import KeyedTimersMixin, split_yielded_side_outputs
+from streamstate.runtime.operators.outputs import outputs_not_iterable, split_yielded_side_outputs
+from streamstate.runtime.operators.timing import KeyedTimersMixin
 
 __all__ = [
     "CoFlatMapOperator",
@@ -83,7 +84,10 @@ class CoFlatMapOperator(_TwoInputFunctionOperator):
         for v in batch:
             r = f(v)
             if r is not None:
-                out.extend(r)
+                try:
+                    out.extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
         return out
 
 
@@ -113,7 +117,10 @@ class CoProcessOperator(_TwoInputFunctionOperator):
         for v in batch:
             r = f(v, ctx)
             if r is not None:
-                out.extend(r)
+                try:
+                    out.extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
         return out
 
 
@@ -141,7 +148,10 @@ class KeyedCoFlatMapOperator(_TwoInputFunctionOperator):
             set_key(key, kg)
             r = f(v)
             if r is not None:
-                out.extend(r)
+                try:
+                    out.extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
         return out
 
 
@@ -200,5 +210,8 @@ class KeyedCoProcessOperator(KeyedTimersMixin, _TwoInputFunctionOperator):
             set_key(key, kg)
             r = f(v, ctx)
             if r is not None:
-                out.extend(r)
+                try:
+                    out.extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
         return out

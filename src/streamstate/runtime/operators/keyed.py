@@ -18,7 +18,8 @@ from streamstate.runtime.operators.base import (
     close_function,
     open_function,
 )
-from streamstate.runtime.operators.timing import KeyedTimersMixin, split_yielded_side_outputs
+from streamstate.runtime.operators.outputs import outputs_not_iterable, split_yielded_side_outputs
+from streamstate.runtime.operators.timing import KeyedTimersMixin
 
 __all__ = [
     "KeyedFilterOperator",
@@ -88,7 +89,10 @@ class KeyedProcessOperator(KeyedTimersMixin, _KeyedFunctionOperator):
             set_key(key, kg)
             r = f(value, ctx)
             if r is not None:
-                extend(r)
+                try:
+                    extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
         if self.side_tags:
             return split_yielded_side_outputs(self, out, None)[0]
         return out
@@ -107,7 +111,10 @@ class KeyedProcessOperator(KeyedTimersMixin, _KeyedFunctionOperator):
             r = f(value, ctx)
             if r is not None:
                 n = len(out)
-                out.extend(r)
+                try:
+                    out.extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
                 out_ts.extend([t] * (len(out) - n))
         if self.side_tags:
             return split_yielded_side_outputs(self, out, out_ts)
@@ -163,7 +170,10 @@ class KeyedFlatMapOperator(_KeyedFunctionOperator):
             set_key(key, kg)
             r = f(value)
             if r is not None:
-                extend(r)
+                try:
+                    extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
         return out
 
 

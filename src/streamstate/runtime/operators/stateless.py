@@ -11,7 +11,7 @@ from streamstate.runtime.operators.base import (
     close_function,
     open_function,
 )
-from streamstate.runtime.operators.timing import split_yielded_side_outputs
+from streamstate.runtime.operators.outputs import outputs_not_iterable, split_yielded_side_outputs
 
 __all__ = ["FilterOperator", "FlatMapOperator", "MapOperator", "ProcessOperator"]
 
@@ -55,7 +55,10 @@ class FlatMapOperator(_FunctionOperator):
         for v in batch:
             r = f(v)
             if r is not None:
-                extend(r)
+                try:
+                    extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
         return out
 
     def process_batch_ts(
@@ -68,7 +71,10 @@ class FlatMapOperator(_FunctionOperator):
             r = f(v)
             if r is not None:
                 n = len(out)
-                out.extend(r)
+                try:
+                    out.extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
                 out_ts.extend([t] * (len(out) - n))
         return out, out_ts
 
@@ -122,7 +128,10 @@ class ProcessOperator(_FunctionOperator):
         for v in batch:
             r = f(v, ctx)
             if r is not None:
-                extend(r)
+                try:
+                    extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
         if self.side_tags:
             return split_yielded_side_outputs(self, out, None)[0]
         return out
@@ -139,7 +148,10 @@ class ProcessOperator(_FunctionOperator):
             r = f(v, ctx)
             if r is not None:
                 n = len(out)
-                out.extend(r)
+                try:
+                    out.extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
                 out_ts.extend([t] * (len(out) - n))
         if self.side_tags:
             return split_yielded_side_outputs(self, out, out_ts)

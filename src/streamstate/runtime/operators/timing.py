@@ -12,15 +12,14 @@ from typing import Any
 
 from streamstate.api.co_functions import KeyedBroadcastProcessFunction, KeyedCoProcessFunction
 from streamstate.api.functions import KeyedProcessFunction
-from streamstate.api.output_tag import OutputTag
 from streamstate.api.timerservice import TimerService
 from streamstate.errors import StateAccessError, TimestampError
+from streamstate.runtime.operators.outputs import outputs_not_iterable, split_yielded_side_outputs
 
 __all__ = [
     "KeyedTimerService",
     "KeyedTimersMixin",
     "QueryOnlyTimerService",
-    "split_yielded_side_outputs",
 ]
 
 _NOT_KEYED = (
@@ -169,25 +168,12 @@ class KeyedTimersMixin:
             r = on_timer(timer.timestamp, tctx) if on_timer is not None else None
             if r is not None:
                 n = len(out)
-                out.extend(r)
+                try:
+                    out.extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
                 out_ts.extend([timer.timestamp] * (len(out) - n))
         if self.side_tags and out:
             out, out_ts = split_yielded_side_outputs(self, out, out_ts)  # type: ignore[arg-type]  # out_ts is a list whenever the operator emits side outputs
         self.hook_timestamps = out_ts
         return out
-
-
-def split_yielded_side_outputs(
-    op: Any, out: list[Any], out_ts: list[Any] | None
-) -> tuple[list[Any], list[Any]]:
-    """Move PyFlink-style yielded ``(OutputTag, value)`` pairs from ``out`` to ``op``'s side outputs."""
-    main: list[Any] = []
-    main_ts: list[Any] = []
-    for i, v in enumerate(out):
-        t = out_ts[i] if out_ts is not None else op.current_timestamp
-        if type(v) is tuple and len(v) == 2 and type(v[0]) is OutputTag:
-            op.emit_side(v[0].tag_id, v[1], t)
-        else:
-            main.append(v)
-            main_ts.append(t)
-    return main, main_ts

@@ -35,7 +35,7 @@ from streamstate.api.window_base import (
 )
 from streamstate.errors import ConfigurationError, StateAccessError
 from streamstate.runtime.operators.base import StreamOperator
-from streamstate.runtime.operators.timing import split_yielded_side_outputs
+from streamstate.runtime.operators.outputs import outputs_not_iterable, split_yielded_side_outputs
 from streamstate.runtime.timers import InternalTimerService
 from streamstate.runtime.windowing.contexts import (
     AssignerContext,
@@ -243,7 +243,10 @@ class WindowOperator(StreamOperator):
         r = self.window_function.process(key, window, self.process_ctx, contents)
         if r is not None:
             n = len(out)
-            out.extend(r)
+            try:
+                out.extend(r)
+            except TypeError:
+                raise outputs_not_iterable(self, r) from None
             out_ts.extend([window.max_timestamp()] * (len(out) - n))
 
     def _cleanup_time(self, window: Any) -> int:
