@@ -12,6 +12,7 @@ __all__ = [
     "ConfigurationError",
     "CorruptCheckpointError",
     "IllegalLifecycleTransition",
+    "InputFormatError",
     "JobExecutionError",
     "KeySerializationError",
     "OutputTypeError",
@@ -66,6 +67,11 @@ class KeySerializationError(StreamStateError, TypeError):
 
 class TimestampError(StreamStateError, TypeError):
     """An event timestamp or a timer time that is not int milliseconds."""
+
+
+class InputFormatError(StreamStateError, ValueError):
+    """A source's input cannot be read as its format says (e.g. bytes that are not valid in
+    the file's charset); names the input, the position and the fix."""
 
 
 class OutputTypeError(StreamStateError, TypeError):

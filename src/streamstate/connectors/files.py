@@ -15,7 +15,7 @@ import posixpath
 from typing import Any
 
 from streamstate.connectors.base import Source
-from streamstate.errors import ConfigurationError
+from streamstate.errors import ConfigurationError, InputFormatError
 
 __all__ = ["TextLineFileSource", "list_files"]
 
@@ -46,12 +46,15 @@ def list_files(url: str) -> list[str]:
 class TextLineFileSource(Source):
     bounded = True
 
-    def __init__(self, paths: list[str], monitor_interval_ms: int | None = None) -> None:
+    def __init__(
+        self, paths: list[str], monitor_interval_ms: int | None = None, charset: str = "utf-8"
+    ) -> None:
         if not paths:
             raise ConfigurationError("a file source needs at least one path")
         self.paths = [str(p) for p in paths]
         self.monitor_interval_ms = monitor_interval_ms
         self.bounded = monitor_interval_ms is None
+        self.charset = charset
 
     def _scan(self) -> list[str]:
         found: list[str] = []
@@ -96,8 +99,17 @@ class TextLineFileSource(Source):
                     if not line:
                         done = True
                         break
+                    try:
+                        text = line.decode(self.charset)
+                    except UnicodeDecodeError as e:
+                        raise InputFormatError(
+                            f"file {path!r}, the line at byte offset {offset}: cannot decode "
+                            f"{line[max(0, e.start - 8) : e.end + 8]!r} as {self.charset} "
+                            f"({e.reason}). Give the FileSource the file's charset "
+                            f"(StreamFormat.text_line_format('ISO-8859-1'), ...) or fix the file"
+                        ) from None
                     offset += len(line)
-                    out.append(line.decode("utf-8").rstrip("\r\n"))
+                    out.append(text.rstrip("\r\n"))
                 if not done and not f.read(1):
                     done = True
             progress.append([idx, offset, done])

@@ -26,8 +26,17 @@ class StreamFormat:
 
     @staticmethod
     def text_line_format(charset_name: str = "UTF-8") -> StreamFormat:
-        if charset_name.upper().replace("-", "") != "UTF8":
-            raise ConfigurationError("only UTF-8 text lines are supported")
+        """Lines of text in ``charset_name`` (any charset Python knows: UTF-8, ISO-8859-1,
+        windows-1252, ...)."""
+        import codecs
+
+        try:
+            codecs.lookup(charset_name)
+        except LookupError:
+            raise ConfigurationError(
+                f"unknown charset {charset_name!r} for text_line_format(); use a charset name "
+                f"Python knows, e.g. 'UTF-8', 'ISO-8859-1' or 'windows-1252'"
+            ) from None
         return StreamFormat("text-line", charset_name)
 
 
@@ -59,7 +68,7 @@ class FileSource:
     ) -> None:
         from streamstate.connectors.files import TextLineFileSource
 
-        self._source = TextLineFileSource(paths, monitor_ms)
+        self._source = TextLineFileSource(paths, monitor_ms, charset=stream_format.charset)
 
     @staticmethod
     def for_record_stream_format(stream_format: StreamFormat, *paths: str) -> FileSourceBuilder:
