@@ -45,7 +45,11 @@ from streamstate.runtime.checkpoint.registry import (
     get_checkpoint_storage_class,
     register_checkpoint_storage,
 )
-from streamstate.runtime.checkpoint.storage import epoch_state_name, resolve_external_pointer
+from streamstate.runtime.checkpoint.storage import (
+    epoch_state_name,
+    load_restore_point,
+    resolve_external_pointer,
+)
 from streamstate.runtime.keygroups import KeyGroupRange
 
 JOB = "job-1"
@@ -435,3 +439,66 @@ def test_state_backend_creates_registered_keyed_backend():
         key_serializer=default_key_serializer(),
     )
     assert type(backend).__name__ == "HeapKeyedStateBackend"
+
+
+# -- one writer per job directory, owner-only permissions, restore points (issue 17) ----------
+
+
+def test_a_second_job_on_the_same_directory_and_job_id_is_refused(tmp_path):
+    from streamstate.errors import CheckpointStorageError
+
+    first = fs_storage(str(tmp_path))
+    second = FileSystemCheckpointStorageAccess(str(tmp_path))
+    with pytest.raises(CheckpointStorageError, match=rf"in use by job '{JOB}' of process {os.getpid()}"):
+        second.initialize_job(JOB)
+    first.release_job()
+    second.initialize_job(JOB)  # free again
+    second.release_job()
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path, caplog):
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    job_dir = tmp_path / JOB
+    job_dir.mkdir()
+    owner = {"host": socket.gethostname(), "pid": int(dead.stdout), "job_id": JOB, "since_ms": 1}
+    (job_dir / "_lock").write_text(json.dumps(owner))
+    with caplog.at_level(logging.WARNING):
+        s = fs_storage(str(tmp_path))
+    assert "stale lock" in caplog.text
+    assert json.loads((job_dir / "_lock").read_text())["pid"] == os.getpid()
+    s.release_job()
+    assert not (job_dir / "_lock").exists()
+
+
+def test_job_directories_are_owner_only(tmp_path):
+    s = fs_storage(str(tmp_path))
+    assert (tmp_path / JOB).stat().st_mode & 0o777 == 0o700
+    s.release_job()
+
+
+def test_restore_point_of_a_job_directory_is_its_newest_valid_checkpoint(tmp_path, caplog):
+    s = fs_storage(str(tmp_path))
+    write_checkpoint(s, 1)
+    md2 = write_checkpoint(s, 2)
+    write_checkpoint(s, 3)
+    meta3 = tmp_path / JOB / "chk-3" / "_metadata"
+    meta3.write_bytes(meta3.read_bytes()[:-5])  # damaged: skipped
+    (tmp_path / JOB / "chk-4").mkdir()  # never completed: ignored
+    with caplog.at_level(logging.WARNING):
+        md, url = load_restore_point(str(tmp_path / JOB))
+    assert md == md2 and url.endswith("chk-2/_metadata")
+    assert "skipping checkpoint" in caplog.text
+    # the base directory: the newest valid checkpoint of any job directory
+    other = FileSystemCheckpointStorageAccess(str(tmp_path))
+    other.initialize_job("job-2")
+    md9 = write_checkpoint(other, 9)
+    md, url = load_restore_point(str(tmp_path))
+    assert md.checkpoint_id == md9.checkpoint_id and "/job-2/chk-9/" in url
+    with pytest.raises(CorruptCheckpointError, match="no valid completed checkpoint"):
+        load_restore_point(str(tmp_path / "nothing-here"))

@@ -32,7 +32,7 @@ from streamstate.errors import (
 )
 from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
-from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess
+from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess, load_restore_point
 from streamstate.runtime.epoch_loop import EpochLoop, JobCancelled
 from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.job_metrics import JobMetrics
@@ -136,12 +136,12 @@ class JobExecutor:
         if not path:
             return
         try:
-            md = self.storage.load_metadata(path, verify=True)
+            md, where = load_restore_point(path)
         except FileNotFoundError as e:
             raise CorruptCheckpointError(f"no checkpoint at {path}: {e}") from e
-        self._restore(md, path)
-        self.restored_from = path
-        log.info("job %s restored from %s (epoch %d)", self.job_id, path, self.state.epoch)
+        self._restore(md, where)
+        self.restored_from = where
+        log.info("job %s restored from %s (epoch %d)", self.job_id, where, self.state.epoch)
 
     def _recover_after_failure(self) -> None:
         self.state.attempt += 1
@@ -192,6 +192,7 @@ class JobExecutor:
         for c in self.committers.values():
             c.finish()
         self._cleanup_epoch_versions()
+        self.storage.release_job()
         if cancelled:
             if self.lifecycle.status is not JobStatus.CANCELLING:
                 self.lifecycle.transition(JobStatus.CANCELLING)
@@ -247,6 +248,7 @@ class JobExecutor:
             self.runner.stop()
             self.coordinator.on_job_terminal(cancelled=False, failed=True)
             self._cleanup_epoch_versions()
+            self.storage.release_job()
         except Exception as e:  # noqa: BLE001 - the job failure is what the caller must see
             log.warning("cleanup after job failure failed: %s", e)
 

@@ -14,6 +14,7 @@ from streamstate.runtime.checkpoint.handles import (
     FileStateHandle,
     StreamStateHandle,
 )
+from streamstate.runtime.checkpoint.lock import JobLock, make_private
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.checkpoint.storage import (
     EPOCHS_DIR,
@@ -60,10 +61,18 @@ class FileSystemCheckpointStorageAccess(CheckpointStorageAccess):
         self._dir = CheckpointDirectory(self.checkpoint_path, job_id)
         try:
             self._dir.fs.makedirs(self._dir.job_path, exist_ok=True)
+            make_private(self._dir.fs, self._dir.job_path)
         except OSError as e:
             raise CheckpointStorageError(
                 f"cannot create checkpoint directory {self._dir.url(self._dir.job_path)}: {e}"
             ) from e
+        self._lock = JobLock(self._dir.fs, self._dir.job_path, job_id).acquire()
+
+    def release_job(self) -> None:
+        """The job ended: give up the job directory's lock."""
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()
 
     def _directory(self) -> CheckpointDirectory:
         self._require_job()

@@ -15,16 +15,19 @@ storage on a cluster.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from typing import Any
 
 from streamstate.errors import (
+    CheckpointStorageError,
     ConfigurationError,
     CorruptCheckpointError,
     StateSizeExceededError,
 )
 from streamstate.runtime.checkpoint.handles import ByteStreamStateHandle, StreamStateHandle
+from streamstate.runtime.checkpoint.lock import make_private
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.checkpoint.storage import (
     EPOCHS_DIR,
@@ -37,6 +40,8 @@ from streamstate.runtime.checkpoint.storage import (
 )
 
 __all__ = ["DEFAULT_MAX_STATE_SIZE", "MemoryCheckpointStorageAccess"]
+
+log = logging.getLogger("streamstate")
 
 DEFAULT_MAX_STATE_SIZE = 5 * 1024 * 1024
 
@@ -70,6 +75,30 @@ class MemoryCheckpointStorageAccess(CheckpointStorageAccess):
         super().initialize_job(job_id)
         if self.checkpoint_path is not None:
             self._dir = CheckpointDirectory(self.checkpoint_path, job_id)
+        fs, root = self._job_fs()
+        try:
+            fs.makedirs(root, exist_ok=True)
+            make_private(fs, root)
+        except OSError as e:
+            raise CheckpointStorageError(f"cannot create the epoch state directory {root}: {e}") from e
+
+    def _job_fs(self) -> tuple[Any, str]:
+        job = self._require_job()
+        base = self.working_dir or os.path.join(tempfile.gettempdir(), "streamstate")
+        fs, root = _url_to_fs(base)
+        return fs, f"{root.rstrip('/')}/{job}"
+
+    def release_job(self) -> None:
+        """The job ended: remove its epoch state directory when nothing is left in it."""
+        fs, root = self._job_fs()
+        try:
+            if not fs.exists(root):
+                return
+            files = [f for f in fs.find(root) if not f.rstrip("/").endswith("/")]
+            if not files:
+                fs.rm(root, recursive=True)
+        except OSError as e:
+            log.debug("could not remove the empty job directory %s: %s", root, e)
 
     # -- worker side -------------------------------------------------------------------------
 
@@ -87,10 +116,8 @@ class MemoryCheckpointStorageAccess(CheckpointStorageAccess):
         return ByteStreamStateHandle.of(bytes(data))
 
     def _epoch_fs(self) -> tuple[Any, str]:
-        job = self._require_job()
-        base = self.working_dir or os.path.join(tempfile.gettempdir(), "streamstate")
-        fs, root = _url_to_fs(base)
-        return fs, f"{root.rstrip('/')}/{job}/{EPOCHS_DIR}"
+        fs, root = self._job_fs()
+        return fs, f"{root}/{EPOCHS_DIR}"
 
     # -- driver side -------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ __all__ = [
     "atomic_write",
     "epoch_state_name",
     "load_metadata_from_path",
+    "load_restore_point",
     "resolve_external_pointer",
     "verify_state_files",
 ]
@@ -187,6 +188,74 @@ def load_metadata_from_path(path: str, verify: bool = True) -> CheckpointMetadat
     return md
 
 
+def load_restore_point(path: str) -> tuple[CheckpointMetadata, str]:
+    """The checkpoint to restore for ``path``: ``(metadata, its _metadata URL)``.
+
+    ``path`` is a checkpoint or savepoint directory (``chk-<n>``) or its ``_metadata`` file;
+    or a job's directory (``<dir>/<job-id>``), meaning its newest checkpoint that loads and
+    verifies; or a checkpoint base directory holding job directories, meaning the newest
+    (by trigger time) valid checkpoint of any of them. Damaged checkpoints are skipped with
+    a warning; none valid raises :class:`CorruptCheckpointError` listing what was tried.
+    """
+    fs, p = _url_to_fs(path)
+    if fs.exists(_join(p, METADATA_FILE_NAME)) or p.rsplit("/", 1)[-1] == METADATA_FILE_NAME:
+        md = load_metadata_from_path(path, verify=True)
+        return md, resolve_external_pointer(path)
+    tried: list[str] = []
+    job_dirs = [p] if _checkpoint_dirs(fs, p) else sorted(_ls_dirs(fs, p))
+    found: list[tuple[int, int, CheckpointMetadata, str]] = []
+    for job_dir in job_dirs:
+        newest = _newest_valid(fs, job_dir, tried)
+        if newest is not None:
+            found.append(newest)
+    if not found:
+        raise CorruptCheckpointError(
+            f"no valid completed checkpoint under {path!r}"
+            + (f"; damaged: {'; '.join(tried)}" if tried else "")
+            + ". Pass a checkpoint directory (chk-<n>), a job's checkpoint directory, or the "
+            "checkpoint base directory"
+        )
+    _, _, md, url = max(found, key=lambda x: (x[0], x[1]))
+    log.info("restoring checkpoint %s (the newest valid one under %s)", url, path)
+    return md, url
+
+
+def _newest_valid(
+    fs: Any, job_dir: str, tried: list[str]
+) -> tuple[int, int, CheckpointMetadata, str] | None:
+    """``(trigger time, id, metadata, url)`` of the newest checkpoint of ``job_dir`` that
+    loads and verifies (damaged ones are skipped and recorded in ``tried``)."""
+    for cid, d in sorted(_checkpoint_dirs(fs, job_dir), reverse=True):
+        if not fs.exists(_join(d, METADATA_FILE_NAME)):
+            continue  # never completed
+        url = fs.unstrip_protocol(_join(d, METADATA_FILE_NAME))
+        try:
+            md = load_metadata_from_path(url, verify=True)
+        except CorruptCheckpointError as e:
+            log.warning("skipping checkpoint %s: %s", url, e)
+            tried.append(f"{url}: {e}")
+            continue
+        return md.timestamp_ms, cid, md, url
+    return None
+
+
+def _checkpoint_dirs(fs: Any, directory: str) -> list[tuple[int, str]]:
+    out = []
+    for d in _ls_dirs(fs, directory):
+        m = _CHK_RE.match(d.rsplit("/", 1)[-1])
+        if m:
+            out.append((int(m.group(1)), d))
+    return out
+
+
+def _ls_dirs(fs: Any, directory: str) -> list[str]:
+    try:
+        entries = fs.ls(directory, detail=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [e["name"].rstrip("/") for e in entries if e.get("type") == "directory"]
+
+
 class CheckpointDirectory:
     """``<base>/<job-id>/chk-<n>/...`` on one fsspec file system (driver-side helper).
 
@@ -295,6 +364,15 @@ class CheckpointStorageAccess(ABC):
                 f"job id {job_id!r} must contain only letters, digits, '_', '-' and '.'"
             )
         self.job_id = job_id
+
+    def release_job(self) -> None:  # noqa: B027 - optional hook: most accesses hold nothing
+        """The job ended (any way): release what ``initialize_job`` took (e.g. a lock)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Workers get the access without the driver's lock (only the driver releases it).
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
 
     def _require_job(self) -> str:
         if self.job_id is None:

@@ -29,7 +29,6 @@ _INT_RANGES = {
 _PLAIN: dict[BasicType, tuple[type, ...]] = {
     BasicType.STRING: (str,),
     BasicType.BOOLEAN: (bool,),
-    BasicType.FLOAT: (float, int),
     BasicType.DOUBLE: (float, int),
     BasicType.BIG_INT: (int,),
     BasicType.BIG_DEC: (Decimal,),

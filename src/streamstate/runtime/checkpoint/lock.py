@@ -1,0 +1,133 @@
+"""One writer per job directory: a lock file naming its owner, and owner-only permissions.
+
+A job's checkpoint directory (``<dir>/<job-id>``) is written by exactly one driver. The
+driver creates ``<dir>/<job-id>/_lock`` (exclusively, on local file systems) holding its
+host, process id, job id and start time; a second driver for the same directory and job
+id is refused with :class:`~streamstate.errors.CheckpointStorageError` naming the owner.
+A lock whose owner process is gone (same host, pid not running) is stale and taken over.
+On object stores there is no exclusive create: the check is best effort (documented).
+
+Job directories on local file systems are made owner-only (``0700``): checkpoints hold
+state, and restoring a checkpoint can load pickled values (see docs/guarantees.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from streamstate.errors import CheckpointStorageError
+
+__all__ = ["LOCK_FILE_NAME", "JobLock", "is_local", "make_private"]
+
+log = logging.getLogger("streamstate")
+
+LOCK_FILE_NAME = "_lock"
+
+
+def is_local(fs: Any) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return bool({"file", "local"} & set(protocol))
+
+
+def make_private(fs: Any, directory: str) -> None:
+    """Owner-only permissions for ``directory`` on a local file system (others: no-op)."""
+    if is_local(fs):
+        os.chmod(directory, 0o700)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class JobLock:
+    """The lock of one job directory, held by this driver process until :meth:`release`."""
+
+    def __init__(self, fs: Any, job_path: str, job_id: str) -> None:
+        self.fs = fs
+        self.path = f"{job_path.rstrip('/')}/{LOCK_FILE_NAME}"
+        self.owner = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "job_id": job_id,
+            "since_ms": time.time_ns() // 1_000_000,
+        }
+        self.held = False
+
+    def acquire(self) -> JobLock:
+        data = json.dumps(self.owner).encode()
+        for _ in range(2):
+            if self._create(data):
+                self.held = True
+                return self
+            other = self._read()
+            if other is not None and not self._stale(other):
+                raise CheckpointStorageError(
+                    f"checkpoint directory {self.fs.unstrip_protocol(self.path).rsplit('/', 1)[0]}"
+                    f" is in use by job {other.get('job_id')!r} of process {other.get('pid')} on "
+                    f"{other.get('host')!r} (since {other.get('since_ms')} ms): two jobs must not "
+                    f"write one job directory. Use another job id or checkpoint directory; if "
+                    f"that job is gone (its machine died), delete {LOCK_FILE_NAME}"
+                )
+            log.warning("taking over the stale lock %s of %s", self.path, other)
+            try:
+                self.fs.rm(self.path)
+            except FileNotFoundError:
+                pass
+        raise CheckpointStorageError(f"cannot take the lock {self.path}: it keeps reappearing")
+
+    def _create(self, data: bytes) -> bool:
+        if is_local(self.fs):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return True
+        if self.fs.exists(self.path):  # object stores: no exclusive create (best effort)
+            return False
+        with self.fs.open(self.path, "wb") as f:
+            f.write(data)
+        return True
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            with self.fs.open(self.path, "rb") as f:
+                doc = json.loads(f.read().decode())
+            return doc if isinstance(doc, dict) else {}
+        except FileNotFoundError:
+            return None
+        except (ValueError, UnicodeDecodeError):
+            return {}  # an unreadable lock: its owner is unknown, treat as held
+
+    def _stale(self, other: dict[str, Any]) -> bool:
+        pid = other.get("pid")
+        return (
+            other.get("host") == self.owner["host"]
+            and isinstance(pid, int)
+            and pid != os.getpid()
+            and not _alive(pid)
+        )
+
+    def release(self) -> None:
+        """Remove the lock (idempotent; only this owner's lock)."""
+        if not self.held:
+            return
+        self.held = False
+        other = self._read()
+        if other == self.owner:
+            try:
+                self.fs.rm(self.path)
+            except FileNotFoundError:
+                pass
