@@ -78,6 +78,7 @@ class StreamExecutionEnvironment:
         self._sinks: list[Transformation] = []
         self._recovery_path: str | None = None
         self._clock: Any = None
+        self._observers: list[Any] = []
         self._apply_configuration(self._configuration)
 
     @staticmethod
@@ -300,6 +301,13 @@ class StreamExecutionEnvironment:
         wait for it or cancel it (the job stops at the next epoch boundary)."""
         return JobClient(self._executor(job_name))
 
+    def add_job_observer(self, observer: Any) -> StreamExecutionEnvironment:
+        """Observe the jobs of this environment (a streamstate extension): a
+        ``streamstate.runtime.job_status.JobObserver`` gets status changes, every finished
+        epoch's statistics and every failure, on the driver, between epochs."""
+        self._observers.append(observer)
+        return self
+
     def set_clock(self, clock: Any) -> StreamExecutionEnvironment:
         """The driver's clock for the jobs of this environment (a zero-argument callable
         returning ms since the Unix epoch; default the wall clock). A streamstate extension
@@ -341,6 +349,7 @@ class StreamExecutionEnvironment:
             storage.create_access(working_dir=settings.state_dir),
             restart,
             self._make_runner(),
+            observers=tuple(self._observers),
         )
 
     def _make_runner(self) -> Any:

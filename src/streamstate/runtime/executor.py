@@ -156,6 +156,11 @@ class JobExecutor:
         else:
             for c in self.committers.values():
                 c.abort(0)
+        try:
+            # the failed attempts' per-epoch versions are never read again
+            self.storage.discard_epoch_attempts_before(self.state.attempt)
+        except OSError as e:
+            log.debug("could not delete the failed attempts' epoch versions: %s", e)
         log.info(
             "job %s restarting (attempt %d) from %s",
             self.job_id,

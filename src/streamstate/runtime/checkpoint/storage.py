@@ -61,6 +61,7 @@ EPOCHS_DIR = "epochs"
 
 _CHK_RE = re.compile(r"^chk-(\d+)$")
 _EPOCH_VERSION_RE = re.compile(r"^v(\d+)(?:[-.]|$)")
+_ATTEMPT_RE = re.compile(r"^\.?a(\d+)-e\d+-")
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
@@ -414,6 +415,27 @@ class CheckpointStorageAccess(ABC):
                 p = _join(root, h.path[len(prefix) :])
                 if fs.exists(p):
                     fs.rm(p)
+
+    def discard_epoch_attempts_before(self, attempt: int) -> int:
+        """Delete every per-epoch version written by an attempt before ``attempt``
+        (``.../a<k>-e<n>-...`` with ``k < attempt``); returns how many. After a restart the
+        job restores from a checkpoint, so nothing of a failed attempt is read again; without
+        this, every restart would leave its versions behind. Idempotent."""
+        fs, root = self._epoch_fs()
+        try:
+            files = fs.find(root)
+        except FileNotFoundError:
+            return 0
+        n = 0
+        for f in files:
+            m = _ATTEMPT_RE.match(f.rstrip("/").rsplit("/", 1)[-1])
+            if m and int(m.group(1)) < attempt:
+                try:
+                    fs.rm(f)
+                    n += 1
+                except FileNotFoundError:
+                    pass
+        return n
 
     def discard_epoch_states_before(self, scope: str, version: int) -> int:
         """Delete ``<scope>/v<k>-*`` epoch states with ``k < version``; returns how many.
