@@ -8,7 +8,17 @@ from typing import Any
 from streamstate.common import Configuration, RestartStrategies
 from streamstate.datastream import StreamExecutionEnvironment
 
-__all__ = ["make_env"]
+__all__ = ["REBUILD_INSTANCES", "make_env", "rebuild_instances"]
+
+REBUILD_INSTANCES = "execution.runner.local.rebuild-instances"
+#: what make_env sets REBUILD_INSTANCES to when not told (tests flip it with monkeypatch)
+REBUILD_INSTANCES_DEFAULT = False
+
+
+def rebuild_instances(env: StreamExecutionEnvironment, on: bool = True) -> None:
+    """The in-process runner rebuilds every subtask from its state versions every epoch
+    (as if each moved to another Python worker)."""
+    env.configure(Configuration().set_string(REBUILD_INSTANCES, "true" if on else "false"))
 
 
 def make_env(
@@ -35,6 +45,8 @@ def make_env(
         c.set_string("execution.epoch.max-records", str(max_records))
     if max_epochs is not None:
         c.set_string("execution.epoch.max-epochs", str(max_epochs))
+    if spark is None and REBUILD_INSTANCES_DEFAULT:
+        c.set_string(REBUILD_INSTANCES, "true")
     for k, v in {**(conf or {}), **{k.replace("_", "."): v for k, v in keys.items()}}.items():
         c.set_string(k, v)
     env = StreamExecutionEnvironment.get_execution_environment(c, spark=spark)

@@ -502,3 +502,53 @@ def test_restore_point_of_a_job_directory_is_its_newest_valid_checkpoint(tmp_pat
     assert md.checkpoint_id == md9.checkpoint_id and "/job-2/chk-9/" in url
     with pytest.raises(CorruptCheckpointError, match="no valid completed checkpoint"):
         load_restore_point(str(tmp_path / "nothing-here"))
+
+
+# -- restore safety: signed metadata, SHA-256 of state files (issue 17) --------------------------
+
+
+def _resign_without_key(meta) -> None:
+    """What someone without the key can do: change the JSON and fix the length and CRC."""
+    import zlib
+
+    header, body = meta.read_bytes().split(b"\n", 1)
+    body = body.replace(b'"timestamp_ms": 1000', b'"timestamp_ms": 2000')
+    fields = dict(f.split("=", 1) for f in header.decode().split()[2:])
+    fields["crc32"] = f"{zlib.crc32(body) & 0xFFFFFFFF:08x}"
+    fields["length"] = str(len(body))
+    new = "streamstate-metadata v2 " + " ".join(f"{k}={v}" for k, v in fields.items())
+    meta.write_bytes(new.encode() + b"\n" + body)
+
+
+def test_metadata_changed_without_the_key_is_refused(tmp_path):
+    s = fs_storage(str(tmp_path))
+    write_checkpoint(s, 1)
+    meta = tmp_path / JOB / "chk-1" / "_metadata"
+    assert b"hmac-sha256=" in meta.read_bytes().split(b"\n", 1)[0]
+    _resign_without_key(meta)
+    with pytest.raises(CorruptCheckpointError, match="does not verify against this process's"):
+        s.load_metadata(1, verify=False)
+
+
+def test_metadata_of_another_key_is_refused_and_the_right_key_restores(tmp_path, monkeypatch):
+    s = fs_storage(str(tmp_path))
+    monkeypatch.setenv("STREAMSTATE_CHECKPOINT_KEY", "key-of-the-writer")
+    md = write_checkpoint(s, 1)
+    monkeypatch.setenv("STREAMSTATE_CHECKPOINT_KEY", "some-other-key")
+    with pytest.raises(CorruptCheckpointError, match="written with another key"):
+        s.load_metadata(1)
+    monkeypatch.setenv("STREAMSTATE_CHECKPOINT_KEY", "key-of-the-writer")
+    assert s.load_metadata(1) == md
+
+
+def test_a_swapped_state_file_with_the_same_size_and_crc_is_refused(tmp_path):
+    from streamstate.runtime.checkpoint.handles import FileStateHandle, checksum
+
+    f = tmp_path / "state"
+    f.write_bytes(b"original")
+    h = FileStateHandle.of(str(f), b"original")
+    f.write_bytes(b"replaced")
+    # a forged handle: the CRC of the new bytes, the SHA-256 the checkpoint recorded
+    forged = FileStateHandle(h.path, h.size, checksum(b"replaced"), h.sha256)
+    with pytest.raises(CorruptCheckpointError, match="SHA-256 differs"):
+        forged.read()

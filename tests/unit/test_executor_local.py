@@ -14,7 +14,6 @@ from streamstate.datastream import (
     KeyedProcessFunction,
     MapFunction,
     ProcessFunction,
-    StreamExecutionEnvironment,
 )
 from streamstate.datastream.connectors import CollectSink
 from streamstate.datastream.state import (
@@ -30,7 +29,6 @@ from streamstate.errors import (
     StateAccessError,
     StateDescriptorConflictError,
 )
-from streamstate.runtime.local_runner import LocalEpochRunner
 from streamstate.testing import TickingClock, use_default_clock
 from tests.support import envs
 
@@ -169,13 +167,8 @@ def test_results_identical_when_state_is_rebuilt_from_lineage(monkeypatch, check
         env = make_env(2, max_records=3, **{"execution_epoch_full-snapshot-interval": "2"})
         if checkpointing:
             env.enable_checkpointing(1)
-        with monkeypatch.context() as m:
-            m.setattr(
-                StreamExecutionEnvironment,
-                "_make_runner",
-                lambda self: LocalEpochRunner(drop_cache_each_epoch=drop),
-            )
-            return run_collect(all_states_job(env))
+        envs.rebuild_instances(env, drop)
+        return run_collect(all_states_job(env))
 
     cached, r1 = run(False)
     rebuilt, r2 = run(True)

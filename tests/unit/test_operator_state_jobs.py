@@ -18,7 +18,6 @@ from streamstate.datastream import (
     KeyedBroadcastProcessFunction,
     ListCheckpointed,
     MapFunction,
-    StreamExecutionEnvironment,
 )
 from streamstate.datastream.connectors import CollectSink
 from streamstate.datastream.state import (
@@ -32,7 +31,6 @@ from streamstate.errors import (
     StateAccessError,
     StateDescriptorConflictError,
 )
-from streamstate.runtime.local_runner import LocalEpochRunner
 from streamstate.runtime.state_reader import (
     passthrough_descriptor,
     read_keyed_state,
@@ -48,6 +46,7 @@ from tests.integration.opstate_jobs import (
     expected_matches,
     read_buffering_output,
 )
+from tests.support import envs
 
 DATA = [(f"k{i % 7}", i) for i in range(40)]
 
@@ -71,11 +70,7 @@ def checkpointing(env, tmp_path, retain: bool = False) -> None:
 def rebuild_every_epoch(monkeypatch) -> None:
     """Every subtask instance is rebuilt from its state versions in every epoch (as if it
     moved to another Python worker)."""
-    monkeypatch.setattr(
-        StreamExecutionEnvironment,
-        "_make_runner",
-        lambda self: LocalEpochRunner(drop_cache_each_epoch=True),
-    )
+    monkeypatch.setattr(envs, "REBUILD_INSTANCES_DEFAULT", True)
 
 
 # -- BufferingSink ---------------------------------------------------------------------------

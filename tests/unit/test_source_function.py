@@ -9,11 +9,11 @@ import pytest
 from test_executor_local import find_in_chain, make_env, run_collect
 
 from streamstate.common.restart_strategy import RestartStrategies
-from streamstate.datastream import SourceFunction, StreamExecutionEnvironment
+from streamstate.datastream import SourceFunction
 from streamstate.errors import ConfigurationError, JobExecutionError
-from streamstate.runtime.local_runner import LocalEpochRunner
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.opstate_jobs import CounterSource, SlowSource
+from tests.support import envs
 
 
 @pytest.fixture
@@ -28,11 +28,7 @@ def counter_run(tmp_path, name: str, fail_epoch: int = -1, rebuild: bool = False
     env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / name))
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
     if rebuild:
-        mp.setattr(
-            StreamExecutionEnvironment,
-            "_make_runner",
-            lambda self: LocalEpochRunner(drop_cache_each_epoch=True),
-        )
+        envs.rebuild_instances(env)
     ds = env.add_source(CounterSource(40)).uid("counter-source")
     ds = ds.map(FailOnce(str(tmp_path), epoch=fail_epoch, subtask=1, after_records=2))
     return run_collect(ds)

@@ -29,7 +29,6 @@ from streamstate.datastream.state import (
     ValueStateDescriptor,
 )
 from streamstate.errors import JobExecutionError, StateMigrationError
-from streamstate.runtime.local_runner import LocalEpochRunner
 from streamstate.runtime.state.registry import registered_keyed_backends
 from streamstate.runtime.state_reader import (
     describe_checkpoint,
@@ -78,18 +77,13 @@ def test_probe_matches_the_model_with_and_without_lineage_rebuilds(
 ) -> None:
     outs = []
     for drop in (False, True):
-        with monkeypatch.context() as m:
-            m.setattr(
-                StreamExecutionEnvironment,
-                "_make_runner",
-                lambda self, d=drop: LocalEpochRunner(drop_cache_each_epoch=d),
-            )
-            env = make_env(
-                tmp_path,
-                f"probe-{backend}-{drop}",
-                **{"execution.epoch.full-snapshot-interval": "3", "state.backend.type": backend},
-            )
-            out, _ = run(env, DATA, TtlProbe())
+        env = make_env(
+            tmp_path,
+            f"probe-{backend}-{drop}",
+            **{"execution.epoch.full-snapshot-interval": "3", "state.backend.type": backend},
+        )
+        envs.rebuild_instances(env, drop)
+        out, _ = run(env, DATA, TtlProbe())
         want = model(out)
         for key, seq, _epoch, seen in out:
             assert dict(seen) == want[(key, seq)], (drop, key, seq)

@@ -149,6 +149,7 @@ KNOWN_KEYS: dict[str, Validator] = {
     "execution.epoch.source-function.max-wait-ms": _int(0),
     "execution.epoch.state-dir": _any,
     "execution.runner": _choice("spark", "local"),
+    "execution.runner.local.rebuild-instances": _bool,
     "execution.task-failure-logs": _bool,
     "state.backend.type": _BACKEND,
     "state.backend": _BACKEND,

@@ -348,21 +348,9 @@ class StreamExecutionEnvironment:
             settings,
             storage.create_access(working_dir=settings.state_dir),
             restart,
-            self._make_runner(),
+            _make_runner(self._configuration, self._spark),
             observers=tuple(self._observers),
         )
-
-    def _make_runner(self) -> Any:
-        kind = (self._configuration.get_string("execution.runner", "spark") or "spark").lower()
-        if kind == "local":
-            from streamstate.runtime.local_runner import LocalEpochRunner
-
-            return LocalEpochRunner()
-        if kind != "spark":
-            raise ConfigurationError(f"execution.runner must be 'spark' or 'local', got {kind!r}")
-        from streamstate.spark.runner import SparkEpochRunner
-
-        return SparkEpochRunner(self._spark, self._configuration)
 
 
 class JobClient:
@@ -409,3 +397,25 @@ class JobClient:
     @property
     def epochs_completed(self) -> int:
         return int(self._executor.epoch)
+
+
+REBUILD_INSTANCES = "execution.runner.local.rebuild-instances"
+
+
+def _make_runner(configuration: Configuration, spark: Any) -> Any:
+    """The EpochRunner of ``execution.runner``: Spark (default) or in-process.
+
+    ``execution.runner.local.rebuild-instances: true`` makes the in-process runner rebuild
+    every subtask from its state versions in every epoch, as if each moved to another
+    worker (for tests of state versions and restores)."""
+    kind = (configuration.get_string("execution.runner", "spark") or "spark").lower()
+    if kind == "local":
+        from streamstate.runtime.local_runner import LocalEpochRunner
+
+        rebuild = configuration.get_string(REBUILD_INSTANCES, "false")
+        return LocalEpochRunner(drop_cache_each_epoch=str(rebuild).strip().lower() == "true")
+    if kind != "spark":
+        raise ConfigurationError(f"execution.runner must be 'spark' or 'local', got {kind!r}")
+    from streamstate.spark.runner import SparkEpochRunner
+
+    return SparkEpochRunner(spark, configuration)

@@ -8,6 +8,7 @@ index so a rescaled subtask reads only the key groups it owns.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,12 @@ __all__ = [
     "handle_from_dict",
     "register_handle_type",
 ]
+
+
+def digest(data: bytes) -> str:
+    """SHA-256 of ``data`` (hex): recorded in file handles, so a file cannot be swapped for
+    another with the same CRC (``_metadata``, which lists the digests, is signed)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def checksum(data: bytes) -> int:
@@ -78,11 +85,18 @@ class ByteStreamStateHandle(StreamStateHandle):
 
 @dataclass(frozen=True)
 class FileStateHandle(StreamStateHandle):
-    """A file (any fsspec URL) holding exactly ``size`` bytes with CRC32 ``crc``."""
+    """A file (any fsspec URL) holding exactly ``size`` bytes with CRC32 ``crc`` and, when
+    recorded (every handle written since format 2), SHA-256 ``sha256``."""
 
     path: str
     size: int
     crc: int
+    sha256: str | None = None
+
+    @staticmethod
+    def of(path: str, data: bytes) -> FileStateHandle:
+        """The handle of ``data`` written at ``path``."""
+        return FileStateHandle(path, len(data), checksum(data), digest(data))
 
     def read(self) -> bytes:
         import fsspec
@@ -97,10 +111,18 @@ class FileStateHandle(StreamStateHandle):
                 f"state file {self.path} is damaged: expected {self.size} bytes with crc "
                 f"{self.crc:#010x}, found {len(data)} bytes with crc {checksum(data):#010x}"
             )
+        if self.sha256 is not None and digest(data) != self.sha256:
+            raise CorruptCheckpointError(
+                f"state file {self.path} is not the file its checkpoint recorded (its SHA-256 "
+                f"differs although size and CRC match): it was replaced; not loading it"
+            )
         return data
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "file", "path": self.path, "size": self.size, "crc": self.crc}
+        d: dict[str, Any] = {"type": "file", "path": self.path, "size": self.size, "crc": self.crc}
+        if self.sha256 is not None:
+            d["sha256"] = self.sha256
+        return d
 
 
 @dataclass(frozen=True)
@@ -143,7 +165,10 @@ def handle_from_dict(d: dict[str, Any]) -> Any:
 
         return ByteStreamStateHandle(base64.b64decode(d["data"]), int(d["size"]), int(d["crc"]))
     if t == "file":
-        return FileStateHandle(d["path"], int(d["size"]), int(d["crc"]))
+        sha = d.get("sha256")
+        return FileStateHandle(
+            d["path"], int(d["size"]), int(d["crc"]), str(sha) if sha is not None else None
+        )
     if t == "key-groups":
         s, e = d["key_group_range"]
         return KeyGroupsStateHandle(

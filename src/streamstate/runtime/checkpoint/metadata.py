@@ -10,15 +10,18 @@ accepts every version up to its own and rejects newer ones with
 :class:`CorruptCheckpointError` (never guesses).
 
 Self-verification (format 2): the file is one header line,
-``streamstate-metadata 2 crc32=<8 hex> length=<bytes>``, then the JSON document; the
-reader checks the length and the CRC32 of the JSON bytes *before* parsing, so a flipped
-or truncated byte anywhere is a :class:`CorruptCheckpointError`, never a silently changed
-field. Format 1 files (plain JSON, no checksum) are still read.
+``streamstate-metadata v2 crc32=<8 hex> length=<bytes> hmac-sha256=<64 hex>``, then the JSON
+document; the reader checks the length and the CRC32 of the JSON bytes *before* parsing, so
+a flipped or truncated byte anywhere is a :class:`CorruptCheckpointError`, never a silently
+changed field, and then the HMAC under the checkpoint key (``checkpoint/signing.py``), so a
+checkpoint changed by someone without the key is refused before any state is read. Format
+1 files (plain JSON, no checksum, no signature) are still read, with a warning.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamstate.errors import CorruptCheckpointError
+from streamstate.runtime.checkpoint import signing
 from streamstate.runtime.checkpoint.handles import (
     KeyGroupsStateHandle,
     StreamStateHandle,
@@ -40,9 +44,14 @@ __all__ = [
     "build_operator_states",
 ]
 
+log = logging.getLogger("streamstate")
+
 FORMAT_VERSION = 2
 _HEADER_PREFIX = b"streamstate-metadata "
-_HEADER = re.compile(rb"^streamstate-metadata v(\d+) crc32=([0-9a-f]{8}) length=(\d+)\n$")
+_HEADER = re.compile(
+    rb"^streamstate-metadata v(\d+) crc32=([0-9a-f]{8}) length=(\d+)"
+    rb"(?: hmac-sha256=([0-9a-f]{64}))?\n$"
+)
 
 
 @dataclass(frozen=True)
@@ -212,11 +221,12 @@ class CheckpointMetadata:
     def to_file_bytes(self) -> bytes:
         """The ``_metadata`` file: a header line with length and CRC32, then the JSON."""
         body = self.to_json_bytes()
-        header = b"%sv%d crc32=%08x length=%d\n" % (
+        header = b"%sv%d crc32=%08x length=%d hmac-sha256=%s\n" % (
             _HEADER_PREFIX,
             FORMAT_VERSION,
             zlib.crc32(body) & 0xFFFFFFFF,
             len(body),
+            signing.sign(body).encode(),
         )
         return header + body
 
@@ -244,6 +254,16 @@ class CheckpointMetadata:
             raise CorruptCheckpointError(
                 f"checkpoint metadata {where} fails its checksum ({len(body)} bytes, expected "
                 f"{length}; the file was truncated or changed after it was written)"
+            )
+        signature = m.group(4)
+        if signature is None:
+            log.warning("checkpoint metadata %s is not signed: its origin cannot be checked", where)
+        elif not signing.verify(body, signature.decode()):
+            raise CorruptCheckpointError(
+                f"checkpoint metadata {where} does not verify against this process's checkpoint "
+                f"key: it was written with another key, or changed by someone without the key. "
+                f"Restoring it could load pickled state, so it is refused; restore it with the "
+                f"key that wrote it ({signing.KEY_ENV}, or {signing.key_path()})"
             )
         return CheckpointMetadata.from_json_bytes(body, where)
 

@@ -33,7 +33,6 @@ from streamstate.errors import (
 from streamstate.runtime.checkpoint.handles import (
     FileStateHandle,
     StreamStateHandle,
-    checksum,
 )
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 
@@ -296,7 +295,7 @@ class CheckpointDirectory:
 
     def write_file(self, path: str, data: bytes) -> FileStateHandle:
         atomic_write(self.fs, path, data)
-        return FileStateHandle(self.url(path), len(data), checksum(data))
+        return FileStateHandle.of(self.url(path), data)
 
     def _chk_dirs(self) -> dict[int, str]:
         try:
@@ -398,7 +397,7 @@ class CheckpointStorageAccess(ABC):
         fs, root = self._epoch_fs()
         path = _join(root, version_name)
         atomic_write(fs, path, data)
-        return FileStateHandle(fs.unstrip_protocol(path), len(data), checksum(data))
+        return FileStateHandle.of(fs.unstrip_protocol(path), data)
 
     def discard_epoch_state(self, handles: Iterable[StreamStateHandle]) -> None:
         """Delete the epoch state files of ``handles``.
