@@ -170,6 +170,17 @@ class JobExecutor:
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> JobExecutionResult:
+        """Run the job to its end; returns its result or raises JobExecutionError.
+
+        However it ends, its per-epoch versions are deleted and its storage released
+        (checkpoints follow the retention policy)."""
+        try:
+            return self._run()
+        finally:
+            self._cleanup_epoch_versions()
+            self.storage.release_job()
+
+    def _run(self) -> JobExecutionResult:
         t0 = time.time()
         self._make_committers()
         try:
@@ -196,8 +207,6 @@ class JobExecutor:
         self.coordinator.on_job_terminal(cancelled=cancelled)
         for c in self.committers.values():
             c.finish()
-        self._cleanup_epoch_versions()
-        self.storage.release_job()
         if cancelled:
             if self.lifecycle.status is not JobStatus.CANCELLING:
                 self.lifecycle.transition(JobStatus.CANCELLING)
@@ -252,14 +261,14 @@ class JobExecutor:
         try:
             self.runner.stop()
             self.coordinator.on_job_terminal(cancelled=False, failed=True)
-            self._cleanup_epoch_versions()
-            self.storage.release_job()
         except Exception as e:  # noqa: BLE001 - the job failure is what the caller must see
             log.warning("cleanup after job failure failed: %s", e)
 
     def _cleanup_epoch_versions(self) -> None:
+        """The job is over: no per-epoch version is read again (checkpoints never point
+        into ``epochs/``), so the whole directory goes, stragglers of failed epochs too."""
         try:
-            self.storage.discard_epoch_state(list(self.state.versions.handles()))
+            self.storage.discard_all_epoch_state()
         except Exception as e:  # noqa: BLE001 - cleanup is best effort
             log.debug("epoch version cleanup failed: %s", e)
 

@@ -415,6 +415,13 @@ class CheckpointStorageAccess(ABC):
                 if fs.exists(p):
                     fs.rm(p)
 
+    def discard_all_epoch_state(self) -> None:
+        """Delete every per-epoch version of this job (the job ended). Checkpoints never
+        refer to them; idempotent."""
+        fs, root = self._epoch_fs()
+        if fs.exists(root):
+            fs.rm(root, recursive=True)
+
     def discard_epoch_attempts_before(self, attempt: int) -> int:
         """Delete every per-epoch version written by an attempt before ``attempt``
         (``.../a<k>-e<n>-...`` with ``k < attempt``); returns how many. After a restart the
