@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.files import committed_lines
+
 JOB = str(Path(__file__).with_name("crash_job.py"))
 ROOT = str(Path(__file__).resolve().parents[2])
 SEED = int(os.environ.get("STREAMSTATE_CRASH_SEED", "17"))
@@ -36,21 +38,13 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def committed(out: Path) -> list[str]:
-    lines: list[str] = []
-    for f in sorted(out.iterdir()) if out.exists() else []:
-        if not f.name.startswith("."):
-            lines += f.read_text().splitlines()
-    return sorted(lines)
-
-
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     d = tmp_path_factory.mktemp("failure-free")
     subprocess.run(
         [sys.executable, JOB, str(d / "out"), str(d / "chk")], env=_env(), check=True, timeout=120
     )
-    lines = committed(d / "out")
+    lines = committed_lines(d / "out")
     assert len(lines) == 600
     return lines
 
@@ -84,9 +78,9 @@ def test_sigkill_of_the_driver_then_restore_loses_and_duplicates_nothing(
         cli += ["--from-checkpoint", str(chk)]
     else:
         # killed before the first checkpoint completed: nothing was committed; start over
-        assert committed(out) == []
+        assert committed_lines(out) == []
     restored = subprocess.run(
         [*cli, JOB, str(out), str(chk)], env=_env(), timeout=120, capture_output=True
     )
     assert restored.returncode == 0, restored.stderr.decode()[-3000:]
-    assert committed(out) == expected
+    assert committed_lines(out) == expected

@@ -21,6 +21,7 @@ from streamstate.runtime.checkpoint import storage
 from streamstate.runtime.job_status import EpochStats, JobObserver
 from streamstate.testing import TickingClock
 from tests.support import envs
+from tests.support.files import committed_lines
 
 DATA = [(f"k{i % 11}", i) for i in range(400)]
 
@@ -75,19 +76,11 @@ def job(tmp_path: Path, restarts: int, observer: Any = None) -> Any:
     return env
 
 
-def committed(out: Path) -> list[str]:
-    lines: list[str] = []
-    for f in sorted(out.iterdir()) if out.exists() else []:
-        if not f.name.startswith("."):
-            lines += f.read_text().splitlines()
-    return sorted(lines)
-
-
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     d = tmp_path_factory.mktemp("failure-free")
     job(d, restarts=0).execute("failure-free")
-    return committed(d / "out")
+    return committed_lines(d / "out")
 
 
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EROFS], ids=["full", "read-only"])
@@ -95,7 +88,7 @@ def test_a_checkpoint_directory_that_recovers_loses_nothing(tmp_path, monkeypatc
     fault = DiskFault(monkeypatch, err, start=6, writes=3)
     job(tmp_path, restarts=5, observer=fault).execute("disk-fault")
     assert fault.failed_writes > 0
-    assert committed(tmp_path / "out") == expected
+    assert committed_lines(tmp_path / "out") == expected
 
 
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EROFS], ids=["full", "read-only"])
@@ -112,7 +105,7 @@ def test_a_checkpoint_directory_that_stays_broken_fails_typed_and_keeps_the_last
     restored = job(tmp_path, restarts=0)
     restored.set_restore_path(str(tmp_path / "chk"))
     restored.execute("restored")
-    assert committed(tmp_path / "out") == expected
+    assert committed_lines(tmp_path / "out") == expected
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])

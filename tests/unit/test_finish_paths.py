@@ -13,6 +13,7 @@ from streamstate.datastream import CheckpointingMode
 from streamstate.datastream.connectors import CollectSink, FileSink
 from streamstate.errors import CheckpointError, JobExecutionError
 from tests.support import envs
+from tests.support.files import committed_lines
 
 DATA = list(range(1200))
 
@@ -47,14 +48,6 @@ def job(tmp_path: Any, clock: Any, tolerable: int, max_epochs: int | None = None
     return env, collect, files
 
 
-def committed_lines(files: Any) -> list[int]:
-    out: list[int] = []
-    for name in sorted(os.listdir(files)) if files.exists() else []:
-        if not name.startswith("."):
-            out += [int(x) for x in (files / name).read_text().split()]
-    return sorted(out)
-
-
 def in_progress(files: Any) -> list[str]:
     return [n for n in os.listdir(files) if n.endswith(".inprogress")] if files.exists() else []
 
@@ -67,7 +60,7 @@ def test_a_job_whose_checkpoints_expired_takes_a_final_checkpoint(tmp_path):
     assert result.get_accumulator_result("checkpoints_failed") >= 10
     assert result.get_accumulator_result("checkpoints") >= 1
     assert sorted(collect.get_results()) == DATA
-    assert committed_lines(files) == DATA and in_progress(files) == []
+    assert sorted(int(x) for x in committed_lines(files)) == DATA and in_progress(files) == []
 
 
 def test_a_job_that_cannot_commit_fails_and_keeps_its_output(tmp_path):
@@ -79,7 +72,7 @@ def test_a_job_that_cannot_commit_fails_and_keeps_its_output(tmp_path):
         env.execute("cannot-commit")
     assert isinstance(ei.value.__cause__, CheckpointError)
     assert collect.get_results() == []  # exactly-once: nothing published
-    assert committed_lines(files) == []
+    assert sorted(int(x) for x in committed_lines(files)) == []
     assert len(in_progress(files)) >= 16  # kept, not deleted
 
 
@@ -90,4 +83,4 @@ def test_max_epochs_is_a_stop_that_commits(tmp_path):
     result = env.execute("max-epochs")
     assert result.get_accumulator_result("checkpoints") == 1
     assert sorted(collect.get_results()) == DATA[:300]  # 4 epochs of 75, committed
-    assert committed_lines(files) == DATA[:300]
+    assert sorted(int(x) for x in committed_lines(files)) == DATA[:300]

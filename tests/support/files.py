@@ -1,0 +1,16 @@
+"""Reading what a FileSink committed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["committed_lines"]
+
+
+def committed_lines(out: Path) -> list[str]:
+    """Every line of the committed (non-hidden) part files under ``out``, sorted."""
+    lines: list[str] = []
+    for f in sorted(out.iterdir()) if out.exists() else []:
+        if not f.name.startswith("."):
+            lines += f.read_text().splitlines()
+    return sorted(lines)
