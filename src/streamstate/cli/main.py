@@ -2,7 +2,8 @@
 
 ::
 
-    streamstate run [--from-checkpoint PATH] [--master URL] [--parallelism N]
+    streamstate run [--from-checkpoint PATH | --from-savepoint PATH]
+                    [--allow-non-restored-state] [--master URL] [--parallelism N]
                     [-D key=value ...] JOB.py [job args ...]
     streamstate checkpoints DIR [--job JOB_ID] [--no-verify] [--all] [--json]
     streamstate describe PATH [--json]
@@ -76,6 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="restore from this retained checkpoint (chk-<n>) or savepoint "
         "(execution.state-recovery.path)",
+    )
+    r.add_argument(
+        "--from-savepoint",
+        dest="from_checkpoint",
+        metavar="PATH",
+        help="restore from this savepoint (same as --from-checkpoint)",
+    )
+    r.add_argument(
+        "--allow-non-restored-state",
+        action="store_true",
+        help="drop state of operators the job no longer has instead of failing the restore",
     )
     r.add_argument("--master", "-m", metavar="URL", help="Spark master (spark.master)")
     r.add_argument(
@@ -164,6 +176,8 @@ def _run_conf(args: argparse.Namespace) -> dict[str, str]:
         conf[k] = v
     if args.from_checkpoint:
         conf["execution.state-recovery.path"] = args.from_checkpoint
+    if args.allow_non_restored_state:
+        conf["execution.state-recovery.ignore-unclaimed-state"] = "true"
     if args.master:
         conf["spark.master"] = args.master
     if args.parallelism is not None:

@@ -5,12 +5,14 @@ from streamstate.common.job_execution_result import JobExecutionResult
 from streamstate.common.job_status import JobStatus
 from streamstate.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
 from streamstate.common.row import Row, RowKind
+from streamstate.common.savepoint import CompletableFuture, SavepointFormatType
 from streamstate.common.serialization import Encoder
 from streamstate.common.time import Duration, Instant, Time, to_millis
 from streamstate.common.typeinfo import TypeInformation, Types
 from streamstate.common.watermark_strategy import TimestampAssigner, WatermarkStrategy
 
 __all__ = [
+    "CompletableFuture",
     "Configuration",
     "Duration",
     "Encoder",
@@ -21,6 +23,7 @@ __all__ = [
     "RestartStrategyConfiguration",
     "Row",
     "RowKind",
+    "SavepointFormatType",
     "Time",
     "TimestampAssigner",
     "TypeInformation",

@@ -16,6 +16,7 @@ from streamstate.common.configuration import Configuration
 from streamstate.common.job_execution_result import JobExecutionResult
 from streamstate.common.job_status import JobStatus
 from streamstate.common.restart_strategy import RestartStrategyConfiguration
+from streamstate.common.savepoint import CompletableFuture, SavepointFormatType
 from streamstate.datastream.checkpoint_config import CheckpointConfig
 from streamstate.datastream.checkpointing_mode import CheckpointingMode
 from streamstate.datastream.data_stream import DataStream
@@ -393,6 +394,39 @@ class JobClient:
             raise self._error
         assert self._result is not None
         return self._result
+
+    def trigger_savepoint(
+        self,
+        savepoint_directory: str | None = None,
+        format_type: SavepointFormatType = SavepointFormatType.CANONICAL,
+    ) -> CompletableFuture:
+        """Take a savepoint at the next epoch boundary; the job goes on. The future's
+        result is the savepoint's directory (under ``savepoint_directory``, default
+        ``execution.checkpointing.savepoint-dir``)."""
+        return CompletableFuture(
+            self._executor.trigger_savepoint(
+                savepoint_directory, native=format_type is SavepointFormatType.NATIVE
+            )
+        )
+
+    def stop_with_savepoint(
+        self,
+        advance_to_end_of_event_time: bool = False,
+        savepoint_directory: str | None = None,
+        format_type: SavepointFormatType = SavepointFormatType.CANONICAL,
+    ) -> CompletableFuture:
+        """Take a savepoint and end the job with it (FINISHED): what the savepoint covers
+        is committed, so a job restored from it writes nothing twice.
+        ``advance_to_end_of_event_time`` first sends the final watermark (every event-time
+        timer fires), as at the end of input."""
+        return CompletableFuture(
+            self._executor.trigger_savepoint(
+                savepoint_directory,
+                native=format_type is SavepointFormatType.NATIVE,
+                stop=True,
+                advance_to_end_of_event_time=advance_to_end_of_event_time,
+            )
+        )
 
     @property
     def epochs_completed(self) -> int:

@@ -20,6 +20,7 @@ from streamstate.runtime.checkpoint.coordinator import PendingCheckpoint
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.job_state import source_uid
 from streamstate.runtime.protocol import SubtaskAck
+from streamstate.runtime.savepoints import SavepointRequests
 
 log = logging.getLogger("streamstate")
 
@@ -56,6 +57,9 @@ class EpochLoop:
         #: ids of aborted checkpoints whose files are still state-version bases
         self._deferred_discard: list[int] = []
         self._listeners: bool | None = None
+        self.savepoints = SavepointRequests()
+        #: a stop-with-savepoint completed: the loop ends after its epoch
+        self.stop_requested = False
 
     def run(self) -> None:
         """Run epochs until every bounded source is done (and committed), the epoch limit
@@ -81,10 +85,13 @@ class EpochLoop:
             if self.settings.max_epochs and state.epoch >= self.settings.max_epochs:
                 self._final_checkpoint("execution.epoch.max-epochs reached")
                 return
-            pending = None
-            if self.checkpointing and (final or self.coordinator.should_trigger(now)):
-                pending = self.coordinator.trigger(now)
+            pending = self._take_savepoint(now)
+            if pending is None and self.checkpointing:
+                if final or self.coordinator.should_trigger(now):
+                    pending = self.coordinator.trigger(now)
             read = self._run_one_epoch(pending, now)
+            if self.stop_requested:
+                return  # stop-with-savepoint: the savepoint completed, the job ends
             if final:
                 self._final_checkpoint("every bounded source is finished")
                 if self.notifications and self._listens_to_checkpoints():
@@ -94,6 +101,15 @@ class EpochLoop:
             if read == 0 and self.settings.idle_wait_s > 0:
                 # unbounded sources with nothing new: don't spin Spark jobs back to back
                 self.cancel_requested.wait(self.settings.idle_wait_s)
+
+    def _take_savepoint(self, now: int) -> PendingCheckpoint | None:
+        """A requested savepoint, triggered for the coming epoch (None: none asked for)."""
+        request = self.savepoints.take()
+        if request is None:
+            return None
+        pending = self.coordinator.trigger(now, is_savepoint=True, target=request.target)
+        self.savepoints.started(pending.checkpoint_id, request)
+        return pending
 
     def _final_checkpoint(self, why: str) -> None:
         """A job that ends commits what it promised: with checkpointing, its last epoch must
@@ -132,33 +148,38 @@ class EpochLoop:
             st.id: st.source.is_finished(state.source_states[source_uid(st)])
             for st in self.plan.sources
         }
+        savepoint = pending.target if pending is not None and pending.is_savepoint else None
+        if savepoint is not None and savepoint.advance_to_end_of_event_time:
+            finished = dict.fromkeys(finished, True)  # the final watermark fires every timer
         especs = state.epoch_specs(
             epoch,
-            pending.checkpoint_id if pending else None,
+            pending.checkpoint_id if pending and savepoint is None else None,
             pending.trigger_ms if pending else started_ms,
             started_ms,
             full,
             notify_only,
             finished,
             tuple(self.notifications),
+            savepoint=(pending.checkpoint_id, savepoint) if pending and savepoint else None,
         )
         delivered = len(self.notifications)
         try:
             acks = self.runner.run_epoch(self.plan, especs)
-        except BaseException:
+        except BaseException as e:
             if pending is not None:
                 self.coordinator.abort(pending, "the epoch carrying its barrier failed")
                 self.notifications.append(("aborted", pending.checkpoint_id))
+                self.savepoints.failed(pending.checkpoint_id, f"its epoch failed: {e}")
             raise
         del self.notifications[:delivered]
         by_subtask = self._absorb(epoch, acks, notify_only)
         if finished and all(finished.values()):
             state.end_of_input_sent = True
         for cid in self._deferred_discard:
-            if not (full or pending is not None):
+            if not (full or (pending is not None and savepoint is None)):
                 break
             self.storage.discard_checkpoint(cid)
-        if full or pending is not None:
+        if full or (pending is not None and savepoint is None):
             self._deferred_discard = []
             state.last_full_epoch = epoch
         state.epoch = epoch
@@ -206,10 +227,16 @@ class EpochLoop:
             # The subtasks' lineages already point at this checkpoint's files: keep them until
             # the next epoch has written full versions, then delete them.
             self.coordinator.abort(
-                pending, "checkpoint timeout expired", discard=False, now_ms=now
+                pending,
+                "checkpoint timeout expired",
+                discard=pending.is_savepoint,  # a savepoint is no state-version base
+                now_ms=now,
             )
             self.notifications.append(("aborted", pending.checkpoint_id))
-            self._deferred_discard.append(pending.checkpoint_id)
+            if pending.is_savepoint:
+                self.savepoints.failed(pending.checkpoint_id, "its timeout expired")
+            else:
+                self._deferred_discard.append(pending.checkpoint_id)
             self.state.last_full_epoch = -(10**9)
             self.metrics.bump("checkpoints_failed")
             if self.coordinator.should_fail_job():
@@ -240,9 +267,12 @@ class EpochLoop:
             now_ms=now,
         )
         self.notifications.append(("complete", pending.checkpoint_id))
-        self.metrics.bump("checkpoints")
+        self.metrics.bump("savepoints" if pending.is_savepoint else "checkpoints")
         self.state.committed_epoch = epoch
         self._commit_all(epoch)
+        request = self.savepoints.completed(pending.checkpoint_id)
+        if request is not None and request.target.stop:
+            self.stop_requested = True
 
     def _listens_to_checkpoints(self) -> bool:
         """Whether any operator wants checkpoint notifications (built here, never opened)."""

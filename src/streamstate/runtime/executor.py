@@ -13,6 +13,7 @@ commits) and replays from there.
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
 import logging
 import threading
@@ -27,11 +28,13 @@ import cloudpickle
 from streamstate.common.job_execution_result import JobExecutionResult
 from streamstate.common.job_status import JobStatus
 from streamstate.errors import (
+    ConfigurationError,
     CorruptCheckpointError,
     JobExecutionError,
 )
 from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
+from streamstate.runtime.checkpoint.savepoint import SavepointTarget
 from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess, load_restore_point
 from streamstate.runtime.epoch_loop import EpochLoop, JobCancelled
 from streamstate.runtime.graph import ExecutionPlan, Stage
@@ -40,6 +43,7 @@ from streamstate.runtime.job_state import JobState
 from streamstate.runtime.job_status import FailureInfo, JobLifecycle, JobObserver
 from streamstate.runtime.protocol import EpochSpec, StageTaskSpec, SubtaskAck
 from streamstate.runtime.restart import RestartStrategy
+from streamstate.runtime.savepoints import SavepointRequest
 from streamstate.runtime.settings import JobSettings
 
 __all__ = ["EpochRunner", "JobCancelled", "JobExecutor", "build_task_specs"]
@@ -113,6 +117,32 @@ class JobExecutor:
         """Stop at the next epoch boundary (the retention policy of checkpoints applies)."""
         self.cancel_requested.set()
 
+    def trigger_savepoint(
+        self,
+        directory: str | None,
+        native: bool = False,
+        stop: bool = False,
+        advance_to_end_of_event_time: bool = False,
+    ) -> concurrent.futures.Future[str]:
+        """Ask for a savepoint at the next epoch boundary; the future holds its path.
+
+        ``stop``: the job ends once it completed (stop-with-savepoint). Thread-safe."""
+        directory = directory or self.settings.savepoint_dir
+        if not directory:
+            raise ConfigurationError(
+                "no savepoint directory: pass one, or set execution.checkpointing.savepoint-dir"
+            )
+        target = SavepointTarget.create(
+            directory,
+            self.job_id,
+            native=native,
+            stop=stop,
+            advance_to_end_of_event_time=advance_to_end_of_event_time,
+        )
+        request = SavepointRequest(target)
+        self.loop.savepoints.put(request)
+        return request.future
+
     # -- setup and restore ------------------------------------------------------------------
     def _make_committers(self) -> None:
         exactly_once = self.settings.checkpoint.exactly_once or not self.checkpointing
@@ -121,8 +151,9 @@ class JobExecutor:
                 if n.committer_factory is not None:
                     self.committers[n.uid] = n.committer_factory(exactly_once)
 
-    def _restore(self, md: CheckpointMetadata, path: str | None) -> None:
-        self.state.restore(md)
+    def _restore(self, md: CheckpointMetadata, path: str | None, initial: bool = False) -> None:
+        # a job restores what its own checkpoints hold; a started-from path is checked
+        self.state.restore(md, self.settings.allow_non_restored_state or not initial)
         for uid, c in self.committers.items():
             c.abort(self.state.epoch)
             c.restore(md.sink_state.get(uid))
@@ -139,7 +170,7 @@ class JobExecutor:
             md, where = load_restore_point(path)
         except FileNotFoundError as e:
             raise CorruptCheckpointError(f"no checkpoint at {path}: {e}") from e
-        self._restore(md, where)
+        self._restore(md, where, initial=True)
         self.restored_from = where
         log.info("job %s restored from %s (epoch %d)", self.job_id, where, self.state.epoch)
 
@@ -177,6 +208,7 @@ class JobExecutor:
         try:
             return self._run()
         finally:
+            self.loop.savepoints.close(f"job {self.job_id} ended")
             self._cleanup_epoch_versions()
             self.storage.release_job()
 

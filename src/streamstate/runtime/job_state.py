@@ -68,8 +68,12 @@ class JobState:
         self.end_of_input_sent = False
         self.committed_epoch = 0
 
-    def restore(self, md: CheckpointMetadata) -> None:
-        """Continue after the checkpoint ``md`` (call :meth:`reset` first)."""
+    def restore(self, md: CheckpointMetadata, allow_non_restored_state: bool = True) -> None:
+        """Continue after the checkpoint ``md`` (call :meth:`reset` first).
+
+        State of an operator uid this job does not have fails the restore
+        (:class:`StateMigrationError`) unless ``allow_non_restored_state``: then it is
+        dropped with a warning. An operator without state in ``md`` starts empty."""
         epoch = int(md.properties.get("epoch", 0))
         self.epoch = epoch
         self.last_full_epoch = epoch
@@ -112,6 +116,14 @@ class JobState:
             for u, o in md.operator_states.items()
             if u not in known and any(s.keyed or s.operator for s in o.subtasks)
         ]
+        if unknown and not allow_non_restored_state:
+            raise StateMigrationError(
+                f"the {'savepoint' if md.is_savepoint else 'checkpoint'} holds state of "
+                f"operators {unknown} that this job does not have (operators are matched by "
+                f"uid: set .uid(...) on stateful operators to keep it stable). To drop that "
+                f"state, allow non-restored state: `streamstate run --allow-non-restored-state`"
+                f" or execution.state-recovery.ignore-unclaimed-state: true"
+            )
         if unknown:
             log.warning(
                 "checkpoint state of operators %s has no operator in this job; it is dropped",
@@ -154,6 +166,7 @@ class JobState:
         notify_only: bool,
         finished: dict[int, bool],
         notifications: tuple[tuple[str, int], ...],
+        savepoint: tuple[int, Any] | None = None,
     ) -> dict[int, EpochSpec]:
         """One :class:`EpochSpec` per stage for epoch ``epoch`` (plans the sources' slices)."""
         especs: dict[int, EpochSpec] = {}
@@ -184,6 +197,8 @@ class JobState:
                 timestamp_ms=timestamp_ms,
                 notifications=notifications,
                 notify_only=notify_only,
+                savepoint_id=savepoint[0] if savepoint else None,
+                savepoint=savepoint[1] if savepoint else None,
             )
         return especs
 

@@ -153,6 +153,10 @@ class EpochSpec:
     notifications: tuple[tuple[str, int], ...] = ()
     #: the sources read nothing: the epoch only delivers notifications
     notify_only: bool = False
+    #: the savepoint this epoch ends with, if any: its id and where to write it
+    #: (a ``runtime/checkpoint/savepoint.SavepointTarget``)
+    savepoint_id: int | None = None
+    savepoint: Any = None
 
     @property
     def previous_token(self) -> Token:

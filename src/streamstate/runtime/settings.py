@@ -94,6 +94,11 @@ class JobSettings:
     job_parameters: Mapping[str, str] = field(default_factory=dict)
     #: the checkpoint or savepoint to start from
     recovery_path: str | None = None
+    #: ``execution.state-recovery.ignore-unclaimed-state``: a restore may drop the state of
+    #: operators the job no longer has (otherwise it fails, as in Flink)
+    allow_non_restored_state: bool = False
+    #: ``execution.checkpointing.savepoint-dir``: where savepoints go when no directory is given
+    savepoint_dir: str | None = None
     #: the driver's clock (ms); see ``runtime/clock.py``
     clock: Clock = system_clock_ms
 
@@ -133,8 +138,33 @@ class JobSettings:
             backend_options=dict(options()) if callable(options) else {},
             job_parameters=dict(job_parameters or {}),
             recovery_path=recovery_path,
+            allow_non_restored_state=_conf_bool(
+                configuration,
+                "execution.state-recovery.ignore-unclaimed-state",
+                "execution.savepoint.ignore-unclaimed-state",
+            ),
+            savepoint_dir=_conf_str(
+                configuration, "execution.checkpointing.savepoint-dir", "state.savepoints.dir"
+            ),
             clock=clock or system_clock_ms,
         )
+
+
+def _conf_str(conf: Any, *keys: str) -> str | None:
+    for key in keys:
+        raw = conf.get_string(key, None) if conf is not None else None
+        if raw is not None and str(raw).strip():
+            return str(raw).strip()
+    return None
+
+
+def _conf_bool(conf: Any, *keys: str) -> bool:
+    raw = _conf_str(conf, *keys)
+    if raw is None:
+        return False
+    if raw.lower() not in ("true", "false"):
+        raise ConfigurationError(f"{keys[0]} must be true or false, got {raw!r}")
+    return raw.lower() == "true"
 
 
 def conf_int(conf: Any, key: str, default: int, minimum: int | None = None) -> int:

@@ -44,6 +44,7 @@ from streamstate.runtime.versions import (
     commit_keyed_state,
     commit_operator_state,
     restore_operator_store,
+    write_savepoint,
 )
 from streamstate.runtime.watermarks import (
     MAX_WATERMARK,
@@ -336,8 +337,13 @@ def run_stage_partition(
         wm_out = _advance_time(st, inst, epoch_spec, channels, forward)
         t_process = time.perf_counter() - t0 - t_restore
 
+        barrier_id = (
+            epoch_spec.checkpoint_id
+            if epoch_spec.checkpoint_id is not None
+            else epoch_spec.savepoint_id
+        )
         for op in inst.ops.values():
-            op.snapshot_state(epoch_spec.checkpoint_id, epoch_spec.timestamp_ms)
+            op.snapshot_state(barrier_id, epoch_spec.timestamp_ms)
         versions, checkpoint = commit_keyed_state(
             spec.storage,
             inst.backends,
@@ -355,6 +361,17 @@ def run_stage_partition(
             epoch_spec.checkpoint_id,
             force=epoch_spec.full_version,
         )
+        if epoch_spec.savepoint is not None:
+            assert epoch_spec.savepoint_id is not None
+            checkpoint, op_checkpoint = write_savepoint(
+                epoch_spec.savepoint,
+                inst.backends,
+                inst.op_stores,
+                inst.op_crcs,
+                index,
+                epoch_spec.savepoint_id,
+                getattr(spec.storage, "job_id", None) or spec.job_id,
+            )
         sinks = {}
         for tid, op in inst.ops.items():
             res = op.sink_result()

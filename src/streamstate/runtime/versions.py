@@ -55,6 +55,7 @@ from streamstate.runtime.state.operator import (
 
 __all__ = [
     "INLINE_LIMIT",
+    "write_savepoint",
     "StateVersions",
     "commit_keyed_state",
     "commit_operator_state",
@@ -182,6 +183,45 @@ def commit_operator_state(
             versions[uid] = StateVersion.full(storage.write_epoch_state(name, data))
         crcs[uid] = crc
     return versions, checkpoint
+
+
+def write_savepoint(
+    target: Any,
+    backends: Mapping[str, Any],
+    stores: Mapping[str, DefaultOperatorStateStore],
+    crcs: Mapping[str, int | None],
+    index: int,
+    savepoint_id: int,
+    scope_prefix: str,
+) -> tuple[dict[str, Any], dict[str, StreamStateHandle]]:
+    """Write this subtask's state into the savepoint ``target``: ``(keyed, operator)``
+    handles by uid. Call it after the epoch's versions were committed (a full snapshot
+    clears the changes a delta would record).
+
+    Keyed state is a canonical snapshot (the shared heap format: restores on any backend)
+    unless ``target.native`` and the backend has its own files (RocksDB: ``snapshot_native``).
+    """
+    keyed: dict[str, Any] = {}
+    for uid, backend in backends.items():
+        native = getattr(backend, "snapshot_native", None)
+        handle = None
+        if target.native and native is not None:
+            handle = native(target, savepoint_id, f"{scope_prefix}-{uid}-{index}")
+        if handle is None:
+            snap = backend.snapshot()
+            stream = target.write_state(savepoint_id, f"{uid}-{index}-keyed", snap.data)
+            handle = KeyGroupsStateHandle(
+                stream, backend.key_group_range, dict(snap.offsets), dict(snap.meta)
+            )
+        keyed[uid] = handle
+    operator: dict[str, StreamStateHandle] = {}
+    for uid, store in stores.items():
+        if store.is_empty and crcs.get(uid) is None:
+            continue  # never had operator state
+        operator[uid] = target.write_state(
+            savepoint_id, f"{uid}-{index}-operator", store.snapshot()
+        )
+    return keyed, operator
 
 
 # -- driver side ------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from streamstate.runtime.checkpoint.metadata import (
     build_operator_states,
 )
 from streamstate.runtime.checkpoint.stats import CheckpointStatsTracker
-from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess
+from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess, _url_to_fs
 from streamstate.runtime.clock import Clock, system_clock_ms
 from streamstate.runtime.settings import CheckpointSettings, RetentionPolicy
 
@@ -81,6 +81,8 @@ class PendingCheckpoint:
     checkpoint_id: int
     trigger_ms: int
     is_savepoint: bool = False
+    #: a savepoint's SavepointTarget (its own directory); None: the checkpoint storage
+    target: Any = None
     status: CheckpointStatus = CheckpointStatus.PENDING
     failure_reason: str | None = None
     # operator uid -> subtask index -> state
@@ -251,7 +253,9 @@ class CheckpointCoordinator:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def trigger(self, now_ms: int | None = None, is_savepoint: bool = False) -> PendingCheckpoint:
+    def trigger(
+        self, now_ms: int | None = None, is_savepoint: bool = False, target: Any = None
+    ) -> PendingCheckpoint:
         """Start checkpoint ``next id`` (does not check the interval: see should_trigger).
 
         Raises CheckpointError while ``max_concurrent`` checkpoints are pending.
@@ -263,7 +267,7 @@ class CheckpointCoordinator:
                 f"{sorted(self._pending)} first"
             )
         now = self._now(now_ms)
-        pending = PendingCheckpoint(self._next_id, now, is_savepoint)
+        pending = PendingCheckpoint(self._next_id, now, is_savepoint, target)
         self._next_id += 1
         self._pending[pending.checkpoint_id] = pending
         if not is_savepoint:
@@ -315,8 +319,9 @@ class CheckpointCoordinator:
             properties=dict(properties or {}),
             is_savepoint=pending.is_savepoint,
         )
+        store = pending.target if pending.target is not None else self.storage
         try:
-            self.storage.store_metadata(metadata)
+            location = store.store_metadata(metadata)
         except Exception as e:
             self.abort(pending, f"storing _metadata failed: {e}", now_ms=now_ms)
             raise
@@ -334,7 +339,9 @@ class CheckpointCoordinator:
                 uid: tuple(sum(h.size for h in s.stream_handles()) for s in ops.subtasks)
                 for uid, ops in metadata.operator_states.items()
             },
-            self.storage.checkpoint_location(pending.checkpoint_id),
+            location if pending.target is not None else self.storage.checkpoint_location(
+                pending.checkpoint_id
+            ),
         )
         if not pending.is_savepoint:
             self._retained[pending.checkpoint_id] = pending
@@ -369,6 +376,10 @@ class CheckpointCoordinator:
         if not discard:
             return
         try:
+            if pending.target is not None:  # a savepoint: its directory never got _metadata
+                fs, path = _url_to_fs(pending.target.url)
+                fs.rm(path, recursive=True)
+                return
             self.storage.discard_checkpoint(pending.checkpoint_id)
         except Exception as e:  # noqa: BLE001 - leftover files are harmless: they never get a _metadata
             log.warning("could not clean up aborted checkpoint %d: %s", pending.checkpoint_id, e)

@@ -8,9 +8,11 @@ index so a rescaled subtask reads only the key groups it owns.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,6 +159,28 @@ class KeyGroupsStateHandle:
         }
 
 
+#: while a savepoint's ``_metadata`` is parsed: its directory (relative file paths resolve
+#: against it, which is what makes a savepoint relocatable)
+_RELATIVE_BASE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "relative_base", default=None
+)
+
+
+def is_relative(path: str) -> bool:
+    """A file path written relative to its checkpoint's directory (savepoints)."""
+    return "://" not in path and not path.startswith("/")
+
+
+@contextlib.contextmanager
+def relative_paths_under(base: str) -> Iterator[None]:
+    """Resolve relative file handle paths against ``base`` while parsing in this block."""
+    token = _RELATIVE_BASE.set(base)
+    try:
+        yield
+    finally:
+        _RELATIVE_BASE.reset(token)
+
+
 def handle_from_dict(d: dict[str, Any]) -> Any:
     """Inverse of every handle's ``to_dict``."""
     t = d.get("type")
@@ -166,6 +190,9 @@ def handle_from_dict(d: dict[str, Any]) -> Any:
         return ByteStreamStateHandle(base64.b64decode(d["data"]), int(d["size"]), int(d["crc"]))
     if t == "file":
         sha = d.get("sha256")
+        base = _RELATIVE_BASE.get()
+        if base is not None and is_relative(str(d["path"])):
+            d = {**d, "path": f"{base.rstrip('/')}/{d['path']}"}
         return FileStateHandle(
             d["path"], int(d["size"]), int(d["crc"]), str(sha) if sha is not None else None
         )

@@ -33,6 +33,7 @@ from streamstate.errors import (
 from streamstate.runtime.checkpoint.handles import (
     FileStateHandle,
     StreamStateHandle,
+    relative_paths_under,
 )
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 
@@ -182,7 +183,8 @@ def load_metadata_from_path(path: str, verify: bool = True) -> CheckpointMetadat
             data = f.read()
     except FileNotFoundError as e:
         raise CorruptCheckpointError(f"{meta_url} disappeared while reading it") from e
-    md = CheckpointMetadata.from_file_bytes(data, meta_url)
+    with relative_paths_under(meta_url.rsplit("/", 1)[0]):
+        md = CheckpointMetadata.from_file_bytes(data, meta_url)
     if verify:
         verify_state_files(md, meta_url)
     return md

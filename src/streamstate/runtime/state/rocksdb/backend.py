@@ -335,9 +335,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def snapshot_incremental(self, storage: Any, checkpoint_id: int, scope: str) -> Any:
         """An incremental checkpoint handle, or ``None`` (not enabled / storage without
         a shared folder: the caller takes a full :meth:`snapshot`)."""
+        return self.snapshot_native(storage, checkpoint_id, scope) if self.incremental else None
+
+    def snapshot_native(self, storage: Any, checkpoint_id: int, scope: str) -> Any:
+        """RocksDB's own files (a native savepoint), whatever the incremental setting."""
         self._check_alive()
-        if not self.incremental:
-            return None
         return snapshot_incremental(self, storage, checkpoint_id, scope)
 
     def dirty_clear(self) -> None:

@@ -143,7 +143,9 @@ def snapshot_incremental(
     # are ~7 KB: leaving them out keeps a small incremental checkpoint small
     private = [n for n in names if not n.endswith(".sst") and not n.startswith("OPTIONS-")]
     shared = []
-    uploaded = backend.uploaded_files
+    # a savepoint is self-contained: it uploads every file and remembers none
+    self_contained = bool(getattr(storage, "self_contained", False))
+    uploaded = {} if self_contained else backend.uploaded_files
     for name in ssts:
         h = uploaded.get(name)
         if h is None:
@@ -163,12 +165,16 @@ def snapshot_incremental(
         f.write(pack)
     private_handle = storage.write_state(checkpoint_id, f"{scope}-rocksdb-private", pack)
     backend.bytes_uploaded += len(pack)
-    # files no longer live are not needed by the next checkpoint's upload set
-    live = set(ssts)
-    for name in [n for n in uploaded if n not in live]:
-        del uploaded[name]
+    if self_contained:
+        shutil.rmtree(target, ignore_errors=True)  # not a local recovery copy
+        local_id = ""
+    else:
+        # files no longer live are not needed by the next checkpoint's upload set
+        live = set(ssts)
+        for name in [n for n in uploaded if n not in live]:
+            del uploaded[name]
+        _prune_local_copies(root, scope, keep=local_id)
     backend.dirty_clear()
-    _prune_local_copies(root, scope, keep=local_id)
     meta = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
