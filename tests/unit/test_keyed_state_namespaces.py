@@ -131,6 +131,26 @@ def test_snapshot_restore_and_rescale_carry_namespaces(made: Made) -> None:
     assert got == want
 
 
+def test_get_keys_and_namespaces_lists_every_entry_live_and_restored(made: Made) -> None:
+    a = made.backend()
+    fill_ns(a)
+    want = {d.name: sorted({(k, ns) for (n, k, ns) in dump_ns(a) if n == d.name}) for d in H.ALL}
+
+    def listed(b: Any) -> dict[str, list[tuple[Any, str]]]:
+        out = {}
+        for d in H.ALL:
+            pairs = [(k, repr(ns)) for k, ns in b.get_keys_and_namespaces(d.name)]
+            assert len(pairs) == len(set(pairs))  # each (key, namespace) once
+            out[d.name] = sorted(pairs)
+        return out
+
+    assert listed(a) == want
+    b = made.backend()
+    b.restore([H.handle_of(a, a.snapshot())])  # before any state is registered again
+    assert listed(b) == want
+    assert list(b.get_keys_and_namespaces("unknown")) == []
+
+
 def _change(b: Any, keys: list[Any]) -> None:
     """Namespaced puts and removals (tombstones in the delta)."""
     v, lst, m, r, a = (b.get_partitioned_state(d) for d in H.ALL)

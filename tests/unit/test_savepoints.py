@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +14,12 @@ from streamstate.datastream.connectors import FileSink
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.errors import CorruptCheckpointError, StateMigrationError
 from streamstate.runtime.checkpoint.storage import load_restore_point
-from streamstate.runtime.job_status import EpochStats, JobObserver
 from streamstate.runtime.state_reader import read_keyed_state
 from streamstate.testing import TickingClock
 from tests.support import envs
 from tests.support.backends import fast_local_dir
 from tests.support.files import committed_lines
+from tests.support.savepoints import PauseAt, stop_with_savepoint
 
 DATA = [(f"k{i % 9}", i) for i in range(360)]  # 18 epochs of 20
 TOTAL = ValueStateDescriptor("total", Types.LONG())
@@ -34,20 +33,6 @@ class RunningSum(KeyedProcessFunction):
         t = (self.total.value() or 0) + value[1]
         self.total.update(t)
         yield f"{value[0]},{value[1]},{t}"
-
-
-class PauseAt(JobObserver):
-    """Holds the driver after epoch ``n`` until the test has asked for its savepoint."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.reached = threading.Event()
-        self.go = threading.Event()
-
-    def on_epoch(self, job_id: str, stats: EpochStats) -> None:
-        if stats.epoch == self.n:
-            self.reached.set()
-            assert self.go.wait(30)
 
 
 def job(
@@ -88,18 +73,6 @@ def expected(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     out = tmp_path_factory.mktemp("uninterrupted") / "out"
     job(out).execute("uninterrupted")
     return committed_lines(out)
-
-
-def stop_with_savepoint(env: Any, where: Path, at: int, **kw: Any) -> str:
-    pause = PauseAt(at)
-    env.add_job_observer(pause)
-    client = env.execute_async("to-stop")
-    assert pause.reached.wait(30)
-    future = client.stop_with_savepoint(savepoint_directory=str(where), **kw)
-    pause.go.set()
-    path = future.result(timeout=60)
-    client.get_job_execution_result(timeout=60)
-    return str(path)
 
 
 def test_trigger_savepoint_while_the_job_runs(tmp_path, expected):

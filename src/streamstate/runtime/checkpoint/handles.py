@@ -149,6 +149,12 @@ class KeyGroupsStateHandle:
         """Every stream this handle needs (verified before a restore, discarded with it)."""
         return (self.stream,)
 
+    def map_streams(
+        self, fn: Callable[[StreamStateHandle], StreamStateHandle]
+    ) -> KeyGroupsStateHandle:
+        """This handle with every stream replaced by ``fn(stream)`` (relocating copies)."""
+        return KeyGroupsStateHandle(fn(self.stream), self.key_group_range, self.offsets, self.meta)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "type": "key-groups",

@@ -17,6 +17,7 @@ these handles; only the RocksDB backend opens the files.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +91,21 @@ class IncrementalKeyedStateHandle:
 
     def stream_handles(self) -> tuple[StreamStateHandle, ...]:
         return (self.private, *(h for _, h in self.shared))
+
+    def map_streams(
+        self, fn: Callable[[StreamStateHandle], StreamStateHandle]
+    ) -> IncrementalKeyedStateHandle:
+        """This handle with every file replaced by ``fn(file)`` (relocating copies); the
+        local recovery copy it named does not hold for the copy."""
+        shared = []
+        for name, h in self.shared:
+            moved = fn(h)
+            if not isinstance(moved, FileStateHandle):
+                raise CorruptCheckpointError(f"a relocated SST file {name!r} is not a file")
+            shared.append((name, moved))
+        return IncrementalKeyedStateHandle(
+            self.key_group_range, tuple(shared), fn(self.private), self.meta, ""
+        )
 
     @property
     def state_size(self) -> int:

@@ -200,6 +200,14 @@ class KeyedStateBackend(ABC):
     def get_keys(self, state_name: str) -> Iterator[Any]:
         """The keys that have a value in state ``state_name`` (a copy: safe to modify state)."""
 
+    def get_keys_and_namespaces(self, state_name: str) -> Iterator[tuple[Any, Any]]:
+        """``(key, namespace)`` of every entry of ``state_name`` in every namespace (the void
+        namespace and windows; Flink's ``getKeysAndNamespaces``), a copy (deterministic order).
+        Used by the State Processor API to read window state; empty for unknown states."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot list the namespaces of its states"
+        )
+
     @abstractmethod
     def snapshot(self) -> KeyedSnapshot:
         """Full snapshot of all state; resets the delta tracking.

@@ -52,6 +52,7 @@ __all__ = [
     "OperatorStateMode",
     "ReadOnlyBroadcastStateView",
     "decode_operator_snapshot",
+    "operator_snapshot_modes",
     "redistribute",
 ]
 
@@ -337,10 +338,8 @@ def _pack(header: list[dict[str, Any]], blobs: list[bytes]) -> bytes:
     return b"".join([MAGIC, struct.pack(">HI", FORMAT_VERSION, len(h)), h, *blobs])
 
 
-def decode_operator_snapshot(
-    data: bytes, where: str = "<operator state>"
-) -> dict[str, tuple[OperatorStateMode, Any, list[dict[str, Any]]]]:
-    """name -> (mode, list of elements or dict, serializer snapshots) of one subtask's snapshot."""
+def _header(data: bytes, where: str) -> tuple[list[dict[str, Any]], int]:
+    """The per-state header of a snapshot and the offset of its first blob."""
     if data[:4] != MAGIC or len(data) < 10:
         raise CorruptCheckpointError(f"{where} is not an operator state snapshot")
     version, hlen = struct.unpack(">HI", data[4:10])
@@ -351,7 +350,29 @@ def decode_operator_snapshot(
         )
     try:
         header = json.loads(data[10 : 10 + hlen].decode("utf-8"))["states"]
-        pos = 10 + hlen
+    except Exception as e:
+        raise CorruptCheckpointError(f"{where} is damaged: {type(e).__name__}: {e}") from e
+    if not isinstance(header, list):
+        raise CorruptCheckpointError(f"{where} is damaged: its header lists no states")
+    return header, 10 + hlen
+
+
+def operator_snapshot_modes(data: bytes, where: str = "<operator state>") -> dict[str, str]:
+    """name -> mode value (``"split"``, ``"union"``, ``"broadcast"``) of one subtask's
+    snapshot, from its header alone (no value is deserialized)."""
+    header, _ = _header(data, where)
+    try:
+        return {str(st["name"]): OperatorStateMode(st["mode"]).value for st in header}
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptCheckpointError(f"{where} is damaged: {type(e).__name__}: {e}") from e
+
+
+def decode_operator_snapshot(
+    data: bytes, where: str = "<operator state>"
+) -> dict[str, tuple[OperatorStateMode, Any, list[dict[str, Any]]]]:
+    """name -> (mode, list of elements or dict, serializer snapshots) of one subtask's snapshot."""
+    header, pos = _header(data, where)
+    try:
         out: dict[str, tuple[OperatorStateMode, Any, list[dict[str, Any]]]] = {}
         for st in header:
             mode = OperatorStateMode(st["mode"])

@@ -115,6 +115,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         table = self._tables.get(state_name)
         return iter(table.keys() if table is not None else [])
 
+    def get_keys_and_namespaces(self, state_name: str) -> Iterator[tuple[Any, Any]]:
+        table = self._tables.get(state_name)
+        return iter(table.keys_and_namespaces() if table is not None else [])
+
     def registered_state_names(self) -> list[str]:
         """Names of all states held (registered or restored)."""
         return list(self._tables)

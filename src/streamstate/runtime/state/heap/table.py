@@ -103,6 +103,14 @@ class StateTable:
                 out.extend(m)
         return out
 
+    def keys_and_namespaces(self) -> list[tuple[Any, Any]]:
+        """A copy of every ``(key, namespace)`` with a value, in key group order."""
+        out: list[tuple[Any, Any]] = []
+        for kgi in range(self.size):
+            for ns, maps in self.namespaces.items():
+                out.extend((key, ns) for key in maps[kgi])
+        return out
+
     def entries(self, kgi: int) -> Iterator[tuple[Any, dict[Any, Any]]]:
         """``(namespace, {key: value})`` of key group index ``kgi``, non-empty only."""
         for ns, maps in self.namespaces.items():

@@ -244,10 +244,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._raw_states.append(state)
         return state  # type: ignore[no-any-return]  # the TTL factory returns the State it was given
 
-    def get_keys(self, state_name: str) -> Iterator[Any]:
-        """Keys with a value in ``state_name`` (void namespace); empty for unknown states."""
-        col = self._columns.get(state_name)
-        return iter(col.keys() if col is not None else [])
+    def get_keys(self, state_name: str) -> Iterator[Any]:  # empty for unknown states
+        return iter(col.keys() if (col := self._columns.get(state_name)) is not None else [])
+
+    def get_keys_and_namespaces(self, state_name: str) -> Iterator[tuple[Any, Any]]:
+        return iter(c.keys_and_namespaces() if (c := self._columns.get(state_name)) else [])
 
     # ------------------------------------------------------------------- state TTL
     def state_entry_transformer(self, state_name: str) -> StateEntryTransformer | None:

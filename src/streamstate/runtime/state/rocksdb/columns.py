@@ -296,3 +296,17 @@ class StateColumn:
             if kb not in seen:
                 seen[kb] = key
         return list(seen.values())
+
+    def keys_and_namespaces(self) -> list[tuple[Any, Any]]:
+        """Every ``(key, namespace)`` with a value (void namespace first, then the windows
+        of each key group), in key group order."""
+        out = [(key, VOID_NAMESPACE) for key in self.keys()]
+        if self.ns_cf is None:
+            return out
+        seen: set[bytes] = set()
+        for rk, _ in self._scan(b"", None, self.ns_cf):
+            p = self.prefix_of(rk)
+            if p not in seen:
+                seen.add(p)
+                out.append(self.decode_ns_prefix(p))
+        return out
