@@ -180,7 +180,10 @@ class JobExecutor:
         md = self.storage.latest_valid_checkpoint() if self.metrics.stats["checkpoints"] else None
         path = None if md is None else self.storage.checkpoint_location(md.checkpoint_id)
         if md is None and self.restored_from:
-            md, path = self.storage.load_metadata(self.restored_from, verify=True), self.restored_from
+            md, path = (
+                self.storage.load_metadata(self.restored_from, verify=True),
+                self.restored_from,
+            )
         self.state.reset()
         if md is not None:
             self._restore(md, path)
@@ -220,7 +223,11 @@ class JobExecutor:
         except BaseException:
             self.lifecycle.transition(JobStatus.FAILED)
             raise
-        self.runner.start(self.job_id, self.plan, build_task_specs(self.plan, self.job_id, self.storage, self.settings))
+        self.runner.start(
+            self.job_id,
+            self.plan,
+            build_task_specs(self.plan, self.job_id, self.storage, self.settings),
+        )
         self.lifecycle.transition(JobStatus.RUNNING)
         cancelled = False
         try:
@@ -312,7 +319,9 @@ def build_task_specs(
     specs = {}
     for st in plan.stages:
         factories = {
-            tid: cloudpickle.dumps(n.factory) for tid, n in st.nodes.items() if n.factory is not None
+            tid: cloudpickle.dumps(n.factory)
+            for tid, n in st.nodes.items()
+            if n.factory is not None
         }
         spec = StageTaskSpec(
             job_id=job_id,

@@ -61,7 +61,12 @@ class JobState:
         for st in self.plan.sources:
             self.source_states[source_uid(st)] = st.source.create_enumerator_state(st.parallelism)
         self.versions.reset(
-            ((uid, i) for st in self.plan.stages for uid in st.keyed_uids for i in range(st.parallelism)),
+            (
+                (uid, i)
+                for st in self.plan.stages
+                for uid in st.keyed_uids
+                for i in range(st.parallelism)
+            ),
             (self.attempt, 0),
         )
         self.wm_states = {}
@@ -83,7 +88,9 @@ class JobState:
             uid = source_uid(st)
             saved = md.source_offsets.get(uid)
             if saved is None:
-                log.warning("source %s has no position in the checkpoint: reading from the start", uid)
+                log.warning(
+                    "source %s has no position in the checkpoint: reading from the start", uid
+                )
                 self.source_states[uid] = st.source.create_enumerator_state(st.parallelism)
             else:
                 self.source_states[uid] = st.source.restore_enumerator_state(saved, st.parallelism)
@@ -99,9 +106,7 @@ class JobState:
                         f"and cannot change across a restore; set it back with set_max_parallelism()"
                     )
                 handles = [h for s in (ops.subtasks if ops else ()) for h in s.keyed]
-                self.versions.restore_keyed(
-                    uid, handles, st.parallelism, st.max_parallelism, token
-                )
+                self.versions.restore_keyed(uid, handles, st.parallelism, st.max_parallelism, token)
         for st in self.plan.stages:
             for n in st.nodes.values():
                 ops = md.operator_states.get(n.uid)

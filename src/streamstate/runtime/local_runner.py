@@ -25,9 +25,7 @@ class LocalEpochRunner(EpochRunner):
     def start(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
         self.blobs = {sid: (job_id, sid, blob) for sid, blob in specs.items()}
 
-    def run_epoch(
-        self, plan: ExecutionPlan, epoch_specs: dict[int, EpochSpec]
-    ) -> list[SubtaskAck]:
+    def run_epoch(self, plan: ExecutionPlan, epoch_specs: dict[int, EpochSpec]) -> list[SubtaskAck]:
         if self.drop_cache_each_epoch:
             from streamstate.runtime import task
 

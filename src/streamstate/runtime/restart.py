@@ -185,7 +185,9 @@ class ExponentialDelayRestartStrategy(RestartStrategy):
         if not multiplier > 1:
             raise ConfigurationError(f"backoff multiplier must be > 1, got {multiplier}")
         if reset_threshold_ms < 1:
-            raise ConfigurationError(f"reset backoff threshold must be >= 1 ms, got {reset_threshold_ms}")
+            raise ConfigurationError(
+                f"reset backoff threshold must be >= 1 ms, got {reset_threshold_ms}"
+            )
         if not 0 <= jitter <= 1:
             raise ConfigurationError(f"jitter factor must be in [0, 1], got {jitter}")
         self.initial_ms = initial_ms

@@ -12,6 +12,11 @@ Keyed state, per operator and subtask:
   checkpoint storage the checkpoint bytes live on the driver, so a worker-readable copy is
   written to the epoch-state directory as the base;
 * full-version epoch: ``snapshot()`` written to ``epochs/<uid>/<i>/a<a>-e<n>-full`` (FULL);
+* a backend with its own versioned files (RocksDB, ``snapshot_epoch_version``): every
+  other epoch is a FULL version made of RocksDB's files in ``epochs/<uid>/<i>/``, written
+  like an incremental checkpoint: only the SST files new since the previous version (hard
+  links on a local directory) and a small private pack; consecutive versions share their
+  unchanged SST files, so folding one supersedes only the files the new one dropped;
 * otherwise ``snapshot_delta()`` written to ``epochs/<uid>/<i>/a<a>-e<n>-delta`` (DELTA), or
   NONE when no key changed.
 
@@ -32,6 +37,7 @@ from typing import Any
 
 from streamstate.runtime.checkpoint.handles import (
     ByteStreamStateHandle,
+    FileStateHandle,
     KeyGroupsStateHandle,
     StreamStateHandle,
     checksum,
@@ -95,6 +101,11 @@ def commit_keyed_state(
         if native is not None:
             checkpoint[uid] = native
             versions[uid] = StateVersion.full(native)
+        elif cid is None and hasattr(backend, "snapshot_epoch_version"):
+            # RocksDB: its own files, only the new SSTs written (see the module docstring)
+            scope = f"{scope_prefix}-{uid}-{index}"
+            handle = backend.snapshot_epoch_version(storage, f"{uid}/{index}", tag, es.epoch, scope)
+            versions[uid] = StateVersion.full(handle)
         elif cid is not None or es.full_version:
             snap = backend.snapshot()
             rng = backend.key_group_range
@@ -283,7 +294,14 @@ class StateVersions:
         for uid, v in ack.versions.items():
             lin = self.keyed[(uid, i)]
             if v.kind is VersionKind.FULL:
-                superseded.extend(s for b in lin.base for s in b.stream_handles())
+                # a RocksDB version shares its unchanged SST files with the one it replaces
+                kept = {s.path for s in v.handle.stream_handles() if isinstance(s, FileStateHandle)}
+                superseded.extend(
+                    s
+                    for b in lin.base
+                    for s in b.stream_handles()
+                    if not (isinstance(s, FileStateHandle) and s.path in kept)
+                )
                 superseded.extend(lin.deltas)
                 self.keyed[(uid, i)] = Lineage(token, (v.handle,), ())
             elif v.kind is VersionKind.DELTA:

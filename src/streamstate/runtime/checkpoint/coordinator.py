@@ -339,9 +339,9 @@ class CheckpointCoordinator:
                 uid: tuple(sum(h.size for h in s.stream_handles()) for s in ops.subtasks)
                 for uid, ops in metadata.operator_states.items()
             },
-            location if pending.target is not None else self.storage.checkpoint_location(
-                pending.checkpoint_id
-            ),
+            location
+            if pending.target is not None
+            else self.storage.checkpoint_location(pending.checkpoint_id),
         )
         if not pending.is_savepoint:
             self._retained[pending.checkpoint_id] = pending
@@ -452,13 +452,7 @@ def cleanup_shared_state(storage: CheckpointStorageAccess, up_to_checkpoint_id: 
         referenced: set[str] = set()
         for cid in storage.list_checkpoints():
             md = storage.load_metadata(cid, verify=False)
-            referenced.update(
-                h.path for h in md.stream_handles() if isinstance(h, FileStateHandle)
-            )
-        storage.cleanup_shared_state(
-            referenced, up_to_checkpoint_id, shared_file_checkpoint_id
-        )
+            referenced.update(h.path for h in md.stream_handles() if isinstance(h, FileStateHandle))
+        storage.cleanup_shared_state(referenced, up_to_checkpoint_id, shared_file_checkpoint_id)
     except Exception as e:  # noqa: BLE001 - cleanup must not fail the job; the next one retries
-        log.warning(
-            "shared state cleanup after checkpoint %d failed: %s", up_to_checkpoint_id, e
-        )
+        log.warning("shared state cleanup after checkpoint %d failed: %s", up_to_checkpoint_id, e)

@@ -80,7 +80,9 @@ class MemoryCheckpointStorageAccess(CheckpointStorageAccess):
             fs.makedirs(root, exist_ok=True)
             make_private(fs, root)
         except OSError as e:
-            raise CheckpointStorageError(f"cannot create the epoch state directory {root}: {e}") from e
+            raise CheckpointStorageError(
+                f"cannot create the epoch state directory {root}: {e}"
+            ) from e
 
     def _job_fs(self) -> tuple[Any, str]:
         job = self._require_job()
@@ -164,4 +166,3 @@ class MemoryCheckpointStorageAccess(CheckpointStorageAccess):
         self._completed.pop(checkpoint_id, None)
         if self._dir is not None:
             self._dir.discard_checkpoint(checkpoint_id)
-

@@ -18,7 +18,9 @@ PUT is atomic, so a reader never sees a partial ``_metadata`` either way.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import re
 import uuid
 from abc import ABC, abstractmethod
@@ -35,6 +37,7 @@ from streamstate.runtime.checkpoint.handles import (
     StreamStateHandle,
     relative_paths_under,
 )
+from streamstate.runtime.checkpoint.lock import is_local
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 
 __all__ = [
@@ -399,6 +402,30 @@ class CheckpointStorageAccess(ABC):
         fs, root = self._epoch_fs()
         path = _join(root, version_name)
         atomic_write(fs, path, data)
+        return FileStateHandle.of(fs.unstrip_protocol(path), data)
+
+    def write_epoch_state_file(self, version_name: str, local_path: str) -> FileStateHandle:
+        """:meth:`write_epoch_state` of the bytes of the local file ``local_path``, which
+        must never change afterwards (an SST file): on a local epoch-state directory it is
+        hard-linked instead of copied (atomically: link to a temporary name, rename)."""
+        _check_relative_name(version_name, "epoch state name")
+        with open(local_path, "rb") as f:
+            data = f.read()
+        fs, root = self._epoch_fs()
+        if not is_local(fs):
+            return self.write_epoch_state(version_name, data)
+        path = _join(root, version_name)
+        parent = path.rsplit("/", 1)[0] or "/"
+        tmp = f"{parent}/.{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.inprogress"
+        try:
+            fs.makedirs(parent, exist_ok=True)
+            os.link(local_path, tmp)
+            os.replace(tmp, path)
+        except OSError:
+            # another file system (or no hard links there): copy
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            atomic_write(fs, path, data)
         return FileStateHandle.of(fs.unstrip_protocol(path), data)
 
     def discard_epoch_state(self, handles: Iterable[StreamStateHandle]) -> None:

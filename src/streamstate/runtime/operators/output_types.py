@@ -70,9 +70,7 @@ def fast_check(type_info: Any) -> Predicate | None:
     e = _expression(type_info, "v")
     if e is None:
         return None
-    check: Predicate = eval(
-        f"lambda v: {e}", {"Decimal": Decimal}
-    )
+    check: Predicate = eval(f"lambda v: {e}", {"Decimal": Decimal})
     return check
 
 

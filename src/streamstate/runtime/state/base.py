@@ -204,9 +204,7 @@ class KeyedStateBackend(ABC):
         """``(key, namespace)`` of every entry of ``state_name`` in every namespace (the void
         namespace and windows; Flink's ``getKeysAndNamespaces``), a copy (deterministic order).
         Used by the State Processor API to read window state; empty for unknown states."""
-        raise NotImplementedError(
-            f"{type(self).__name__} cannot list the namespaces of its states"
-        )
+        raise NotImplementedError(f"{type(self).__name__} cannot list the namespaces of its states")
 
     @abstractmethod
     def snapshot(self) -> KeyedSnapshot:

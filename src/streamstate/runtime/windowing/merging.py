@@ -138,6 +138,7 @@ def merging_element(
     if skipped:
         self._late(value, ts)
 
+
 def merge_windows(
     self: Any,
     merge_result: Any,

@@ -98,4 +98,5 @@ def on_tumbling_timer(
             self.process_ctx._window = window
             self.window_function.clear(window, self.process_ctx)
 
+
 # ------------------------------------------------------------------ helpers

@@ -21,6 +21,7 @@ from streamstate.runtime.state.format.serializers import STATE_KINDS, StateSeria
 
 __all__ = ["StateTable"]
 
+
 class StateTable:
     """All objects of one state for the key groups of one backend."""
 

@@ -60,6 +60,7 @@ from streamstate.runtime.state.rocksdb.database import (
 )
 from streamstate.runtime.state.rocksdb.encoding import MAX_VALUE_BYTES
 from streamstate.runtime.state.rocksdb.incremental import (
+    EpochVersionTarget,
     restore_incremental,
     snapshot_incremental,
 )
@@ -126,6 +127,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self.instance_id = uuid.uuid4().hex[:12]
         #: local SST file name -> its uploaded copy in shared/ (incremental checkpoints)
         self.uploaded_files: dict[str, Any] = {}
+        #: local SST file name -> its copy in the epoch-state directory (epoch versions)
+        self.epoch_uploaded: dict[str, Any] = {}
         self.bytes_uploaded = 0
         self.bytes_downloaded = 0
         #: how the last restore got its files: "local", "remote" or None (no restore)
@@ -269,18 +272,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def _apply(
         self, col: StateColumn, batch: list[tuple[bytes, bytes | None]], cf: Any = None
     ) -> None:
-        """Write ``(key, value or None for delete)`` pairs into ``cf`` (default: the
-        void namespace's column family of ``col``) in order."""
-        cf = col.cf if cf is None else cf
-        put, delete = cf.put, cf.delete
-        try:
-            for k, v in batch:
-                if v is None:
-                    delete(k)
-                else:
-                    put(k, v)
-        except Exception as e:
-            raise self._io_error("write", e) from e
+        """Write ``(key, value or None)`` pairs into ``cf`` (default: ``col.cf``) in order."""
+        write_batch(self, col.cf if cf is None else cf, batch)
 
     # ------------------------------------------------------------------- snapshots
     def snapshot(self) -> KeyedSnapshot:
@@ -343,6 +336,15 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._check_alive()
         return snapshot_incremental(self, storage, checkpoint_id, scope)
 
+    def snapshot_epoch_version(
+        self, storage: Any, folder: str, tag: str, epoch: int, scope: str
+    ) -> Any:
+        """This epoch's version as RocksDB's own files under ``<folder>/<tag>-*`` in the
+        epoch-state directory: only new SST files are written (see ``incremental.py``)."""
+        self._check_alive()
+        target = EpochVersionTarget(storage, folder, tag)
+        return snapshot_incremental(self, target, epoch, scope, epoch_version=True)
+
     def dirty_clear(self) -> None:
         """Forget the changes recorded for the next delta (a snapshot covered them)."""
         for c in self._columns.values():
@@ -381,6 +383,19 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
 
 register_keyed_backend("rocksdb", RocksDBKeyedStateBackend)
+
+
+def write_batch(backend: Any, cf: Any, batch: list[tuple[bytes, bytes | None]]) -> None:
+    """Write ``(key, value or None for delete)`` pairs into the column family ``cf``."""
+    put, delete = cf.put, cf.delete
+    try:
+        for k, v in batch:
+            if v is None:
+                delete(k)
+            else:
+                put(k, v)
+    except Exception as e:
+        raise backend._io_error("write", e) from e
 
 
 def migrate_column(

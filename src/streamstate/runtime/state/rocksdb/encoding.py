@@ -73,5 +73,3 @@ def map_key_matches(rk: bytes, prefix_len: int) -> int:
     """
     (ulen,) = _U32.unpack_from(rk, len(rk) - 4)
     return prefix_len if len(rk) - 4 - ulen == prefix_len else -1
-
-

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import struct
 import uuid
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from rocksdict import Checkpoint, Rdict
 
 from streamstate.errors import CorruptCheckpointError
-from streamstate.runtime.checkpoint.handles import checksum
+from streamstate.runtime.checkpoint.handles import checksum, handle_from_dict
 from streamstate.runtime.checkpoint.incremental import (
     FORMAT,
     FORMAT_VERSION,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LOCAL_DIR_NAME",
+    "EpochVersionTarget",
     "RESTORE_STATS",
     "pack_files",
     "restore_incremental",
@@ -115,18 +117,31 @@ def _local_root(backend: RocksDBKeyedStateBackend) -> str:
 
 
 def snapshot_incremental(
-    backend: RocksDBKeyedStateBackend, storage: Any, checkpoint_id: int, scope: str
+    backend: RocksDBKeyedStateBackend,
+    storage: Any,
+    checkpoint_id: int,
+    scope: str,
+    *,
+    epoch_version: bool = False,
 ) -> IncrementalKeyedStateHandle | None:
     """Checkpoint ``backend`` into ``storage`` uploading only new SST files.
 
     ``scope`` names the subtask (job, operator uid, subtask index) in file names.
     Returns ``None`` when the storage has no shared folder (the caller then takes a
     full snapshot).
+
+    ``epoch_version``: ``storage`` is an :class:`EpochVersionTarget` and ``checkpoint_id``
+    the epoch; the version's SST files are tracked apart from the checkpoints' uploads
+    (``backend.epoch_uploaded``), since epoch files are deleted when superseded while a
+    checkpoint's live on. The handle's meta then also records the checkpoint uploads, so
+    a worker that adopts the version uploads no more to the next checkpoint than the
+    worker that wrote it would have.
     """
     if not hasattr(storage, "write_shared_state"):
         return None
     backend.run_snapshot_cleanups()
-    local_id = f"{scope}-{backend.instance_id}-c{checkpoint_id}"
+    kind = "e" if epoch_version else "c"
+    local_id = f"{scope}-{backend.instance_id}-{kind}{checkpoint_id}"
     root = _local_root(backend)
     target = os.path.join(root, local_id)
     try:
@@ -145,20 +160,26 @@ def snapshot_incremental(
     shared = []
     # a savepoint is self-contained: it uploads every file and remembers none
     self_contained = bool(getattr(storage, "self_contained", False))
-    uploaded = {} if self_contained else backend.uploaded_files
+    if self_contained:
+        uploaded: dict[str, Any] = {}
+    else:
+        uploaded = backend.epoch_uploaded if epoch_version else backend.uploaded_files
+    # a target that can take a local file (hard link on the same file system) skips a copy
+    put_file = getattr(storage, "write_shared_file", None)
     for name in ssts:
         h = uploaded.get(name)
         if h is None:
-            with open(os.path.join(target, name), "rb") as f:
-                data = f.read()
-            h = storage.write_shared_state(
-                shared_file_name(scope, backend.instance_id, checkpoint_id, name), data
-            )
+            remote = shared_file_name(scope, backend.instance_id, checkpoint_id, name)
+            if put_file is not None:
+                h = put_file(remote, os.path.join(target, name))
+            else:
+                with open(os.path.join(target, name), "rb") as f:
+                    h = storage.write_shared_state(remote, f.read())
             if h is None:
                 shutil.rmtree(target, ignore_errors=True)
                 return None
             uploaded[name] = h
-            backend.bytes_uploaded += len(data)
+            backend.bytes_uploaded += h.size
         shared.append((name, h))
     pack = pack_files(target, private)
     with open(os.path.join(target, "_private.pack"), "wb") as f:
@@ -173,28 +194,54 @@ def snapshot_incremental(
         live = set(ssts)
         for name in [n for n in uploaded if n not in live]:
             del uploaded[name]
-        _prune_local_copies(root, scope, keep=local_id)
+        _prune_local_copies(root, scope, kind, keep=local_id)
     backend.dirty_clear()
-    meta = {
+    meta: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "states": [c.meta() for c in backend._columns.values()],
     }
+    if epoch_version:
+        meta["epoch_version"] = True
+        meta["checkpoint_shared"] = {n: h.to_dict() for n, h in backend.uploaded_files.items()}
     return IncrementalKeyedStateHandle(
         backend.key_group_range, tuple(shared), private_handle, meta, local_id
     )
 
 
-def _prune_local_copies(root: str, scope: str, keep: str) -> None:
-    """Keep the newest ``LOCAL_COPIES_KEPT`` local copies of ``scope`` (by checkpoint id)."""
+def _prune_local_copies(root: str, scope: str, kind: str, keep: str) -> None:
+    """Keep the newest ``LOCAL_COPIES_KEPT`` local copies of ``scope`` and ``kind``
+    (``c``: checkpoints, ``e``: epoch versions), by checkpoint id or epoch."""
+    pattern = re.compile(rf"^{re.escape(scope)}-[0-9a-f]{{12}}-{kind}(\d+)$")
     mine = []
     for name in os.listdir(root):
-        if name.startswith(scope + "-") and name.rsplit("-c", 1)[-1].isdigit():
-            mine.append((int(name.rsplit("-c", 1)[-1]), name))
+        m = pattern.match(name)
+        if m:
+            mine.append((int(m.group(1)), name))
     mine.sort()
     for _, name in mine[:-LOCAL_COPIES_KEPT]:
         if name != keep:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+class EpochVersionTarget:
+    """Where :func:`snapshot_incremental` writes an epoch's state version: files in the
+    job's epoch-state directory, ``<folder>/<tag>-<name>`` (``tag`` = ``a<attempt>-e<epoch>``,
+    so a restart's cleanup of failed attempts finds them)."""
+
+    self_contained = False
+
+    def __init__(self, storage: Any, folder: str, tag: str) -> None:
+        self.storage, self.folder, self.tag = storage, folder, tag
+
+    def write_shared_file(self, name: str, local_path: str) -> Any:
+        return self.storage.write_epoch_state_file(f"{self.folder}/{self.tag}-{name}", local_path)
+
+    def write_shared_state(self, name: str, data: bytes) -> Any:
+        return self.storage.write_epoch_state(f"{self.folder}/{self.tag}-{name}", data)
+
+    def write_state(self, checkpoint_id: int, name: str, data: bytes) -> Any:
+        return self.storage.write_epoch_state(f"{self.folder}/{self.tag}-{name}", data)
 
 
 # ----------------------------------------------------------------------------- restore
@@ -343,7 +390,9 @@ def _copy_key_groups(
             db.close()
 
 
-def adopt(backend: RocksDBKeyedStateBackend, path: str, handle: IncrementalKeyedStateHandle) -> None:
+def adopt(
+    backend: RocksDBKeyedStateBackend, path: str, handle: IncrementalKeyedStateHandle
+) -> None:
     """Make the checkpoint materialised at ``path`` this backend's database."""
     states = handle.meta.get("states", [])
     names = [sm["name"] for sm in states]
@@ -355,4 +404,11 @@ def adopt(backend: RocksDBKeyedStateBackend, path: str, handle: IncrementalKeyed
     backend._db = open_database(backend, backend.path, {n: backend._opts for n in names})
     backend._cf_names = set(names)
     backend._resolve_states(states)
-    backend.uploaded_files = dict(handle.shared)
+    if handle.meta.get("epoch_version"):
+        backend.epoch_uploaded = dict(handle.shared)
+        backend.uploaded_files = {
+            n: handle_from_dict(d) for n, d in handle.meta.get("checkpoint_shared", {}).items()
+        }
+    else:
+        backend.uploaded_files = dict(handle.shared)
+        backend.epoch_uploaded = {}

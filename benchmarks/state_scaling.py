@@ -1,0 +1,222 @@
+"""Epoch time vs total state size: does an epoch cost what it touches, or the whole state?
+
+Issue 18's measurement, one run per backend and state size, on Spark ``local[2]``:
+
+* the state: ``N`` keys (10^4 ... 10^7) of a ``ValueState[int]``, bootstrapped into a
+  savepoint by the State Processor API (a Spark job) and restored by the measured job;
+* the work: ``--epochs`` epochs of ``--records`` records each, touching ``--touched``
+  distinct keys per epoch (a different set every epoch), parallelism 2;
+* a checkpoint every ``--checkpoint-every`` epochs (an epoch-counting clock makes the
+  pattern exact, whatever the epochs' speed).
+
+Reported per size: the median epoch time over the epochs after the first (the first
+restores the savepoint), split into epochs with and without a checkpoint, the cache
+hits/misses (subtask-epochs that found their state in the worker vs rebuilt it), and
+the ratio of each median to the smallest size's (the issue's goal: <= 1.5x from 10^4
+to 10^7 keys). ``--json F`` writes the figures.
+
+Run: ``python -m benchmarks.state_scaling --backend rocksdb --sizes 10000,1000000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from typing import Any
+
+from streamstate.common import Configuration, Types
+from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from streamstate.datastream.connectors import DiscardingSink
+from streamstate.datastream.state import ValueStateDescriptor
+from streamstate.runtime.job_status import EpochStats, JobObserver
+from streamstate.state_processor import (
+    KeyedStateBootstrapFunction,
+    OperatorTransformation,
+    SavepointWriter,
+)
+
+COUNT = ValueStateDescriptor("count", Types.LONG())
+MAX_PARALLELISM = 128
+#: a prime stride spreads an epoch's touched keys over all key groups
+STRIDE = 1_000_003
+
+
+class Preload(KeyedStateBootstrapFunction):
+    def open(self, ctx: Any) -> None:
+        self.count = ctx.get_state(COUNT)
+
+    def process_element(self, row: Any, ctx: Any) -> None:
+        self.count.update(1)
+
+
+class CountPerKey(KeyedProcessFunction):
+    def open(self, ctx: Any) -> None:
+        self.count = ctx.get_state(COUNT)
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        c = (self.count.value() or 0) + 1
+        self.count.update(c)
+        yield value, c
+
+
+class KeyOf:
+    """Record ``i`` -> its key: epoch ``e`` touches keys ``e*touched ... e*touched+touched-1``
+    (strided over the key space)."""
+
+    def __init__(self, records: int, touched: int, keys: int) -> None:
+        self.records, self.touched, self.keys = records, touched, keys
+
+    def __call__(self, i: int) -> str:
+        e, j = divmod(i, self.records)
+        return f"k{((e * self.touched + j % self.touched) * STRIDE) % self.keys}"
+
+
+class EpochClock:
+    """1 s per finished epoch: ``enable_checkpointing(n * 1000)`` checkpoints every n epochs."""
+
+    def __init__(self) -> None:
+        self.epochs = 0
+        self.base = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.base + self.epochs * 1000
+
+
+class Recorder(JobObserver):
+    def __init__(self, clock: EpochClock) -> None:
+        self.clock = clock
+        self.epochs: list[EpochStats] = []
+
+    def on_status_change(self, job_id: str, status: Any, timestamp_ms: int) -> None:
+        pass
+
+    def on_epoch(self, job_id: str, stats: EpochStats) -> None:
+        self.epochs.append(stats)
+        self.clock.epochs += 1
+
+    def on_failure(self, job_id: str, failure: Any) -> None:
+        pass
+
+
+def backend_conf(backend: str, local_dir: str) -> dict[str, str]:
+    if backend == "rocksdb":
+        return {
+            "state.backend.type": "rocksdb",
+            "state.backend.incremental": "true",
+            "state.backend.rocksdb.localdir": local_dir,
+        }
+    return {"state.backend.type": "hashmap"}
+
+
+def bootstrap(spark: Any, keys: int, path: str) -> str:
+    df = spark.range(keys).selectExpr("concat('k', cast(id as string)) as key")
+    transformation = (
+        OperatorTransformation.bootstrap_with(df).key_by(lambda r: r.key).transform(Preload())
+    )
+    return str(
+        SavepointWriter.new_savepoint(spark, max_parallelism=MAX_PARALLELISM)
+        .with_operator("count", transformation)
+        .write(path)
+    )
+
+
+def run(spark: Any, args: Any, keys: int, savepoint: str, work: str) -> dict[str, Any]:
+    conf = Configuration()
+    for k, v in {
+        # per source subtask (from_sequence runs at parallelism 2)
+        "execution.epoch.max-records": str(args.records // 2),
+        "execution.state-recovery.path": savepoint,
+        "execution.checkpointing.dir": f"file://{work}/checkpoints",
+        **backend_conf(args.backend, f"{work}/rocksdb"),
+    }.items():
+        conf.set_string(k, v)
+    env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
+    clock = EpochClock()
+    recorder = Recorder(clock)
+    env.set_clock(clock).add_job_observer(recorder)
+    env.set_parallelism(2).set_max_parallelism(MAX_PARALLELISM)
+    env.enable_checkpointing(args.checkpoint_every * 1000)
+    total = args.epochs * args.records
+    key_of = KeyOf(args.records, args.touched, keys)
+    (
+        env.from_sequence(0, total - 1)
+        .map(key_of, output_type=Types.STRING())
+        .key_by(lambda k: k)
+        .process(CountPerKey())
+        .uid("count")
+        .add_sink(DiscardingSink())
+    )
+    t0 = time.perf_counter()
+    result = env.execute("state-scaling")
+    wall = time.perf_counter() - t0
+    acc = result.get_all_accumulator_results()
+    assert acc["records-in.count"] == total, acc
+    later = recorder.epochs[1:]  # the first epoch restores the savepoint
+    with_cp = [s.duration_ms for s in later if s.checkpoint_id is not None]
+    without = [s.duration_ms for s in later if s.checkpoint_id is None]
+    return {
+        "keys": keys,
+        "wall_s": wall,
+        "epochs": len(recorder.epochs),
+        "median_epoch_ms": statistics.median(s.duration_ms for s in later),
+        "median_checkpoint_epoch_ms": statistics.median(with_cp) if with_cp else None,
+        "median_plain_epoch_ms": statistics.median(without) if without else None,
+        "first_epoch_ms": recorder.epochs[0].duration_ms,
+        "cache_hits": sum(s.cache_hits for s in later),
+        "cache_misses": sum(s.cache_misses for s in later),
+        "restore_s": acc.get("subtask-seconds.restore"),
+        "commit_s": acc.get("subtask-seconds.commit"),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", choices=("heap", "rocksdb"), default="rocksdb")
+    p.add_argument("--sizes", default="10000,100000,1000000")
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--records", type=int, default=50_000)
+    p.add_argument("--touched", type=int, default=5_000)
+    p.add_argument("--checkpoint-every", type=int, default=10)
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args(argv)
+
+    from benchmarks.peers import spark_stateful as peers
+
+    spark = peers.build_spark("streamstate-state-scaling")
+    spark.sparkContext.setLogLevel("ERROR")
+    rows = []
+    for keys in (int(s) for s in args.sizes.split(",")):
+        work = tempfile.mkdtemp(prefix=f"ss-scaling-{keys}-")
+        try:
+            t0 = time.perf_counter()
+            savepoint = bootstrap(spark, keys, f"{work}/savepoint")
+            boot = time.perf_counter() - t0
+            row = run(spark, args, keys, savepoint, work)
+            row["bootstrap_s"] = boot
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    base = rows[0]
+    print(f"\nbackend {args.backend}, {args.records} records/epoch, {args.touched} keys touched")
+    print(
+        f"{'keys':>10s} {'median ms':>10s} {'ratio':>6s} {'cp ms':>8s} {'plain ms':>9s} hits/miss"
+    )
+    for r in rows:
+        print(
+            f"{r['keys']:>10d} {r['median_epoch_ms']:>10.0f} "
+            f"{r['median_epoch_ms'] / base['median_epoch_ms']:>6.2f} "
+            f"{r['median_checkpoint_epoch_ms'] or 0:>8.0f} {r['median_plain_epoch_ms'] or 0:>9.0f} "
+            f"{r['cache_hits']}/{r['cache_misses']}"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
