@@ -158,6 +158,7 @@ KNOWN_KEYS: dict[str, Validator] = {
     "state.backend.type": _BACKEND,
     "state.backend": _BACKEND,
     "state.backend.incremental": _bool,
+    "state.changelog.enabled": _bool,
     "state.backend.rocksdb.localdir": _any,
     "state.backend.rocksdb.predefined-options": _any,
     "state.backend.rocksdb.writebuffer.size": _size,

@@ -186,6 +186,14 @@ class StreamExecutionEnvironment:
     def get_state_backend(self) -> StateBackend:
         return self._state_backend
 
+    def enable_changelog_state_backend(self, enabled: bool) -> StreamExecutionEnvironment:
+        """Checkpoints write what changed (``state.changelog.enabled``; docs/architecture.md)."""
+        self._configuration.set_string("state.changelog.enabled", str(bool(enabled)).lower())
+        return self
+
+    def is_changelog_state_backend_enabled(self) -> bool:
+        return str(self._configuration.get_string("state.changelog.enabled", "false")) == "true"
+
     def set_restart_strategy(
         self, restart_strategy_configuration: RestartStrategyConfiguration
     ) -> StreamExecutionEnvironment:

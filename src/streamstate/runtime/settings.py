@@ -135,7 +135,11 @@ class JobSettings:
             state_dir=configuration.get_string("execution.epoch.state-dir", None),
             ttl_time_provider=ttl_time_provider_from_configuration(configuration),
             backend_name=getattr(state_backend, "backend_name", "hashmap"),
-            backend_options=dict(options()) if callable(options) else {},
+            backend_options=_with_changelog(
+                getattr(state_backend, "backend_name", "hashmap"),
+                dict(options()) if callable(options) else {},
+                _conf_bool(configuration, "state.changelog.enabled"),
+            ),
             job_parameters=dict(job_parameters or {}),
             recovery_path=recovery_path,
             allow_non_restored_state=_conf_bool(
@@ -156,6 +160,18 @@ def _conf_str(conf: Any, *keys: str) -> str | None:
         if raw is not None and str(raw).strip():
             return str(raw).strip()
     return None
+
+
+def _with_changelog(backend: str, options: dict[str, Any], enabled: bool) -> dict[str, Any]:
+    """``state.changelog.enabled`` (Flink: checkpoints that upload only the changes): the
+    heap backend's changelog checkpoints; RocksDB's incremental checkpoints are its own."""
+    if not enabled:
+        return options
+    if backend == "hashmap":
+        return {**options, "changelog": True}
+    if backend == "rocksdb":
+        return {**options, "incremental": True}
+    return options
 
 
 def _conf_bool(conf: Any, *keys: str) -> bool:

@@ -7,6 +7,8 @@ sends the lineage with the next epoch so that any worker can rebuild version ``n
 
 Keyed state, per operator and subtask:
 
+* barrier epoch, heap with ``state.changelog.enabled``: an incremental checkpoint (the last
+  materialized base plus the deltas since, ``checkpoint/changelog.py``), also the base;
 * barrier epoch: the checkpoint snapshot (``storage.write_state(chk, "<uid>-<i>-keyed")``,
   or RocksDB's incremental handle) is also the new lineage base (FULL). With in-memory
   checkpoint storage the checkpoint bytes live on the driver, so a worker-readable copy is
@@ -35,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from streamstate.runtime.checkpoint.changelog import changelog_checkpoint
 from streamstate.runtime.checkpoint.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
@@ -101,6 +104,23 @@ def commit_keyed_state(
         if native is not None:
             checkpoint[uid] = native
             versions[uid] = StateVersion.full(native)
+        elif (
+            cid is not None
+            and getattr(backend, "changelog", False)
+            and (
+                handle := changelog_checkpoint(
+                    storage,
+                    backend,
+                    _lineage_of(es, index, uid),
+                    cid,
+                    f"{scope_prefix}-{uid}-{index}",
+                )
+            )
+            is not None
+        ):
+            # heap with state.changelog.enabled: the base named again plus the changes
+            checkpoint[uid] = handle
+            versions[uid] = StateVersion.full(handle)
         elif cid is None and hasattr(backend, "snapshot_epoch_version"):
             # RocksDB: its own files, only the new SSTs written (see the module docstring)
             scope = f"{scope_prefix}-{uid}-{index}"
@@ -130,6 +150,11 @@ def commit_keyed_state(
                 else UNCHANGED
             )
     return versions, checkpoint
+
+
+def _lineage_of(es: EpochSpec, index: int, uid: str) -> Lineage | None:
+    subtasks = es.subtasks
+    return subtasks[index].lineages.get(uid) if index < len(subtasks) else None
 
 
 def restore_operator_store(

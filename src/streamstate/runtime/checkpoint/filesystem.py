@@ -14,7 +14,7 @@ from streamstate.runtime.checkpoint.handles import (
     FileStateHandle,
     StreamStateHandle,
 )
-from streamstate.runtime.checkpoint.lock import JobLock, make_private
+from streamstate.runtime.checkpoint.lock import JobLock, is_local, make_private
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.checkpoint.storage import (
     EPOCHS_DIR,
@@ -23,6 +23,8 @@ from streamstate.runtime.checkpoint.storage import (
     CheckpointStorageAccess,
     _check_relative_name,
     _join,
+    _url_to_fs,
+    link_file,
     load_metadata_from_path,
 )
 
@@ -103,6 +105,19 @@ class FileSystemCheckpointStorageAccess(CheckpointStorageAccess):
         _check_relative_name(name, "shared state name")
         d = self._directory()
         return d.write_file(_join(d.job_path, SHARED_DIR, name), bytes(data))
+
+    def link_shared_state(self, name: str, handle: FileStateHandle) -> FileStateHandle | None:
+        """``handle``'s file as ``shared/<name>`` by a hard link, when both are local files
+        (``None`` otherwise: the caller copies the bytes). The file must never change."""
+        _check_relative_name(name, "shared state name")
+        d = self._directory()
+        src_fs, src = _url_to_fs(handle.path)
+        if not (is_local(d.fs) and is_local(src_fs)):
+            return None
+        path = _join(d.job_path, SHARED_DIR, name)
+        if not link_file(d.fs, src, path):
+            return None
+        return FileStateHandle(d.url(path), handle.size, handle.crc, handle.sha256)
 
     def shared_state_files(self) -> list[str]:
         d = self._directory()

@@ -221,6 +221,7 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {}
 #: built-in handle types registered on first use: type name -> module registering it
 _BUILTIN_HANDLES: dict[str, str] = {
     "rocksdb-incremental": "streamstate.runtime.checkpoint.incremental",
+    "heap-changelog": "streamstate.runtime.checkpoint.changelog",
 }
 
 

@@ -42,8 +42,9 @@ FORMAT = "streamstate-rocksdb-incremental"
 FORMAT_VERSION = 1
 TYPE_NAME = "rocksdb-incremental"
 
-#: ``<scope>-<instance>-c<checkpoint id>-<sst file name>`` (and its in-progress temp name)
-_SHARED_RE = re.compile(r"-c(\d+)-(\d+\.sst)(?:\.[0-9a-f]+\.inprogress)?$")
+#: ``<scope>-<instance>-c<checkpoint id>-<sst file name>`` (and its in-progress temp name);
+#: the heap changelog's ``<scope>-c<checkpoint id>-<n>.hdelta`` / ``.hfull`` (changelog.py)
+_SHARED_RE = re.compile(r"-c(\d+)-(\d+\.(?:sst|hdelta|hfull))(?:\.[0-9a-f]+\.inprogress)?$")
 
 
 def shared_file_name(scope: str, instance: str, checkpoint_id: int, sst: str) -> str:

@@ -120,6 +120,23 @@ def atomic_write(fs: Any, path: str, data: bytes) -> None:
         raise
 
 
+def link_file(fs: Any, local_path: str, path: str) -> bool:
+    """Hard-link the local file ``local_path`` as ``path`` on the local ``fs`` (atomically:
+    a temporary name, then a rename); ``False`` when it cannot (another file system, no
+    hard links there): the caller copies."""
+    parent = path.rsplit("/", 1)[0] or "/"
+    tmp = f"{parent}/.{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.inprogress"
+    try:
+        fs.makedirs(parent, exist_ok=True)
+        os.link(local_path, tmp)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return False
+    return True
+
+
 def epoch_state_name(scope: str, version: int, part: str = "state") -> str:
     """Conventional ``version_name`` for :meth:`CheckpointStorageAccess.write_epoch_state`.
 
@@ -404,7 +421,7 @@ class CheckpointStorageAccess(ABC):
         atomic_write(fs, path, data)
         return FileStateHandle.of(fs.unstrip_protocol(path), data)
 
-    def write_epoch_state_file(self, version_name: str, local_path: str) -> FileStateHandle:
+    def write_epoch_state_file(self, version_name: str, local_path: str) -> StreamStateHandle:
         """:meth:`write_epoch_state` of the bytes of the local file ``local_path``, which
         must never change afterwards (an SST file): on a local epoch-state directory it is
         hard-linked instead of copied (atomically: link to a temporary name, rename)."""
@@ -415,16 +432,7 @@ class CheckpointStorageAccess(ABC):
         if not is_local(fs):
             return self.write_epoch_state(version_name, data)
         path = _join(root, version_name)
-        parent = path.rsplit("/", 1)[0] or "/"
-        tmp = f"{parent}/.{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.inprogress"
-        try:
-            fs.makedirs(parent, exist_ok=True)
-            os.link(local_path, tmp)
-            os.replace(tmp, path)
-        except OSError:
-            # another file system (or no hard links there): copy
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        if not link_file(fs, local_path, path):
             atomic_write(fs, path, data)
         return FileStateHandle.of(fs.unstrip_protocol(path), data)
 

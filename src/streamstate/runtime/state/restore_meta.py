@@ -213,32 +213,48 @@ def restore_handles(
 ) -> None:
     """Read the key groups of ``key_group_range`` from full (heap-format) ``handles``,
     reading only their byte ranges; ``resolve`` is the backend's :func:`resolve_states`."""
-    start = key_group_range.start
     for handle in handles:
-        inter = handle.key_group_range.intersection(key_group_range)
-        if not len(inter):
+        expand = getattr(handle, "expand", None)  # a changelog: its base, then its deltas
+        if expand is not None:
+            base, deltas = expand()
+            restore_handles([base], key_group_range, resolve)
+            if base.intersects(key_group_range):
+                for d in deltas:
+                    apply_delta(d.read(), key_group_range, resolve)
             continue
-        fmt.check_meta(handle.meta)
-        resolved = resolve(handle.meta["states"])
-        kgs = sorted(kg for kg in handle.offsets if kg in inter)
-        if not kgs:
-            continue
-        blob, base = _read_span(handle, kgs)
-        view = memoryview(blob)
+        _restore_full(handle, key_group_range, resolve)
 
-        def by_id(sid: int, _r: list[tuple[Any, StateSerializers]] = resolved) -> Any:
-            if sid >= len(_r):
-                raise CorruptCheckpointError(f"keyed state refers to unknown state id {sid}")
-            return _r[sid]
 
-        for kg in kgs:
-            off, ln = handle.offsets[kg]
-            section = view[off - base : off - base + ln]
-            if len(section) != ln:
-                raise CorruptCheckpointError(
-                    f"keyed state of key group {kg} lies outside its state file"
-                )
-            fmt.read_section(section, kg, by_id, kg - start)
+def _restore_full(
+    handle: KeyGroupsStateHandle,
+    key_group_range: KeyGroupRange,
+    resolve: Callable[[list[dict[str, Any]]], list[tuple[Any, StateSerializers]]],
+) -> None:
+    start = key_group_range.start
+    inter = handle.key_group_range.intersection(key_group_range)
+    if not len(inter):
+        return
+    fmt.check_meta(handle.meta)
+    resolved = resolve(handle.meta["states"])
+    kgs = sorted(kg for kg in handle.offsets if kg in inter)
+    if not kgs:
+        return
+    blob, base = _read_span(handle, kgs)
+    view = memoryview(blob)
+
+    def by_id(sid: int, _r: list[tuple[Any, StateSerializers]] = resolved) -> Any:
+        if sid >= len(_r):
+            raise CorruptCheckpointError(f"keyed state refers to unknown state id {sid}")
+        return _r[sid]
+
+    for kg in kgs:
+        off, ln = handle.offsets[kg]
+        section = view[off - base : off - base + ln]
+        if len(section) != ln:
+            raise CorruptCheckpointError(
+                f"keyed state of key group {kg} lies outside its state file"
+            )
+        fmt.read_section(section, kg, by_id, kg - start)
 
 
 def _read_span(handle: KeyGroupsStateHandle, kgs: list[int]) -> tuple[bytes, int]:

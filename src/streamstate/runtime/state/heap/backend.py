@@ -48,8 +48,11 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         key_group_range: KeyGroupRange,
         max_parallelism: int,
         key_serializer: TypeSerializer,
+        changelog: bool = False,
     ) -> None:
         super().__init__(operator_name, key_group_range, max_parallelism, key_serializer)
+        #: checkpoints are incremental (``state.changelog.enabled``; ``checkpoint/changelog.py``)
+        self.changelog = bool(changelog)
         self._start = key_group_range.start
         self._n = len(key_group_range)
         self._key: Any = None
