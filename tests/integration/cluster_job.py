@@ -12,6 +12,7 @@ sys.path.insert(0, ROOT)
 
 def main() -> None:
     master, chk_dir = sys.argv[1], sys.argv[2]
+    hosts = sys.argv[3] if len(sys.argv) > 3 else "true"
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # tests stay on loopback
@@ -29,7 +30,7 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     data = records(3000, 50)
-    env = make_env(spark, epoch_records=150)
+    env = make_env(spark, epoch_records=150, **{"execution.runner.spark.subtask-hosts": hosts})
     env.enable_checkpointing(1)
     env.get_checkpoint_config().set_checkpoint_storage_dir(chk_dir)
     env.get_checkpoint_config().set_externalized_checkpoint_cleanup(

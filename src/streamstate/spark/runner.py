@@ -13,30 +13,56 @@ run once.
 from __future__ import annotations
 
 import builtins
+import logging
 import re
 import sys
 from functools import partial
 from typing import Any
 
+from streamstate.common.configuration import parse_duration_ms
 from streamstate.errors import TaskFailure
 from streamstate.runtime.executor import EpochRunner
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import EpochSpec, SubtaskAck
+from streamstate.runtime.subtask_host import DEFAULT_IDLE_TIMEOUT_S, run_hosted, stop_hosts
 from streamstate.runtime.task import run_stage_partition
 
 __all__ = ["SparkEpochRunner", "translate_spark_error"]
+
+log = logging.getLogger("streamstate")
 
 
 def _identity(k: int) -> int:
     return k
 
 
-def _source_partition(blob: Any, meta: Any, spec: EpochSpec, index: int, _it: Any) -> Any:
+def _source_partition(
+    blob: Any, meta: Any, spec: EpochSpec, hosted: float | None, index: int, _it: Any
+) -> Any:
+    if hosted is not None:
+        return iter(run_hosted(blob, meta, spec, index, (), hosted))
     return run_stage_partition(blob, meta, spec, index, ())
 
 
-def _stage_partition(blob: Any, meta: Any, spec: EpochSpec, index: int, it: Any) -> Any:
+def _stage_partition(
+    blob: Any, meta: Any, spec: EpochSpec, hosted: float | None, index: int, it: Any
+) -> Any:
+    if hosted is not None:
+        return iter(run_hosted(blob, meta, spec, index, it, hosted))
     return run_stage_partition(blob, meta, spec, index, it)
+
+
+def _stop_hosts(job_id: str, _index: int, _it: Any) -> Any:
+    return iter(stop_hosts(job_id))
+
+
+def _hosted(configuration: Any) -> float | None:
+    """The subtask hosts' idle timeout (s), or ``None`` when subtasks run in the workers."""
+    get = configuration.get_string if configuration is not None else (lambda k, d: d)
+    if str(get("execution.runner.spark.subtask-hosts", "true")).strip().lower() == "false":
+        return None
+    raw = get("execution.runner.spark.subtask-hosts.idle-timeout", None)
+    return DEFAULT_IDLE_TIMEOUT_S if raw is None else parse_duration_ms(raw) / 1000.0
 
 
 def _for_stage(sid: int, x: Any) -> bool:
@@ -57,6 +83,8 @@ class SparkEpochRunner(EpochRunner):
         self.configuration = configuration
         self.blobs: dict[int, Any] = {}
         self._broadcasts: list[Any] = []
+        self._job_id: str | None = None
+        self._hosted = _hosted(configuration)
 
     def describe(self) -> str:
         return f"Spark ({self.spark.sparkContext.master})" if self.spark else "Spark"
@@ -72,15 +100,14 @@ class SparkEpochRunner(EpochRunner):
         if not keep:
             silence_task_failure_logs(self.spark)
         sc = self.spark.sparkContext
+        self._job_id = job_id
         self._broadcasts = []
         for sid, blob in specs.items():
             bc = sc.broadcast(blob)  # the spec (functions, collection data) travels once per job
             self._broadcasts.append(bc)
             self.blobs[sid] = (job_id, sid, bc)
 
-    def run_epoch(
-        self, plan: ExecutionPlan, epoch_specs: dict[int, EpochSpec]
-    ) -> list[SubtaskAck]:
+    def run_epoch(self, plan: ExecutionPlan, epoch_specs: dict[int, EpochSpec]) -> list[SubtaskAck]:
         from pyspark import StorageLevel
 
         sc = self.spark.sparkContext
@@ -92,7 +119,7 @@ class SparkEpochRunner(EpochRunner):
             if st.is_source:
                 base = sc.parallelize(range(st.parallelism), st.parallelism)
                 out = base.mapPartitionsWithIndex(
-                    partial(_source_partition, self.blobs[st.id], meta, spec)
+                    partial(_source_partition, self.blobs[st.id], meta, spec, self._hosted)
                 )
             else:
                 ups = [
@@ -101,7 +128,7 @@ class SparkEpochRunner(EpochRunner):
                 src = ups[0] if len(ups) == 1 else sc.union(ups)
                 shuffled = src.partitionBy(st.parallelism, _identity)
                 out = shuffled.mapPartitionsWithIndex(
-                    partial(_stage_partition, self.blobs[st.id], meta, spec)
+                    partial(_stage_partition, self.blobs[st.id], meta, spec, self._hosted)
                 )
             if len(st.downstream) > 1:
                 out = out.persist(StorageLevel.MEMORY_AND_DISK)
@@ -119,6 +146,19 @@ class SparkEpochRunner(EpochRunner):
                 r.unpersist()
 
     def stop(self) -> None:
+        if self._hosted is not None and self._job_id is not None and self.spark is not None:
+            # best effort: every executor that runs one of these tasks stops the job's hosts
+            # on its machine (hosts elsewhere exit after their idle timeout)
+            try:
+                sc = self.spark.sparkContext
+                n = max(2, sc.defaultParallelism)
+                sc.setJobDescription("streamstate: stop subtask hosts")
+                sc.parallelize(range(n), n).mapPartitionsWithIndex(
+                    partial(_stop_hosts, self._job_id)
+                ).collect()
+            except Exception as e:  # noqa: BLE001 - the job is over; hosts also time out
+                log.debug("stopping the subtask hosts failed: %s", e)
+            self._job_id = None
         for bc in self._broadcasts:
             try:
                 bc.destroy()
@@ -157,6 +197,12 @@ def _user_class(qualified: str) -> type[BaseException] | None:
     return cls if isinstance(cls, type) and issubclass(cls, BaseException) else None
 
 
+def _host_crash(qualified: str, message: str, tb: str) -> BaseException | None:
+    if qualified.rsplit(".", 1)[-1] != "SubtaskHostCrashed":
+        return None
+    return TaskFailure("WorkerCrashed", message, tb)
+
+
 def translate_spark_error(e: BaseException) -> BaseException:
     """Turn a Spark job failure into the error the worker raised, as that type.
 
@@ -190,6 +236,9 @@ def translate_spark_error(e: BaseException) -> BaseException:
     end = tb.find("\n\tat ")
     tb = (tb if end < 0 else tb[:end]).strip()
     qualified, message = _exception_line(tb)
+    crash = _host_crash(qualified, message, tb)
+    if crash is not None:
+        return crash
     cls = _user_class(qualified)
     if cls is not None:
         try:
