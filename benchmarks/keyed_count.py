@@ -40,11 +40,16 @@ def workload(records: int, keys: int) -> list[tuple[str, int]]:
     return [(f"k{i % keys}", 1) for i in range(records)]
 
 
+#: ``--subtask-hosts``: whether subtasks run in their per-executor host process
+SUBTASK_HOSTS = ["true"]
+
+
 def run_streamstate(
     spark: Any, data: list[Any], epochs: int, checkpoint: bool
 ) -> tuple[float, dict[str, Any]]:
     conf = Configuration()
     conf.set_string("execution.epoch.max-records", str(-(-len(data) // epochs)))
+    conf.set_string("execution.runner.spark.subtask-hosts", SUBTASK_HOSTS[0])
     env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
     env.set_parallelism(2)
     if checkpoint:
@@ -76,8 +81,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--no-peers", action="store_true", help="skip Spark's stateful APIs")
+    p.add_argument("--subtask-hosts", choices=("true", "false"), default="true")
+    p.add_argument("--compare-hosts", action="store_true", help="also run with hosts off")
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
+    SUBTASK_HOSTS[0] = args.subtask_hosts
 
     from benchmarks.peers import spark_stateful as peers
 
@@ -101,6 +109,20 @@ def main(argv: list[str] | None = None) -> None:
         extra[f"subtask seconds, {epochs} epoch(s), checkpointing"] = {
             k.split(".", 1)[1]: v for k, v in acc_on.items() if k.startswith("subtask-seconds.")
         }
+        if args.compare_hosts:  # the same, subtasks in the Spark workers (hosts off), same run
+            SUBTASK_HOSTS[0] = "false"
+            plain, acc_plain = best_of(
+                args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True)
+            )
+            SUBTASK_HOSTS[0] = args.subtask_hosts
+            rows.setdefault("streamstate (checkpoint every epoch, hosts off)", {})[str(epochs)] = (
+                plain
+            )
+            extra[f"hosts on / off, {epochs} epoch(s)"] = on / plain
+            extra[f"cache hits/misses, {epochs} epoch(s), hosts off"] = (
+                acc_plain.get("cache_hits"),
+                acc_plain.get("cache_misses"),
+            )
     if not args.no_peers:
         for name, fn in peers.PEERS.items():
             for batches in (1, 10):

@@ -147,6 +147,7 @@ KNOWN_KEYS: dict[str, Validator] = {
     "state.savepoints.dir": _any,
     "execution.savepoint.path": _any,
     "execution.epoch.max-records": _int(1),
+    "execution.epoch.interval": _duration,
     "execution.epoch.full-snapshot-interval": _int(1),
     "execution.epoch.max-epochs": _int(0),
     "execution.epoch.idle-wait-ms": _int(0),

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from streamstate.common.configuration import Configuration
+from streamstate.common.configuration import Configuration, parse_duration_ms
 from streamstate.common.job_execution_result import JobExecutionResult
 from streamstate.common.job_status import JobStatus
 from streamstate.common.restart_strategy import RestartStrategyConfiguration
@@ -257,8 +257,9 @@ class StreamExecutionEnvironment:
         or a streamstate ``Source`` (a replayable source with checkpointed positions).
 
         A SourceFunction's ``run`` is sliced into epochs (see ``SourceFunction``);
-        ``execution.epoch.source-function.max-wait-ms`` (default 500) bounds how long
-        an epoch waits for it to fill ``execution.epoch.max-records``.
+        ``execution.epoch.source-function.max-wait-ms`` (default: ``execution.epoch.interval``
+        if set, else 500) bounds how long an epoch waits for it to fill
+        ``execution.epoch.max-records``.
         """
         from streamstate.connectors.base import Source
         from streamstate.datastream.functions import ParallelSourceFunction, SourceFunction
@@ -269,15 +270,7 @@ class StreamExecutionEnvironment:
                 SourceFunctionSource,
             )
 
-            raw = self._configuration.get_string(
-                "execution.epoch.source-function.max-wait-ms", None
-            )
-            try:
-                wait = DEFAULT_MAX_WAIT_MS if raw is None else int(str(raw).strip())
-            except ValueError as e:
-                raise ConfigurationError(
-                    f"execution.epoch.source-function.max-wait-ms must be an integer, got {raw!r}"
-                ) from e
+            wait = _source_function_wait_ms(self._configuration, DEFAULT_MAX_WAIT_MS)
             parallel = isinstance(source_func, ParallelSourceFunction)
             return self._source(SourceFunctionSource(source_func, parallel, wait), source_name)
         rt = getattr(source_func, "_runtime_source", None)
@@ -461,3 +454,18 @@ def _make_runner(configuration: Configuration, spark: Any) -> Any:
     from streamstate.spark.runner import SparkEpochRunner
 
     return SparkEpochRunner(spark, configuration)
+
+
+def _source_function_wait_ms(configuration: Configuration, default: int) -> int:
+    """How long an epoch waits for a SourceFunction (ms): ``...source-function.max-wait-ms``,
+    else the epoch interval, else ``default``."""
+    raw = configuration.get_string("execution.epoch.source-function.max-wait-ms", None)
+    if raw is None:
+        interval = configuration.get_string("execution.epoch.interval", None)
+        return default if interval is None else parse_duration_ms(interval)
+    try:
+        return int(str(raw).strip())
+    except ValueError as e:
+        raise ConfigurationError(
+            f"execution.epoch.source-function.max-wait-ms must be an integer, got {raw!r}"
+        ) from e

@@ -89,6 +89,7 @@ class EpochLoop:
             if pending is None and self.checkpointing:
                 if final or self.coordinator.should_trigger(now):
                     pending = self.coordinator.trigger(now)
+            started = time.monotonic()
             read = self._run_one_epoch(pending, now)
             if self.stop_requested:
                 return  # stop-with-savepoint: the savepoint completed, the job ends
@@ -98,9 +99,19 @@ class EpochLoop:
                     # deliver the last checkpoint's notify_checkpoint_complete: one input-free epoch
                     self._run_one_epoch(None, self.clock(), notify_only=True)
                 return
-            if read == 0 and self.settings.idle_wait_s > 0:
+            interval = self.settings.epoch_interval_s
+            if interval > 0 and read < self.full_budget:
+                # slow sources: an epoch at most every interval, so epochs do not shrink to
+                # a few records each (a full epoch, max-records per source subtask, goes on)
+                self.cancel_requested.wait(max(0.0, started + interval - time.monotonic()))
+            elif read == 0 and self.settings.idle_wait_s > 0:
                 # unbounded sources with nothing new: don't spin Spark jobs back to back
                 self.cancel_requested.wait(self.settings.idle_wait_s)
+
+    @property
+    def full_budget(self) -> int:
+        """Records an epoch reads when every source subtask fills its budget."""
+        return self.settings.epoch_records * sum(st.parallelism for st in self.plan.sources)
 
     def _take_savepoint(self, now: int) -> PendingCheckpoint | None:
         """A requested savepoint, triggered for the coming epoch (None: none asked for)."""

@@ -85,6 +85,9 @@ class JobSettings:
     max_epochs: int = 0
     #: ``execution.epoch.idle-wait-ms``: pause after an epoch that read nothing
     idle_wait_s: float = DEFAULT_IDLE_WAIT_MS / 1000.0
+    #: ``execution.epoch.interval``: epochs that did not fill their budget start at most
+    #: this often (0: back to back)
+    epoch_interval_s: float = 0.0
     #: ``execution.epoch.state-dir``: where per-epoch versions go with in-memory storage
     state_dir: str | None = None
     #: ``state.ttl.time-provider``
@@ -132,6 +135,7 @@ class JobSettings:
                 configuration, "execution.epoch.idle-wait-ms", DEFAULT_IDLE_WAIT_MS, minimum=0
             )
             / 1000.0,
+            epoch_interval_s=_duration_s(configuration, "execution.epoch.interval"),
             state_dir=configuration.get_string("execution.epoch.state-dir", None),
             ttl_time_provider=ttl_time_provider_from_configuration(configuration),
             backend_name=getattr(state_backend, "backend_name", "hashmap"),
@@ -172,6 +176,13 @@ def _with_changelog(backend: str, options: dict[str, Any], enabled: bool) -> dic
     if backend == "rocksdb":
         return {**options, "incremental": True}
     return options
+
+
+def _duration_s(conf: Any, key: str) -> float:
+    from streamstate.common.configuration import parse_duration_ms
+
+    raw = conf.get_string(key, None) if conf is not None else None
+    return 0.0 if raw is None else parse_duration_ms(raw) / 1000.0
 
 
 def _conf_bool(conf: Any, *keys: str) -> bool:

@@ -159,6 +159,18 @@ def _connection(path: str, job_id: str, idle_timeout_s: float) -> Connection:
 def _start(path: str, job_id: str, key: bytes, idle_timeout_s: float) -> Connection:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a dead host's socket
+    from streamstate.runtime.host_zygote import fork_host
+
+    pid = fork_host(host_dir(), path, job_id, idle_timeout_s)
+    if pid is not None:
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while True:
+            try:
+                return Client(path, family="AF_UNIX", authkey=key)
+            except OSError:
+                if not _alive(pid) or time.monotonic() > deadline:
+                    break  # start it as a new interpreter below
+                time.sleep(0.002)
     env = dict(os.environ)
     # the host imports what this worker can (Spark adds the job's files to sys.path)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -187,6 +199,16 @@ def _start(path: str, job_id: str, key: bytes, idle_timeout_s: float) -> Connect
                     f"errors are in the executor's stderr"
                 ) from None
             time.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def stop_hosts(job_id: str, _items: Iterable[Any] = ()) -> list[int]:
