@@ -30,22 +30,23 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import pickle
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import traceback
 from collections.abc import Iterable
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Client, Connection
+from multiprocessing.reduction import send_handle
 from typing import Any
 
 from streamstate.errors import StreamStateError
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",
+    "PROTOCOL",
     "SubtaskHostCrashed",
+    "authkey",
+    "fork_host",
     "host_dir",
     "run_hosted",
     "stop_hosts",
@@ -78,7 +79,8 @@ def _socket_path(job_id: str, stage: int, index: int) -> str:
     return os.path.join(host_dir(), f"{digest}-{stage}-{index}.sock")
 
 
-def _authkey(job_id: str) -> bytes:
+def authkey(job_id: str) -> bytes:
+    """The auth key of the job's host connections (the socket directory is owner-only)."""
     return hashlib.sha256(f"streamstate-host-{PROTOCOL}:{job_id}".encode()).digest()
 
 
@@ -142,7 +144,7 @@ def _connection(path: str, job_id: str, idle_timeout_s: float) -> Connection:
     conn = _CONNECTIONS.get(path)
     if conn is not None:
         return conn
-    key = _authkey(job_id)
+    key = authkey(job_id)
     try:
         conn = Client(path, family="AF_UNIX", authkey=key)
     except OSError:
@@ -159,8 +161,6 @@ def _connection(path: str, job_id: str, idle_timeout_s: float) -> Connection:
 def _start(path: str, job_id: str, key: bytes, idle_timeout_s: float) -> Connection:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a dead host's socket
-    from streamstate.runtime.host_zygote import fork_host
-
     pid = fork_host(host_dir(), path, job_id, idle_timeout_s)
     if pid is not None:
         deadline = time.monotonic() + _START_TIMEOUT_S
@@ -178,7 +178,8 @@ def _start(path: str, job_id: str, key: bytes, idle_timeout_s: float) -> Connect
         [
             sys.executable,
             "-m",
-            "streamstate.runtime.subtask_host",
+            "streamstate.runtime.host_process",
+            "host",
             path,
             job_id,
             str(idle_timeout_s),
@@ -223,7 +224,7 @@ def stop_hosts(job_id: str, _items: Iterable[Any] = ()) -> list[int]:
         path = os.path.join(d, name)
         _drop(path)
         try:
-            with Client(path, family="AF_UNIX", authkey=_authkey(job_id)) as conn:
+            with Client(path, family="AF_UNIX", authkey=authkey(job_id)) as conn:
                 conn.send(("stop",))
                 with contextlib.suppress(EOFError, OSError):
                     conn.recv()
@@ -236,92 +237,69 @@ def stop_hosts(job_id: str, _items: Iterable[Any] = ()) -> list[int]:
     return [stopped]
 
 
-# ------------------------------------------------------------------------------- host side
+# ------------------------------------------------------------------------------- zygote client
 
 
-class _Host:
-    def __init__(self, path: str, job_id: str, idle_timeout_s: float) -> None:
-        self.path, self.job_id, self.idle_timeout_s = path, job_id, idle_timeout_s
-        self.lock = threading.Lock()  # one epoch at a time
-        self.last = time.monotonic()
+def _zygote_path(directory: str) -> str:
+    import streamstate
 
-    def serve(self) -> None:
-        listener = Listener(self.path, family="AF_UNIX", authkey=_authkey(self.job_id))
-        os.chmod(self.path, 0o600)
-        threading.Thread(target=self._watchdog, daemon=True).start()
-        while True:
-            try:
-                conn = listener.accept()
-            except OSError:
-                continue  # a client that failed authentication
-            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+    root = os.path.dirname(os.path.abspath(streamstate.__file__))
+    h = hashlib.sha256(f"{sys.executable}\0{root}".encode())
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".py"):
+                h.update(str(os.stat(os.path.join(dirpath, f)).st_mtime_ns).encode())
+    return os.path.join(directory, f"zygote-{h.hexdigest()[:16]}.sock")
 
-    def _watchdog(self) -> None:
-        while True:
-            time.sleep(min(1.0, self.idle_timeout_s))
-            if time.monotonic() - self.last > self.idle_timeout_s and self.lock.acquire(False):
-                if time.monotonic() - self.last > self.idle_timeout_s:
-                    self.exit()  # holding the lock: no epoch starts meanwhile
-                self.lock.release()
 
-    def exit(self) -> None:
-        from streamstate.runtime import task
-
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
-        for inst in list(task._INSTANCES.values()):
-            inst.close()  # stops source threads, disposes RocksDB databases
-        os._exit(0)
-
-    def _connection(self, conn: Connection) -> None:
+def fork_host(directory: str, path: str, job_id: str, idle_timeout_s: float) -> int | None:
+    """Have this machine's zygote (started if needed) fork the host of ``path``; its pid,
+    or ``None`` when no zygote answers (the caller starts the host itself)."""
+    zp = _zygote_path(directory)
+    try:
+        conn = _connect(zp)
         with conn:
+            conn.send(("fork", path, job_id, idle_timeout_s, list(sys.path)))
+            # the host writes where this worker writes (a zygote's own stdout may be the
+            # pipe of an executor that is gone)
+            send_handle(conn, 1, 0)
+            send_handle(conn, 2, 0)
+            reply = conn.recv()
+        return int(reply[1])
+    except (OSError, EOFError, ValueError, IndexError):
+        return None
+
+
+def _connect(zp: str) -> Connection:
+    try:
+        return Client(zp, family="AF_UNIX")
+    except OSError:
+        pass
+    with open(zp + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker starts the zygote, the others wait
+        try:
+            return Client(zp, family="AF_UNIX")
+        except OSError:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(zp)
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "streamstate.runtime.host_process", "zygote", zp],
+                # the zygote never writes; holding this worker's stdout would keep whatever
+                # reads it (a pipe, a terminal) open for as long as the zygote lives
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+                env=env,
+            )
+            deadline = time.monotonic() + 30
             while True:
                 try:
-                    msg = conn.recv()
-                except (EOFError, OSError):
-                    return
-                if msg[0] == "stop":
-                    with self.lock:
-                        with contextlib.suppress(OSError):
-                            conn.send(("stopped",))
-                        self.exit()
-                self._run(conn, *msg[1:])
-
-    def _run(
-        self, conn: Connection, job_id: str, stage: int, meta: Any, es: Any, index: int, items: Any
-    ) -> None:
-        from streamstate.runtime import task
-
-        with self.lock:
-            try:
-                blob: bytes = b""
-                if (job_id, stage) not in task._SPECS:
-                    conn.send(("spec?",))
-                    blob = conn.recv_bytes()
-                try:
-                    out = list(
-                        task.run_stage_partition((job_id, stage, blob), meta, es, index, items)
-                    )
-                    reply: tuple[Any, ...] = ("ok", out)
-                except BaseException as e:  # noqa: BLE001 - every failure goes back to the worker
-                    reply = ("err", _picklable(e), traceback.format_exc())
-                conn.send(reply)
-            finally:
-                self.last = time.monotonic()
-
-
-def _picklable(e: BaseException) -> BaseException:
-    try:
-        pickle.loads(pickle.dumps(e))
-        return e
-    except Exception:  # noqa: BLE001 - any pickling failure: send the type and message instead
-        return RuntimeError(f"{type(e).__module__}.{type(e).__qualname__}: {e}")
-
-
-def main(argv: list[str]) -> None:
-    path, job_id, idle = argv[0], argv[1], float(argv[2])
-    _Host(path, job_id, idle).serve()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
+                    return Client(zp, family="AF_UNIX")
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)
