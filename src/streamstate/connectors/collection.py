@@ -28,9 +28,13 @@ class CollectionSource(Source):
         # through the C pickler once instead; anything it refuses (lambdas, local classes)
         # falls back to cloudpickle.
         try:
-            return {"packed": pickle.dumps(self.elements, protocol=5)}
-        except Exception:  # noqa: BLE001
+            packed = pickle.dumps(self.elements, protocol=5)
+        except Exception:  # noqa: BLE001 - any refusal: cloudpickle gets the elements
             return {"elements": self.elements}
+        if b"__main__" in packed:
+            # classes of the job script: cloudpickle ships them by value with the spec
+            return {"elements": self.elements}
+        return {"packed": packed}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         packed = state.get("packed")

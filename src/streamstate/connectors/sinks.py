@@ -23,13 +23,17 @@ __all__ = [
 class PrintSinkOperator(StreamOperator):
     """Flink's print format: ``identifier:subtask> value`` (the prefix only when useful).
 
-    Printing happens on the worker as records arrive, so a replayed epoch prints again.
+    The lines go to the driver in the subtask's ack and :class:`PrintCommitter` writes them
+    to the driver's stdout (stderr with ``to_stderr``) when the epoch completes: a job run
+    from a terminal prints there, as PyFlink's local run does, whichever process ran the
+    subtask. A replayed epoch prints again (print is not exactly-once, as in Flink).
     """
 
     def __init__(self, sink_identifier: str | None = None, to_stderr: bool = False) -> None:
         super().__init__()
         self.identifier = sink_identifier
         self.to_stderr = to_stderr
+        self.lines: list[str] = []
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         assert self.ctx is not None
@@ -40,13 +44,41 @@ class PrintSinkOperator(StreamOperator):
                 if prefix
                 else str(self.ctx.subtask_index + 1)
             )
-        stream = sys.stderr if self.to_stderr else sys.stdout
         if prefix:
-            stream.write("".join(f"{prefix}> {v}\n" for v in batch))
+            self.lines.extend(f"{prefix}> {v}\n" for v in batch)
         else:
-            stream.write("".join(f"{v}\n" for v in batch))
-        stream.flush()
+            self.lines.extend(f"{v}\n" for v in batch)
         return []
+
+    def sink_result(self) -> Any:
+        if not self.lines:
+            return None
+        text, self.lines = "".join(self.lines), []
+        return (self.to_stderr, text)
+
+
+class PrintCommitter(SinkCommitter):
+    """Writes the printed lines of a completed epoch on the driver, subtask by subtask."""
+
+    def __init__(self, exactly_once: bool = False) -> None:
+        pass
+
+    def prepare(self, epoch: int, results: list[Any]) -> None:
+        for res in results:
+            if res:
+                to_stderr, text = res
+                stream = sys.stderr if to_stderr else sys.stdout
+                stream.write(text)
+                stream.flush()
+
+    def commit(self, up_to_epoch: int) -> None:
+        pass
+
+    def abort(self, after_epoch: int) -> None:
+        pass
+
+    def snapshot(self, up_to_epoch: int) -> Any:
+        return None
 
 
 class DiscardingSinkOperator(StreamOperator):

@@ -134,9 +134,7 @@ class DataStream:
             )
         return self._one_input(
             "Timestamps/Watermarks",
-            partial(
-                _make, timestamps.TimestampsAndWatermarksOperator, watermark_strategy
-            ),
+            partial(_make, timestamps.TimestampsAndWatermarksOperator, watermark_strategy),
         )
 
     def get_side_output(self, output_tag: Any) -> DataStream:
@@ -251,9 +249,11 @@ class DataStream:
         return DataStreamSink(t)
 
     def print(self, sink_identifier: str | None = None) -> DataStreamSink:
-        from streamstate.connectors.sinks import PrintSinkOperator
+        """Print every record to the driver's stdout (``identifier:subtask> value``), as
+        PyFlink's local run does, epoch by epoch (a replayed epoch prints again)."""
+        from streamstate.connectors.sinks import PrintCommitter, PrintSinkOperator
 
-        return self._sink("Print", partial(PrintSinkOperator, sink_identifier))
+        return self._sink("Print", partial(PrintSinkOperator, sink_identifier), PrintCommitter)
 
     def add_sink(self, sink_func: Any) -> DataStreamSink:
         """A ``SinkFunction`` (or a streamstate sink object with ``_sink_parts()``)."""
@@ -277,19 +277,49 @@ class DataStream:
 
     def execute_and_collect(
         self, job_execution_name: str | None = None, limit: int | None = None
-    ) -> Iterator[Any]:
-        """Run the job (bounded) and iterate over this stream's records.
+    ) -> CloseableIterator | list[Any]:
+        """Run the job (bounded) and return this stream's records: a
+        :class:`CloseableIterator` (``with ds.execute_and_collect() as results:``), or the
+        first ``limit`` records as a list, as PyFlink.
 
-        With checkpointing in exactly-once mode the records are those of
-        committed epochs only, so failures and replays do not duplicate them.
+        The collecting sink has parallelism 1, as Flink's, so a stream read in order (a
+        collection, a file) is collected in that order. With checkpointing in
+        exactly-once mode the records are those of committed epochs only, so failures and
+        replays do not duplicate them.
         """
         from streamstate.datastream.connectors.collect import CollectSink
 
         sink = CollectSink()
-        self.sink_to(sink)
+        self.sink_to(sink).set_parallelism(1)
         self._env.execute(job_execution_name or "collect")
         results = sink.get_results()
-        return iter(results if limit is None else results[:limit])
+        return CloseableIterator(results) if limit is None else results[:limit]
+
+
+class CloseableIterator:
+    """PyFlink's result iterator of ``execute_and_collect``: iterable, ``next()``, and a
+    context manager whose ``close()`` drops what was not read."""
+
+    def __init__(self, records: list[Any]) -> None:
+        self._it: Iterator[Any] = iter(records)
+
+    def __iter__(self) -> CloseableIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._it)
+
+    def next(self) -> Any:
+        return next(self._it)
+
+    def close(self) -> None:
+        self._it = iter(())
+
+    def __enter__(self) -> CloseableIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class KeyedStream(DataStream):
@@ -303,9 +333,12 @@ class KeyedStream(DataStream):
         super().__init__(env, transformation)
         self._origin = origin
 
-    def _keyed(
-        self, name: str, factory: Callable[[], Any], output_type: Any = None
-    ) -> DataStream:
+    def _sink(self, name: str, factory: Callable[[], Any], committer: Any = None) -> DataStreamSink:
+        # a sink after key_by gets the records, still partitioned by key (as in Flink)
+        values = DataStream._one_input(self, "KeyedValues", stateless.KeyedValuesOperator)
+        return values._sink(name, factory, committer)
+
+    def _keyed(self, name: str, factory: Callable[[], Any], output_type: Any = None) -> DataStream:
         return self._one_input(name, factory, keyed=True, output_type=output_type)
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
@@ -317,9 +350,7 @@ class KeyedStream(DataStream):
         return self._keyed("Map", partial(_make, keyed.KeyedMapOperator, func), output_type)
 
     def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
-        return self._keyed(
-            "FlatMap", partial(_make, keyed.KeyedFlatMapOperator, func), output_type
-        )
+        return self._keyed("FlatMap", partial(_make, keyed.KeyedFlatMapOperator, func), output_type)
 
     def filter(self, func: Any) -> DataStream:
         return self._keyed("Filter", partial(_make, keyed.KeyedFilterOperator, func))
@@ -341,9 +372,7 @@ class KeyedStream(DataStream):
 
     def reduce(self, func: Any) -> DataStream:
         """Running reduction per key; emits the new reduced value for every record."""
-        return self._keyed(
-            "Keyed Reduce", partial(_make, keyed.StreamGroupedReduceOperator, func)
-        )
+        return self._keyed("Keyed Reduce", partial(_make, keyed.StreamGroupedReduceOperator, func))
 
     def _agg(self, kind: str, position_to_agg: int | str) -> DataStream:
         return self._keyed(

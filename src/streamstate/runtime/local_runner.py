@@ -7,6 +7,7 @@ between them exactly as the Spark runner's shuffles would move them.
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 from streamstate.runtime.executor import EpochRunner
@@ -44,7 +45,7 @@ class LocalEpochRunner(EpochRunner):
                     self.blobs[st.id], meta, epoch_specs[st.id], i, items
                 ):
                     if dest == DRIVER:
-                        acks.append(payload[1])
+                        acks.append(pickle.loads(payload[1]))
                     else:
                         inbox[dest][part].append(payload)
         return acks

@@ -2,7 +2,8 @@
 how a receiving subtask decodes its chunks back into records, in a deterministic order.
 
 A payload is one of ``(DATA, src stage, src subtask, seq, blob, input)``,
-``(WATERMARK, src stage, src subtask, node, watermark, idle)`` or ``(ACK, ack)``.
+``(WATERMARK, src stage, src subtask, node, watermark, idle)`` or ``(ACK, pickled ack)``
+(acks carry sink results, user objects: pickled with :func:`dumps_portable`).
 ``blob`` is a memo-free pickle of ``("R", records[, timestamps])`` (forward,
 rebalance and broadcast edges) or ``("C", key groups, keys, values[, timestamps])``
 (hash edges: columns are cheaper to pickle than triples). Nothing here imports pyspark.
@@ -20,6 +21,7 @@ import mmh3
 from streamstate.errors import KeySerializationError
 from streamstate.runtime.graph import Edge, Partitioning, Stage
 from streamstate.runtime.operators.base import as_callable
+from streamstate.runtime.serializers.base import dumps_portable
 from streamstate.runtime.watermarks import ChannelWatermark
 
 __all__ = ["ACK", "DATA", "WATERMARK", "EdgeWriter", "decode_input", "dumps_chunk"]
@@ -248,8 +250,10 @@ def dumps_chunk(obj: Any) -> bytes:
     try:
         p.dump(obj)
     except (ValueError, RecursionError):
-        return pickle.dumps(obj, protocol=_PICKLE)
-    return buf.getvalue()
+        return dumps_portable(obj, _PICKLE)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return dumps_portable(obj, _PICKLE)  # classes of the job script: by value
+    return dumps_portable(obj, _PICKLE, buf.getvalue())
 
 
 def decode_input(

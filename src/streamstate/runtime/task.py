@@ -39,6 +39,7 @@ from streamstate.runtime.protocol import (
     SubtaskTimings,
     check_protocol_version,
 )
+from streamstate.runtime.serializers.base import dumps_portable
 from streamstate.runtime.shuffle import ACK, DATA, WATERMARK, EdgeWriter, decode_input
 from streamstate.runtime.versions import (
     commit_keyed_state,
@@ -514,7 +515,7 @@ def _emit(
     st: Stage,
     writers: dict[int, list[EdgeWriter]],
     index: int,
-    acks: list[SubtaskAck],
+    acks: list[SubtaskAck | bytes],
     wm_out: dict[int, tuple[int, bool]],
 ) -> Iterator[tuple[int, int, Any]]:
     dests: set[int] = set()
@@ -533,10 +534,12 @@ def _emit(
                 if (dest, target) not in sent:
                     sent.add((dest, target))
                     yield dest, target, (WATERMARK, st.id, index, tid, wm, idle)
+    # acks carry sink results (user objects): pickled here, loaded by the driver
+    blobs = [a if isinstance(a, bytes) else dumps_portable(a) for a in acks]
     if not dests:
-        for a in acks:
-            yield DRIVER, 0, (ACK, a)
+        for b in blobs:
+            yield DRIVER, 0, (ACK, b)
         return
     for d in sorted(dests):
-        for a in acks:
-            yield d, 0, (ACK, a)
+        for b in blobs:
+            yield d, 0, (ACK, b)

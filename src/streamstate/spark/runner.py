@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import pickle
 import re
 import sys
 from functools import partial
@@ -138,7 +139,7 @@ class SparkEpochRunner(EpochRunner):
         final = leaves[0] if len(leaves) == 1 else sc.union(leaves)
         sc.setJobDescription(f"streamstate epoch {next(iter(epoch_specs.values())).epoch}")
         try:
-            return list(final.collect())
+            return [pickle.loads(b) for b in final.collect()]  # acks are pickled (task._emit)
         except Exception as e:  # noqa: BLE001
             raise translate_spark_error(e) from None
         finally:

@@ -16,6 +16,19 @@ from streamstate.runtime.operators.outputs import outputs_not_iterable, split_yi
 __all__ = ["FilterOperator", "FlatMapOperator", "MapOperator", "ProcessOperator"]
 
 
+class KeyedValuesOperator(StreamOperator):
+    """The records of a keyed stream without their key (what a sink after ``key_by`` sees,
+    as in Flink: the stream stays partitioned by key)."""
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        return [v for _, _, v in batch]
+
+    def process_batch_ts(
+        self, batch: list[Any], timestamps: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        return [v for _, _, v in batch], timestamps
+
+
 class _FunctionOperator(StreamOperator):
     method = ""
 

@@ -104,6 +104,30 @@ class TypeSerializer(ABC):
         return f"{type(self).__name__}()"
 
 
+def dumps_portable(
+    obj: Any, protocol: int = PICKLE_PROTOCOL, data: bytes | None = None, strict: bool = False
+) -> bytes:
+    """Pickle ``obj`` so any process of the job can load it: the C pickler, unless the
+    value refers to classes or functions of the job script (``__main__``, which other
+    processes do not have; PyFlink ships them with cloudpickle too), then cloudpickle,
+    which ships them by value. The output loads with ``pickle.loads``. ``data``: the C
+    pickler's output when the caller already has it. ``strict`` (state values and keys):
+    anything else the C pickler refuses (a lambda, a lock) still raises, so that state
+    never holds code by value by accident."""
+    if data is None:
+        try:
+            data = pickle.dumps(obj, protocol=protocol)
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            if strict and "__main__" not in str(e):
+                raise
+            data = None
+    if data is not None and b"__main__" not in data:
+        return data
+    import cloudpickle
+
+    return cloudpickle.dumps(obj, protocol=protocol)  # type: ignore[no-any-return]  # cloudpickle is untyped
+
+
 class PickleSerializer(TypeSerializer):
     """Any picklable Python value (``Types.PICKLED_BYTE_ARRAY()`` or no type info)."""
 
@@ -111,14 +135,14 @@ class PickleSerializer(TypeSerializer):
     version = 1
 
     def serialize(self, value: Any) -> bytes:
-        return pickle.dumps(value, protocol=PICKLE_PROTOCOL)
+        return dumps_portable(value, strict=True)
 
     def deserialize(self, data: bytes) -> Any:
         return pickle.loads(data)
 
     def serialize_many(self, values: Sequence[Any]) -> bytes:
         # one pickle call for the whole batch: an order of magnitude faster than framing
-        return pickle.dumps(list(values), protocol=PICKLE_PROTOCOL)
+        return dumps_portable(list(values), strict=True)
 
     def deserialize_many(self, data: bytes) -> list[Any]:
         return list(pickle.loads(data)) if data else []
