@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# jobs started by tests register in a private job registry, not the user's ~/.streamstate
+os.environ.setdefault("STREAMSTATE_HOME", tempfile.mkdtemp(prefix="streamstate-home-"))
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointStorageError",
     "ConfigurationError",
+    "ControlPlaneError",
     "CorruptCheckpointError",
     "IllegalLifecycleTransition",
     "InputFormatError",
@@ -85,6 +86,10 @@ class StateMigrationError(StreamStateError):
 
 class StateSizeExceededError(StreamStateError):
     """State is larger than the configured in-memory checkpoint storage allows."""
+
+
+class ControlPlaneError(StreamStateError, RuntimeError):
+    """A job's REST API cannot be reached, or refused a call (``streamstate list`` etc.)."""
 
 
 class CheckpointError(StreamStateError):

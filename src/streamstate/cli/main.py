@@ -9,6 +9,8 @@
     streamstate describe PATH [--json]
     streamstate state PATH --operator UID --state NAME
                       [--kind value|list|map|reducing|aggregating] [--limit N] [--json]
+    streamstate list | info JOB_ID | cancel JOB_ID | savepoint JOB_ID [DIR]
+                | stop JOB_ID [--savepoint-path DIR]      (running jobs: cli/jobs.py)
 
 ``run`` executes a job script as ``python JOB.py args...`` would (``__name__ ==
 "__main__"``, ``sys.argv = [JOB.py, *args]``), with configuration defaults that every
@@ -33,6 +35,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
+from streamstate.cli.jobs import JOB_COMMANDS, add_job_parsers
 from streamstate.errors import ConfigurationError, StreamStateError
 
 __all__ = ["CONF_ENV_VAR", "build_parser", "main"]
@@ -61,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="streamstate",
         description="Run streamstate jobs and inspect their checkpoints and savepoints.",
     )
+    p.add_argument("--version", action="version", version=f"streamstate {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
 
     r = sub.add_parser(
         "run",
@@ -145,7 +148,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--limit", type=int, metavar="N", help="print at most N keys")
     s.add_argument("--json", action="store_true", help="print JSON lines [key, value]")
+    add_job_parsers(sub)
     return p
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("streamstate")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,6 +391,7 @@ _COMMANDS = {
     "checkpoints": _cmd_checkpoints,
     "describe": _cmd_describe,
     "state": _cmd_state,
+    **JOB_COMMANDS,
 }
 
 
@@ -391,6 +405,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
+    if args.command is None:  # a bare `streamstate`
+        parser.print_help()
+        return 0
     try:
         return _COMMANDS[args.command](args, sys.stdout)
     except StreamStateError as e:

@@ -186,6 +186,11 @@ KNOWN_KEYS: dict[str, Validator] = {
     "parallelism.default": _int(1),
     "pipeline.max-parallelism": _int(1),
     STRICT_CONFIG: _bool,
+    # the driver's REST API and dashboard (streamstate.control)
+    "rest.enabled": _bool,
+    "rest.port": _int(0),
+    "rest.bind-address": _any,
+    "rest.token": _any,
 }
 
 #: Flink keys accepted for portability that change nothing here -> why

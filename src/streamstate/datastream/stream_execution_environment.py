@@ -296,12 +296,19 @@ class StreamExecutionEnvironment:
         failed and the restart strategy allowed no further attempt; its cause
         is the last failure.
         """
-        return self._executor(job_name).run()
+        executor = self._executor(job_name)
+        handle = _attach_control(executor, self._configuration)
+        try:
+            return executor.run()
+        finally:
+            if handle is not None:
+                handle.detach()
 
     def execute_async(self, job_name: str | None = None) -> JobClient:
         """Start the job in a background thread; the returned :class:`JobClient` can
         wait for it or cancel it (the job stops at the next epoch boundary)."""
-        return JobClient(self._executor(job_name))
+        executor = self._executor(job_name)
+        return JobClient(executor, _attach_control(executor, self._configuration))
 
     def add_job_observer(self, observer: Any) -> StreamExecutionEnvironment:
         """Observe the jobs of this environment (a streamstate extension): a
@@ -358,10 +365,11 @@ class StreamExecutionEnvironment:
 class JobClient:
     """A job started with ``execute_async()`` (PyFlink's ``JobClient``)."""
 
-    def __init__(self, executor: Any) -> None:
+    def __init__(self, executor: Any, control: Any = None) -> None:
         import threading
 
         self._executor = executor
+        self._control = control
         self._result: JobExecutionResult | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
@@ -374,6 +382,9 @@ class JobClient:
             self._result = self._executor.run()
         except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
             self._error = e
+        finally:
+            if self._control is not None:
+                self._control.detach()
 
     def get_job_id(self) -> str:
         return str(self._executor.job_id)
@@ -435,6 +446,14 @@ class JobClient:
 
 
 REBUILD_INSTANCES = "execution.runner.local.rebuild-instances"
+
+
+def _attach_control(executor: Any, configuration: Configuration) -> Any:
+    """Serve the job over the driver's REST API and register it (``rest.*`` keys); the
+    handle's ``detach()`` ends that when the job ends. None with ``rest.enabled: false``."""
+    from streamstate.control import attach_job
+
+    return attach_job(executor, configuration.to_dict())
 
 
 def _make_runner(configuration: Configuration, spark: Any) -> Any:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,7 +97,8 @@ class FailureInfo:
     def of(
         e: BaseException, timestamp_ms: int, epoch: int, attempt: int, will_restart: bool
     ) -> FailureInfo:
-        """The entry of failure ``e`` (a worker's TaskFailure keeps its remote traceback)."""
+        """The entry of failure ``e`` (a worker's TaskFailure keeps its remote traceback;
+        another error, raised in this process, its own)."""
         return FailureInfo(
             timestamp_ms,
             epoch,
@@ -105,7 +107,7 @@ class FailureInfo:
             str(e).split("\n\nworker traceback:", 1)[0].split(": ", 1)[-1]
             if isinstance(e, TaskFailure)
             else str(e),
-            getattr(e, "remote_traceback", "") or "",
+            getattr(e, "remote_traceback", "") or "".join(traceback.format_exception(e)),
             will_restart,
         )
 

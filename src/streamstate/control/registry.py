@@ -1,0 +1,103 @@
+"""Job registry files: how ``streamstate list`` and friends find running jobs.
+
+One JSON file per running job in :func:`registry_dir` (``$STREAMSTATE_HOME/jobs``, default
+``~/.streamstate/jobs``), written atomically (temp file + rename) with mode 0600 because it
+holds the job's bearer token, and removed when the job ends. Format version
+:data:`REGISTRY_VERSION`. A file whose process is gone is stale: :func:`list_jobs` skips
+and deletes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["REGISTRY_VERSION", "JobRecord", "list_jobs", "registry_dir"]
+
+REGISTRY_VERSION = 1
+HOME_ENV_VAR = "STREAMSTATE_HOME"
+
+
+def registry_dir() -> Path:
+    """Where running jobs register (``$STREAMSTATE_HOME/jobs``, default ``~/.streamstate/jobs``)."""
+    home = os.environ.get(HOME_ENV_VAR) or os.path.join(os.path.expanduser("~"), ".streamstate")
+    return Path(home) / "jobs"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What the registry says about one running job."""
+
+    job_id: str
+    name: str
+    #: the REST API's base URL, e.g. ``http://127.0.0.1:40123``
+    address: str
+    token: str
+    pid: int
+    start_ms: int
+    version: int = REGISTRY_VERSION
+
+    def path(self) -> Path:
+        return registry_dir() / f"{self.job_id}.json"
+
+    def write(self) -> Path:
+        """Write (or replace) this job's file atomically, readable by its owner only."""
+        d = registry_dir()
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.job_id}.", dir=d)
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(asdict(self), f)
+            os.replace(tmp, self.path())
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return self.path()
+
+    def remove(self) -> None:
+        self.path().unlink(missing_ok=True)
+
+    @staticmethod
+    def read(path: Path) -> JobRecord | None:
+        """The record in ``path``; None when it is unreadable or of another format version."""
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("version") != REGISTRY_VERSION:
+            return None
+        try:
+            return JobRecord(**data)
+        except TypeError:
+            return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def list_jobs() -> list[JobRecord]:
+    """The registered jobs whose driver process is alive, oldest first (stale files go)."""
+    d = registry_dir()
+    if not d.is_dir():
+        return []
+    out = []
+    for p in sorted(d.glob("*.json")):
+        rec = JobRecord.read(p)
+        if rec is None:
+            continue
+        if not _alive(rec.pid):
+            p.unlink(missing_ok=True)
+            continue
+        out.append(rec)
+    return sorted(out, key=lambda r: r.start_ms)

@@ -1,0 +1,213 @@
+"""The REST API's documents, built from a running job's own bookkeeping (Flink's shapes
+where they fit): the lifecycle, :class:`~streamstate.runtime.job_metrics.JobMetrics`
+(records, epochs, failures) and the coordinator's
+:class:`~streamstate.runtime.checkpoint.stats.CheckpointStatsTracker`.
+
+Readers run on the server thread while the driver loop writes; they take copies
+(``list(deque)``, ``dict(...)``) and never hold the driver up.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+__all__ = [
+    "checkpoint_details",
+    "checkpoints",
+    "exceptions",
+    "job_details",
+    "job_overview",
+    "prometheus_metrics",
+]
+
+TERMINAL = frozenset({"FINISHED", "CANCELED", "FAILED"})
+
+
+def _times(job: Any) -> tuple[int, int, int]:
+    ts = dict(job.executor.lifecycle.timestamps)
+    start = ts.get("CREATED", 0)
+    status = job.executor.status.name
+    end = ts.get(status, -1) if status in TERMINAL else -1
+    now = int(time.time() * 1000)
+    duration = (end if end >= 0 else job.executor.clock()) - start
+    return start, end, duration if duration >= 0 else now - start
+
+
+def job_overview(job: Any) -> dict[str, Any]:
+    """One row of ``/jobs/overview``."""
+    ex = job.executor
+    start, end, duration = _times(job)
+    return {
+        "jid": ex.job_id,
+        "name": ex.job_name,
+        "state": ex.status.name,
+        "start-time": start,
+        "end-time": end,
+        "duration": duration,
+        "epochs": ex.metrics.stats.get("epochs", 0),
+        "restarts": ex.metrics.stats.get("restarts", 0),
+        "tasks": {"total": sum(st.parallelism for st in ex.plan.stages)},
+    }
+
+
+def _vertices(ex: Any) -> list[dict[str, Any]]:
+    counts = dict(ex.metrics.counts)
+    out = []
+    for st in ex.plan.stages:
+        ops = [
+            {
+                "uid": n.uid,
+                "name": n.name,
+                "parallelism": n.parallelism,
+                "keyed": n.keyed,
+                "records": counts.get(n.uid, 0),
+            }
+            for n in st.nodes.values()
+        ]
+        out.append(
+            {
+                "id": str(st.id),
+                "name": " -> ".join(o["name"] for o in ops),
+                "parallelism": st.parallelism,
+                "max-parallelism": st.max_parallelism,
+                "status": ex.status.name,
+                "upstream": [str(u) for u in st.upstream],
+                "operators": ops,
+                "metrics": {
+                    "read-records": ops[0]["records"] if ops else 0,
+                    "write-records": ops[-1]["records"] if ops else 0,
+                },
+            }
+        )
+    return out
+
+
+def job_details(job: Any) -> dict[str, Any]:
+    """``/jobs/<id>``: status, timestamps, vertices (stages with their chained operators,
+    parallelism and records), the plan's edges, counters and the recent epochs."""
+    ex = job.executor
+    start, end, duration = _times(job)
+    vertices = _vertices(ex)
+    epochs = list(ex.metrics.epochs)
+    return {
+        "jid": ex.job_id,
+        "name": ex.job_name,
+        "state": ex.status.name,
+        "start-time": start,
+        "end-time": end,
+        "duration": duration,
+        "now": int(time.time() * 1000),
+        "timestamps": dict(ex.lifecycle.timestamps),
+        "runner": ex.runner.describe(),
+        "vertices": vertices,
+        "plan": {
+            "jid": ex.job_id,
+            "name": ex.job_name,
+            "nodes": [
+                {
+                    "id": v["id"],
+                    "description": v["name"],
+                    "parallelism": v["parallelism"],
+                    "inputs": [{"id": u} for u in v["upstream"]],
+                }
+                for v in vertices
+            ],
+        },
+        "stats": dict(ex.metrics.stats),
+        "records": dict(ex.metrics.counts),
+        "epochs": [asdict(e) for e in epochs[-job.epochs_shown :]],
+    }
+
+
+def checkpoints(job: Any) -> dict[str, Any]:
+    """``/jobs/<id>/checkpoints``: counts, latest completed/savepoint/failed/restored, history."""
+    return dict(job.executor.coordinator.stats.summary())
+
+
+def checkpoint_details(job: Any, checkpoint_id: int) -> dict[str, Any] | None:
+    """``/jobs/<id>/checkpoints/details/<n>``; None when the history does not hold it."""
+    s = job.executor.coordinator.stats.get(checkpoint_id)
+    return None if s is None else s.to_dict()
+
+
+def exceptions(job: Any) -> dict[str, Any]:
+    """``/jobs/<id>/exceptions``: every failure (newest first) with the worker's traceback."""
+    failures = list(job.executor.metrics.failures)
+    entries = [
+        {
+            "exceptionName": f.exception_type,
+            "message": f.message,
+            "stacktrace": f.traceback,
+            "timestamp": f.timestamp_ms,
+            "epoch": f.epoch,
+            "attempt": f.attempt,
+            "will_restart": f.will_restart,
+        }
+        for f in reversed(failures)
+    ]
+    root = entries[0] if entries else None
+    return {
+        "root-exception": None if root is None else f"{root['exceptionName']}: {root['message']}",
+        "timestamp": None if root is None else root["timestamp"],
+        "truncated": False,
+        "exceptionHistory": {"entries": entries, "truncated": False},
+    }
+
+
+def prometheus_metrics(jobs: list[Any]) -> list[Metric]:
+    """One Prometheus family per metric, a sample per job (label ``job_id``, ``job_name``)."""
+    labels = ["job_id", "job_name"]
+    epochs = CounterMetricFamily("streamstate_job_epochs", "Epochs completed", labels=labels)
+    restarts = CounterMetricFamily("streamstate_job_restarts", "Restarts", labels=labels)
+    records = CounterMetricFamily(
+        "streamstate_operator_records",
+        "Records processed per operator",
+        labels=[*labels, "operator"],
+    )
+    ckpts = CounterMetricFamily(
+        "streamstate_job_checkpoints",
+        "Checkpoints by final status",
+        labels=[*labels, "status"],
+    )
+    running = GaugeMetricFamily(
+        "streamstate_job_running", "1 while the job is RUNNING", labels=labels
+    )
+    last_dur = GaugeMetricFamily(
+        "streamstate_job_last_checkpoint_duration_seconds",
+        "Duration of the latest completed checkpoint",
+        labels=labels,
+    )
+    last_size = GaugeMetricFamily(
+        "streamstate_job_last_checkpoint_size_bytes",
+        "State size of the latest completed checkpoint",
+        labels=labels,
+    )
+    epoch_dur = GaugeMetricFamily(
+        "streamstate_job_last_epoch_duration_seconds",
+        "Duration of the latest epoch",
+        labels=labels,
+    )
+    for job in jobs:
+        ex = job.executor
+        lv = [ex.job_id, ex.job_name]
+        stats = dict(ex.metrics.stats)
+        epochs.add_metric(lv, stats.get("epochs", 0))
+        restarts.add_metric(lv, stats.get("restarts", 0))
+        for uid, n in sorted(dict(ex.metrics.counts).items()):
+            records.add_metric([*lv, uid], n)
+        counts = dict(ex.coordinator.stats.counts)
+        for status in ("completed", "failed"):
+            ckpts.add_metric([*lv, status], counts.get(status, 0))
+        running.add_metric(lv, 1 if ex.status.name == "RUNNING" else 0)
+        latest = ex.coordinator.stats.latest_completed
+        if latest is not None and latest.duration_ms is not None:
+            last_dur.add_metric(lv, latest.duration_ms / 1000.0)
+            last_size.add_metric(lv, latest.state_size)
+        recent = list(ex.metrics.epochs)[-1:]
+        if recent:
+            epoch_dur.add_metric(lv, recent[0].duration_ms / 1000.0)
+    return [epochs, restarts, records, ckpts, running, last_dur, last_size, epoch_dur]

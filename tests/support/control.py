@@ -1,0 +1,88 @@
+"""Helpers of the control-plane tests: a gate that holds a job's driver, HTTP calls, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from streamstate.runtime.job_status import EpochStats, JobObserver
+
+__all__ = ["Gate", "cli", "http"]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class Gate(JobObserver):
+    """Holds the driver after every epoch from ``hold_from`` on until :meth:`step` lets one
+    more epoch run (so a test sees a running job in a known state)."""
+
+    def __init__(self, hold_from: int, pace: float = 0.0) -> None:
+        self.hold_from = hold_from
+        #: seconds every epoch takes after release() (keeps the job running for a while)
+        self.pace = pace
+        self.reached = threading.Semaphore(0)
+        self.permits = threading.Semaphore(0)
+        self.released = threading.Event()
+        self.epoch = 0
+
+    def on_epoch(self, job_id: str, stats: EpochStats) -> None:
+        self.epoch = stats.epoch
+        if self.released.is_set() and self.pace:
+            time.sleep(self.pace)
+        if stats.epoch >= self.hold_from and not self.released.is_set():
+            self.reached.release()
+            while not self.released.is_set() and not self.permits.acquire(timeout=0.05):
+                pass
+
+    def wait(self, timeout: float = 60) -> None:
+        assert self.reached.acquire(timeout=timeout), "the job did not reach the gate"
+
+    def step(self) -> None:
+        """One more epoch, then hold again."""
+        self.permits.release()
+        self.wait()
+
+    def release(self) -> None:
+        self.released.set()
+
+
+def http(
+    url: str, method: str = "GET", token: str | None = None, body: Any = None
+) -> tuple[int, Any]:
+    """(status, parsed JSON or text) of one call."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            status, raw, ctype = r.status, r.read(), r.headers.get("content-type", "")
+    except urllib.error.HTTPError as e:
+        status, raw, ctype = e.code, e.read(), e.headers.get("content-type", "")
+    if "json" in ctype:
+        return status, json.loads(raw) if raw else None
+    return status, raw.decode()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``streamstate ARGS`` in another process (same registry: STREAMSTATE_HOME)."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from streamstate.cli.main import main; sys.exit(main())",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=dict(os.environ),
+    )

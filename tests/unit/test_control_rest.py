@@ -1,0 +1,237 @@
+"""The driver's REST API against real running jobs (in-process runner; real uvicorn server,
+real HTTP, the CLI in another process)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamstate.common import JobStatus
+from streamstate.control.registry import list_jobs, registry_dir
+from streamstate.datastream.connectors.collect import DiscardingSink
+from streamstate.errors import ConfigurationError, JobExecutionError
+from streamstate.testing import TickingClock
+from tests.support import envs
+from tests.support.control import Gate, cli, http
+
+DATA = [(f"k{i % 5}", i) for i in range(2000)]  # 100 epochs of 20
+
+
+class FailOnce:
+    """Raises on record ``at`` the first time only (the marker file survives the restart)."""
+
+    def __init__(self, marker: Path, at: int) -> None:
+        self.marker = marker
+        self.at = at
+
+    def __call__(self, v: Any) -> Any:
+        if v[1] == self.at and not self.marker.exists():
+            self.marker.write_text("failed")
+            raise ValueError(f"injected failure at record {v[1]}")
+        return v
+
+
+def start(tmp_path: Path, gate: Gate, fail_at: int | None = None, **conf: str) -> Any:
+    env = envs.make_env(
+        2,
+        max_records=20,
+        restarts=2,
+        conf={"execution.checkpointing.savepoint-dir": str(tmp_path / "sp"), **conf},
+    )
+    env.set_clock(TickingClock())
+    env.enable_checkpointing(1)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
+    ds = env.from_collection(DATA).key_by(lambda v: v[0])
+    if fail_at is not None:
+        ds = ds.map(FailOnce(tmp_path / "failed", fail_at)).uid("fail-once").key_by(lambda v: v[0])
+    ds.reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sum").sink_to(DiscardingSink())
+    env.add_job_observer(gate)
+    return env.execute_async("rest-test")
+
+
+def record_of(job_id: str) -> Any:
+    (rec,) = [r for r in list_jobs() if r.job_id == job_id]
+    return rec
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Any:
+    gate = Gate(3)
+    client = start(tmp_path, gate)
+    gate.wait()
+    yield client, gate, record_of(client.get_job_id())
+    gate.release()
+    client.cancel()
+    try:
+        client.get_job_execution_result(timeout=60)
+    except JobExecutionError:
+        pass
+
+
+def test_jobs_details_and_checkpoint_history_grow(running):
+    client, gate, rec = running
+    base = rec.address
+    status, jobs = http(f"{base}/jobs")
+    assert status == 200 and {"id": rec.job_id, "status": "RUNNING"} in jobs["jobs"]
+    status, job = http(f"{base}/jobs/{rec.job_id}")
+    assert status == 200 and job["name"] == "rest-test" and job["state"] == "RUNNING"
+    ops = {o["uid"]: o for v in job["vertices"] for o in v["operators"]}
+    assert "sum" in ops and ops["sum"]["keyed"] and ops["sum"]["records"] == 3 * 20
+    assert [e["epoch"] for e in job["epochs"]] == [1, 2, 3]
+    assert all(v["parallelism"] == 2 for v in job["vertices"][1:])
+    _, cps = http(f"{base}/jobs/{rec.job_id}/checkpoints")
+    n = cps["counts"]["completed"]
+    assert n >= 2 and len(cps["history"]) == cps["counts"]["total"]
+    gate.step()
+    gate.step()
+    _, cps2 = http(f"{base}/jobs/{rec.job_id}/checkpoints")
+    assert cps2["counts"]["completed"] == n + 2
+    latest = cps2["latest"]["completed"]
+    assert latest["status"] == "COMPLETED" and latest["state_size"] > 0
+    assert latest["id"] == cps2["history"][0]["id"]
+    _, details = http(f"{base}/jobs/{rec.job_id}/checkpoints/details/{latest['id']}")
+    assert details["tasks"]["sum"]["subtasks"] and len(details["tasks"]["sum"]["subtasks"]) == 2
+    assert sum(details["tasks"]["sum"]["subtasks"]) == details["tasks"]["sum"]["state_size"]
+    status, _ = http(f"{base}/jobs/{rec.job_id}/checkpoints/details/99999")
+    assert status == 404
+    status, _ = http(f"{base}/jobs/nosuchjob")
+    assert status == 404
+    _, conf = http(f"{base}/jobs/{rec.job_id}/config")
+    assert conf["execution-config"]["user-config"]["execution.runner"] == "local"
+    _, server_conf = http(f"{base}/config")
+    assert "streamstate-version" in server_conf
+
+
+def test_registry_file_is_private_and_goes_with_the_job(running):
+    client, gate, rec = running
+    path = registry_dir() / f"{rec.job_id}.json"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert rec.pid == os.getpid() and rec.token
+    gate.release()
+    client.cancel()
+    client.get_job_execution_result(timeout=60)
+    assert not path.exists()
+    # the server still shows the job that ended
+    _, job = http(f"{rec.address}/jobs/{rec.job_id}")
+    assert job["state"] == "CANCELED"
+
+
+def test_mutating_calls_need_the_job_token(running):
+    client, gate, rec = running
+    url = f"{rec.address}/jobs/{rec.job_id}"
+    status, body = http(url, "PATCH")
+    assert status == 401 and "Bearer" in body["errors"][0]
+    status, _ = http(url, "PATCH", token="wrong")
+    assert status == 403
+    status, _ = http(f"{url}/savepoints", "POST", token="wrong", body={})
+    assert status == 403
+    status, _ = http(f"{url}/stop", "POST", body={})
+    assert status == 401
+    assert client.get_job_status() is JobStatus.RUNNING
+    status, _ = http(url, "PATCH", token=rec.token)
+    assert status == 202
+    gate.release()
+    client.get_job_execution_result(timeout=60)
+    assert client.get_job_status() is JobStatus.CANCELED
+
+
+def test_cli_list_info_cancel_in_another_process(running):
+    client, gate, rec = running
+    out = cli("list")
+    assert out.returncode == 0, out.stderr
+    assert rec.job_id in out.stdout and "rest-test (RUNNING)" in out.stdout
+    out = cli("info", rec.job_id[:8])
+    assert out.returncode == 0, out.stderr
+    assert "RUNNING" in out.stdout and "sum:" in out.stdout and "checkpoints:" in out.stdout
+    out = cli("cancel", rec.job_id, "--token", "wrong")
+    assert out.returncode == 2 and "403" in out.stderr
+    out = cli("cancel", rec.job_id)
+    assert out.returncode == 0, out.stderr
+    gate.release()
+    client.get_job_execution_result(timeout=60)
+    assert client.get_job_status() is JobStatus.CANCELED
+    out = cli("cancel", rec.job_id)
+    assert out.returncode == 2 and "no running job" in out.stderr
+
+
+def test_cli_savepoint_and_stop(running, tmp_path):
+    client, gate, rec = running
+    gate.pace = 0.1
+    gate.release()  # the job goes on while the CLI waits for the savepoint
+    out = cli("savepoint", rec.job_id, str(tmp_path / "manual"))
+    assert out.returncode == 0, out.stderr
+    path = out.stdout.split("Path: ")[1].strip()
+    assert path.startswith(str(tmp_path / "manual")) and Path(path, "_metadata").exists()
+    out = cli("stop", rec.job_id, "--address", rec.address)  # default savepoint dir
+    assert out.returncode == 0, out.stderr
+    stopped = out.stdout.split("Path: ")[1].strip()
+    assert Path(stopped, "_metadata").exists() and stopped.startswith(str(tmp_path / "sp"))
+    client.get_job_execution_result(timeout=60)
+    assert client.get_job_status() is JobStatus.FINISHED
+    _, cps = http(f"{rec.address}/jobs/{rec.job_id}/checkpoints")
+    assert cps["latest"]["savepoint"]["external_path"] == stopped
+
+
+def test_exceptions_after_an_injected_failure(tmp_path):
+    gate = Gate(6)
+    client = start(tmp_path, gate, fail_at=50)
+    try:
+        gate.wait()
+        rec = record_of(client.get_job_id())
+        _, exc = http(f"{rec.address}/jobs/{rec.job_id}/exceptions")
+        (entry,) = exc["exceptionHistory"]["entries"]
+        assert entry["exceptionName"] == "ValueError" and "record 50" in entry["message"]
+        assert entry["will_restart"] and "in __call__" in entry["stacktrace"]
+        assert exc["root-exception"].startswith("ValueError: injected failure")
+        _, job = http(f"{rec.address}/jobs/{rec.job_id}")
+        assert job["stats"]["restarts"] == 1
+    finally:
+        gate.release()
+        client.cancel()
+        client.get_job_execution_result(timeout=60)
+
+
+def test_prometheus_metrics_parse(running):
+    client, gate, rec = running
+    status, text = http(f"{rec.address}/metrics")
+    assert status == 200
+    samples = {
+        (s.name, s.labels.get("operator", "")): s
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.labels.get("job_id") == rec.job_id
+    }
+    assert samples[("streamstate_job_epochs_total", "")].value == 3
+    assert samples[("streamstate_operator_records_total", "sum")].value == 60
+    assert samples[("streamstate_job_running", "")].value == 1
+    assert samples[("streamstate_job_last_checkpoint_size_bytes", "")].value > 0
+
+
+def test_rest_disabled_and_bad_settings(tmp_path):
+    env = envs.make_env(1, conf={"rest.enabled": "false"})
+    env.from_collection([1, 2]).sink_to(DiscardingSink())
+    before = {r.job_id for r in list_jobs()}
+    env.execute("no-rest")
+    assert {r.job_id for r in list_jobs()} == before
+    env = envs.make_env(1, conf={"rest.bind-address": "0.0.0.0"})
+    env.from_collection([1, 2]).sink_to(DiscardingSink())
+    with pytest.raises(ConfigurationError, match="rest.token"):
+        env.execute("open-bind")
+    env = envs.make_env(1, conf={"rest.port": "-1"})
+    env.from_collection([1]).sink_to(DiscardingSink())
+    with pytest.raises(ConfigurationError, match="rest.port"):
+        env.execute("bad-port")
+
+
+def test_cli_version_bare_help_and_empty_list():
+    out = cli("--version")
+    assert out.returncode == 0 and out.stdout.startswith("streamstate ")
+    out = cli()
+    assert out.returncode == 0 and "usage: streamstate" in out.stdout and "cancel" in out.stdout
+    out = cli("info", "no-such-job")
+    assert out.returncode == 2 and "streamstate list" in out.stderr
