@@ -7,20 +7,8 @@ import time
 import uuid
 from typing import Any
 
-from streamstate.common import Types
-from streamstate.datastream import KeyedProcessFunction, MapFunction
+from streamstate.datastream import MapFunction
 from streamstate.datastream.functions import ParallelSourceFunction
-from streamstate.datastream.state import ValueStateDescriptor
-
-
-class CountPerKey(KeyedProcessFunction):
-    def open(self, ctx: Any) -> None:
-        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
-
-    def process_element(self, value: Any, ctx: Any) -> Any:
-        c = (self.count.value() or 0) + 1
-        self.count.update(c)
-        yield value[0], c
 
 
 class CallsSoFar(MapFunction):

@@ -11,6 +11,7 @@ import pytest
 
 from streamstate.datastream.connectors import CollectSink
 from tests.integration import host_jobs as J
+from tests.integration.jobs import CountPerKey
 from tests.support import envs
 
 RECORDS = [(f"k{i % 13}", i) for i in range(600)]
@@ -27,7 +28,7 @@ def count_job(spark, hosts: bool, epochs_of: int = 50):
     (
         env.from_collection(RECORDS)
         .key_by(lambda r: r[0])
-        .process(J.CountPerKey())
+        .process(CountPerKey())
         .uid("count")
         .map(J.CallsSoFar())
         .uid("calls")

@@ -10,39 +10,30 @@ from typing import Any
 
 import pytest
 
-from streamstate.connectors.base import Source
+from streamstate.connectors.collection import CollectionSource
 from streamstate.datastream.connectors import CollectSink
 from tests.support import envs
 
 
-class Trickle(Source):
+class Trickle(CollectionSource):
     """A bounded source that yields at most ``per_epoch`` records per epoch, whatever the
     budget (as a slow external system would)."""
 
     default_parallelism = 1
-    bounded = True
 
     def __init__(self, total: int, per_epoch: int) -> None:
-        self.total, self.per_epoch = total, per_epoch
-
-    def create_enumerator_state(self, parallelism: int) -> Any:
-        return {"offset": 0}
-
-    def plan_epoch(self, state: Any, parallelism: int) -> list[Any]:
-        return [state["offset"]] + [None] * (parallelism - 1)
+        super().__init__(list(range(total)))
+        self.per_epoch = per_epoch
 
     def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
-        if assignment is None:
-            return [], None
-        end = min(self.total, assignment + min(budget, self.per_epoch))
-        return list(range(assignment, end)), end
+        return super().read(assignment, min(budget, self.per_epoch))
 
-    def apply_progress(self, state: Any, progress: list[Any]) -> Any:
-        ends = [p for p in progress if p is not None]
-        return {"offset": max(ends)} if ends else state
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "per_epoch": self.per_epoch}
 
-    def is_finished(self, state: Any) -> bool:
-        return bool(state["offset"] >= self.total)
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.per_epoch = state["per_epoch"]
 
 
 @pytest.fixture

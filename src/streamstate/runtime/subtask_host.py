@@ -40,6 +40,7 @@ from multiprocessing.reduction import send_handle
 from typing import Any
 
 from streamstate.errors import StreamStateError
+from streamstate.runtime.checkpoint.lock import process_alive
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",
@@ -168,7 +169,7 @@ def _start(path: str, job_id: str, key: bytes, idle_timeout_s: float) -> Connect
             try:
                 return Client(path, family="AF_UNIX", authkey=key)
             except OSError:
-                if not _alive(pid) or time.monotonic() > deadline:
+                if not process_alive(pid) or time.monotonic() > deadline:
                     break  # start it as a new interpreter below
                 time.sleep(0.002)
     env = dict(os.environ)
@@ -200,16 +201,6 @@ def _start(path: str, job_id: str, key: bytes, idle_timeout_s: float) -> Connect
                     f"errors are in the executor's stderr"
                 ) from None
             time.sleep(0.01)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def stop_hosts(job_id: str, _items: Iterable[Any] = ()) -> list[int]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from streamstate.errors import CheckpointStorageError
 
-__all__ = ["LOCK_FILE_NAME", "JobLock", "is_local", "make_private"]
+__all__ = ["LOCK_FILE_NAME", "JobLock", "is_local", "make_private", "process_alive"]
 
 log = logging.getLogger("streamstate")
 
@@ -40,7 +40,8 @@ def make_private(fs: Any, directory: str) -> None:
         os.chmod(directory, 0o700)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -117,7 +118,7 @@ class JobLock:
             other.get("host") == self.owner["host"]
             and isinstance(pid, int)
             and pid != os.getpid()
-            and not _alive(pid)
+            and not process_alive(pid)
         )
 
     def release(self) -> None:
