@@ -256,6 +256,41 @@ def test_state_prints_key_value_lines(checkpoint, capsys):
     assert rc == 0 and out.splitlines() == ["'a' -> 6"] and "2 more keys" in err
 
 
+def test_state_exports_csv_json_and_parquet(checkpoint, capsys, tmp_path):
+    import csv
+
+    import pyarrow.parquet as pq
+
+    _, info = checkpoint
+    base = ("state", info.path, "-o", "counter", "-n", "count")
+    rc, out, _ = _run(capsys, *base, "--format", "csv")
+    assert rc == 0
+    assert list(csv.reader(out.splitlines())) == [
+        ["key", "value"],
+        ["a", "6"],
+        ["b", "6"],
+        ["c", "6"],
+    ]
+    rc, out, _ = _run(capsys, *base, "--format", "json", "--output", str(tmp_path / "s.json"))
+    assert rc == 0 and out == ""
+    lines = (tmp_path / "s.json").read_text().splitlines()
+    assert [json.loads(x) for x in lines] == [["a", 6], ["b", 6], ["c", 6]]
+    parquet = tmp_path / "s.parquet"
+    rc, _, _ = _run(capsys, *base, "--format", "parquet", "--output", str(parquet))
+    table = pq.read_table(parquet)
+    assert rc == 0 and table.to_pylist() == [
+        {"key": "a", "value": 6},
+        {"key": "b", "value": 6},
+        {"key": "c", "value": 6},
+    ]
+    assert str(table.schema.field("value").type) == "int64"  # a scalar column keeps its type
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".inprogress")] == []
+    rc, _, err = _run(capsys, *base, "--format", "parquet")
+    assert rc == 2 and "--output" in err
+    rc, _, err = _run(capsys, *base, "--format", "csv", "--json")
+    assert rc == 2 and "contradict" in err
+
+
 def test_state_errors(checkpoint, capsys):
     _, info = checkpoint
     rc, _, err = _run(capsys, "state", info.path, "--operator", "nope", "--state", "count")

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 from streamstate.cli.jobs import JOB_COMMANDS, add_job_parsers
+from streamstate.cli.state_export import write_rows
 from streamstate.errors import ConfigurationError, StreamStateError
 
 __all__ = ["CONF_ENV_VAR", "build_parser", "main"]
@@ -147,7 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--kind", choices=_KINDS, help="state kind (default: as recorded in the checkpoint)"
     )
     s.add_argument("--limit", type=int, metavar="N", help="print at most N keys")
-    s.add_argument("--json", action="store_true", help="print JSON lines [key, value]")
+    s.add_argument("--json", action="store_true", help="print JSON lines (= --format json)")
+    s.add_argument(
+        "--format",
+        choices=("text", "json", "csv", "parquet"),
+        help="text (default), json lines, csv with a header, or parquet (needs --output)",
+    )
+    s.add_argument("--output", metavar="FILE", help="write to FILE instead of stdout")
     add_job_parsers(sub)
     return p
 
@@ -365,25 +372,31 @@ def _cmd_state(args: argparse.Namespace, out: TextIO) -> int:
     values = read_keyed_state(md, args.operator, passthrough_descriptor(args.state, kind))
     items = _sorted_items(values)
     shown = items if args.limit is None else items[: args.limit]
-    for k, v in shown:
-        if args.json:
-            out.write(json.dumps([k, v], default=repr) + "\n")
-        else:
-            out.write(f"{k!r} -> {v!r}\n")
+    write_rows(shown, ("key", "value"), _format(args), out, args.output)
     if len(shown) < len(items):
         print(f"... {len(items) - len(shown)} more keys (of {len(items)})", file=sys.stderr)
     return 0
 
 
 def _print_operator_state(args: argparse.Namespace, state: dict[str, Any], out: TextIO) -> int:
-    """One line per subtask: ``subtask <i> (<mode>) -> <list or map>``."""
-    for i, value in enumerate(state["subtasks"]):
-        if args.json:
-            v = sorted(value.items(), key=repr) if isinstance(value, dict) else value
-            out.write(json.dumps([i, state["mode"], v], default=repr) + "\n")
-        else:
+    """One row per subtask: ``subtask <i> (<mode>) -> <list or map>`` as text."""
+    fmt = _format(args)
+    if fmt == "text" and not args.output:
+        for i, value in enumerate(state["subtasks"]):
             out.write(f"subtask {i} ({state['mode']}) -> {value!r}\n")
+        return 0
+    rows = [
+        (i, state["mode"], sorted(v.items(), key=repr) if isinstance(v, dict) else v)
+        for i, v in enumerate(state["subtasks"])
+    ]
+    write_rows(rows, ("subtask", "mode", "value"), fmt, out, args.output)
     return 0
+
+
+def _format(args: argparse.Namespace) -> str:
+    if args.json and args.format not in (None, "json"):
+        raise ConfigurationError(f"--json and --format {args.format} contradict each other")
+    return "json" if args.json else (args.format or "text")
 
 
 _COMMANDS = {
