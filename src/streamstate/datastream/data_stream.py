@@ -66,6 +66,16 @@ class DataStream:
         self._t.uid = uid
         return self
 
+    def set_uid_hash(self, uid_hash: str) -> DataStream:
+        """The id this operator's state is matched by, used as given (Flink's
+        ``setUidHash``): for restoring a savepoint of a job that set no uids, pass the
+        generated id the old job had (``streamstate describe`` lists them, e.g.
+        ``003-keyedprocess``). Wins over :meth:`uid`."""
+        if not uid_hash:
+            raise ConfigurationError("set_uid_hash() needs a non-empty id")
+        self._t.uid_hash = uid_hash
+        return self
+
     def set_parallelism(self, parallelism: int) -> DataStream:
         if parallelism < 1:
             raise ConfigurationError(f"parallelism must be >= 1, got {parallelism}")
@@ -427,6 +437,13 @@ class DataStreamSink:
 
     def uid(self, uid: str) -> DataStreamSink:
         self._t.uid = uid
+        return self
+
+    def set_uid_hash(self, uid_hash: str) -> DataStreamSink:
+        """As :meth:`DataStream.set_uid_hash`."""
+        if not uid_hash:
+            raise ConfigurationError("set_uid_hash() needs a non-empty id")
+        self._t.uid_hash = uid_hash
         return self
 
     def set_parallelism(self, parallelism: int) -> DataStreamSink:

@@ -69,6 +69,8 @@ class Transformation:
     parallelism: int | None = None
     max_parallelism: int | None = None
     uid: str | None = None
+    #: ``set_uid_hash``: the id state is matched by, verbatim (wins over ``uid``)
+    uid_hash: str | None = None
     #: SINK: zero-arg factory of the driver-side SinkCommitter (None: no commit protocol)
     committer_factory: Any = None
     #: the declared type of the outputs (``map(f, output_type=Types.LONG())``): checked
@@ -285,7 +287,7 @@ def build_plan(
     def new_uid(t: Transformation) -> str:
         nonlocal position
         position += 1
-        uid = t.uid or t.default_uid(position)
+        uid = t.uid_hash or t.uid or t.default_uid(position)
         if uid in uids:
             raise ConfigurationError(f"operator uid {uid!r} is used twice: uids must be unique")
         uids.add(uid)
