@@ -1,0 +1,164 @@
+"""Record latency at a steady rate: source to sink, with epochs paced by time (issue 16).
+
+A ``SourceFunction`` emits ``--rate`` records per second for ``--seconds`` (each record
+carries its emission time), a keyed running count processes them, and a ``SinkFunction``
+records, per record, the time from emission to the sink seeing its result (at-least-once
+visibility: the sink acts as the epoch runs; an exactly-once sink adds the wait for the
+checkpoint). ``execution.epoch.interval`` is ``--interval-ms``. Reported: median, p90 and
+p99 latency and the epochs' count, next to Spark Structured Streaming's shortest
+micro-batch (``triggerExecution``) for a trivial stateful query (``rate`` source, count
+per key) in the same run: the floor of a micro-batch engine's latency on this machine.
+
+Run: ``python -m benchmarks.latency [--rate 10000] [--seconds 20] [--interval-ms 100]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from typing import Any
+
+from streamstate.common import Configuration, Types
+from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from streamstate.datastream.functions import SinkFunction, SourceFunction
+from streamstate.datastream.state import ValueStateDescriptor
+
+
+class Paced(SourceFunction):
+    """``rate`` records/s for ``seconds``, in bursts every 10 ms: ``(key, emitted_at)``."""
+
+    def __init__(self, rate: int, seconds: float, keys: int) -> None:
+        self.rate, self.seconds, self.keys = rate, seconds, keys
+        self.running = True
+
+    def run(self, ctx: Any) -> None:
+        start = time.time()
+        sent = 0
+        while self.running:
+            elapsed = time.time() - start
+            if elapsed >= self.seconds:
+                return
+            due = int(elapsed * self.rate)
+            now = time.time()
+            for i in range(sent, due):
+                ctx.collect((f"k{i % self.keys}", now))
+            sent = due
+            time.sleep(0.01)
+
+    def cancel(self) -> None:
+        self.running = False
+
+
+class Count(KeyedProcessFunction):
+    def open(self, ctx: Any) -> None:
+        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        c = (self.count.value() or 0) + 1
+        self.count.update(c)
+        yield value[1], c
+
+
+class LatencySink(SinkFunction):
+    """Appends ``now - emitted_at`` (ms) of every result to a file of its own."""
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = out_dir
+        self.path: str | None = None
+
+    def invoke(self, value: Any, context: Any) -> None:
+        if self.path is None:
+            self.path = os.path.join(self.out_dir, f"lat-{uuid.uuid4().hex}.txt")
+        with open(self.path, "a") as f:
+            f.write(f"{(time.time() - value[0]) * 1000:.2f}\n")
+
+
+def streamstate_latency(spark: Any, args: Any, out_dir: str) -> dict[str, Any]:
+    conf = Configuration()
+    conf.set_string("execution.epoch.interval", f"{args.interval_ms}ms")
+    env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
+    env.set_parallelism(2)
+    env.add_source(Paced(args.rate, args.seconds, 1000)).key_by(lambda v: v[0]).process(
+        Count()
+    ).add_sink(LatencySink(out_dir))
+    result = env.execute("latency")
+    lat = sorted(float(x) for p in glob.glob(os.path.join(out_dir, "lat-*.txt")) for x in open(p))
+    return {
+        "records": len(lat),
+        "epochs": result.get_accumulator_result("epochs"),
+        "median_ms": statistics.median(lat),
+        "p90_ms": lat[int(0.9 * (len(lat) - 1))],
+        "p99_ms": lat[int(0.99 * (len(lat) - 1))],
+    }
+
+
+def spark_min_batch_ms(spark: Any, rate: int, seconds: float) -> dict[str, Any]:
+    """Structured Streaming: rate source -> count per key (stateful) -> noop sink."""
+    from pyspark.sql import functions as F
+
+    df = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", rate)
+        .load()
+        .select((F.col("value") % 1000).alias("key"))
+        .groupBy("key")
+        .count()
+    )
+    chk = tempfile.mkdtemp(prefix="ss-latency-spark-")
+    q = (
+        df.writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", chk)
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    try:
+        time.sleep(seconds)
+        times = [
+            p["durationMs"]["triggerExecution"]
+            for p in q.recentProgress
+            if p.get("numInputRows", 0) > 0 and "triggerExecution" in p.get("durationMs", {})
+        ]
+    finally:
+        q.stop()
+        shutil.rmtree(chk, ignore_errors=True)
+    return {
+        "batches": len(times),
+        "min_ms": min(times),
+        "median_ms": statistics.median(times),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rate", type=int, default=10_000)
+    p.add_argument("--seconds", type=float, default=20)
+    p.add_argument("--interval-ms", type=int, default=100)
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args(argv)
+
+    from benchmarks.peers import spark_stateful as peers
+
+    spark = peers.build_spark("streamstate-latency")
+    spark.sparkContext.setLogLevel("ERROR")
+    out_dir = tempfile.mkdtemp(prefix="ss-latency-")
+    try:
+        ours = streamstate_latency(spark, args, out_dir)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    theirs = spark_min_batch_ms(spark, args.rate, args.seconds)
+    print(json.dumps({"streamstate": ours, "spark_structured_streaming": theirs}, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "streamstate": ours, "spark": theirs}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
