@@ -147,7 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--readings", type=int, default=300, help="readings per sensor")
     p.add_argument("--threshold", type=float, default=1.7, help="alert above this jump (°C)")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    p.add_argument(
+        "--master",
+        help="Spark master (default: the submitted one under spark-submit, else local[2])",
+    )
     p.add_argument("--parallelism", type=int, default=2)
     p.add_argument("--epoch-records", type=int, default=500, help="records per source subtask")
     p.add_argument("--fail-epoch", type=int, default=3, help="epoch of the injected failure")
@@ -170,9 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"streamstate demo: temperature alerts (threshold {args.threshold} °C)")
     print(f"  input: {args.sensors} sensors x {args.readings} readings = {n} lines in {input_dir}")
     t = time.time()
+    conf = {"spark.ui.enabled": "false"}
+    if args.master:  # only an explicit --master overrides spark-submit's
+        conf["spark.master"] = args.master
     spark = get_or_create_spark(
-        Configuration({"spark.master": args.master, "spark.ui.enabled": "false"}),
-        app_name="streamstate-demo",
+        Configuration(conf), app_name="streamstate-demo", default_master="local[2]"
     )
     spark.sparkContext.setLogLevel("FATAL")  # the injected failure would print Java stack traces
     print(f"  Spark {spark.version} on {spark.sparkContext.master} ({time.time() - t:.1f}s)")

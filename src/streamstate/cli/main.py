@@ -3,7 +3,7 @@
 ::
 
     streamstate run [--from-checkpoint PATH | --from-savepoint PATH]
-                    [--allow-non-restored-state] [--master URL] [--parallelism N]
+                    [--allow-non-restored-state] [--master URL] [--parallelism N] [--quiet]
                     [-D key=value ...] JOB.py [job args ...]
     streamstate checkpoints DIR [--job JOB_ID] [--no-verify] [--all] [--json]
     streamstate describe PATH [--json]
@@ -37,7 +37,7 @@ from typing import Any, TextIO
 
 from streamstate.cli.jobs import JOB_COMMANDS, add_job_parsers
 from streamstate.cli.state_export import write_rows
-from streamstate.errors import ConfigurationError, StreamStateError
+from streamstate.errors import ConfigurationError, JobExecutionError, StreamStateError
 
 __all__ = ["CONF_ENV_VAR", "build_parser", "main"]
 
@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="drop state of operators the job no longer has instead of failing the restore",
     )
     r.add_argument("--master", "-m", metavar="URL", help="Spark master (spark.master)")
+    r.add_argument(
+        "--quiet", "-q", action="store_true", help="no progress output (execution.progress: none)"
+    )
     r.add_argument(
         "--parallelism",
         "-p",
@@ -200,6 +203,8 @@ def _run_conf(args: argparse.Namespace) -> dict[str, str]:
         conf["execution.state-recovery.ignore-unclaimed-state"] = "true"
     if args.master:
         conf["spark.master"] = args.master
+    if args.quiet:
+        conf["execution.progress"] = "none"
     if args.parallelism is not None:
         if args.parallelism < 1:
             raise ConfigurationError(f"--parallelism must be >= 1, got {args.parallelism}")
@@ -424,6 +429,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _COMMANDS[args.command](args, sys.stdout)
     except StreamStateError as e:
+        if isinstance(e, JobExecutionError) and e.__cause__ is not None:
+            # the user's error once, with its Python traceback (the worker's, on Spark)
+            cause = e.__cause__
+            notes = "\n".join(getattr(cause, "__notes__", []))
+            print(notes or "".join(traceback.format_exception(cause)).rstrip(), file=sys.stderr)
         msg = " ".join(str(e).split())
         print(f"streamstate {args.command}: {type(e).__name__}: {msg}", file=sys.stderr)
         return 2

@@ -202,7 +202,16 @@ def attach_job(executor: Any, configuration: Mapping[str, str]) -> JobHandle | N
     settings = RestSettings.of(configuration)
     if not settings.enabled:
         return None
-    server = ControlServer.for_settings(settings)
+    try:
+        server = ControlServer.for_settings(settings)
+    except ImportError as e:
+        # an environment installed before these dependencies: the job runs, unobserved
+        log.warning(
+            "the REST API is off: %s (reinstall streamstate, e.g. `pip install -e .`, to get "
+            "starlette, uvicorn and prometheus-client; rest.enabled: false silences this)",
+            e,
+        )
+        return None
     token = settings.token or secrets.token_urlsafe(24)
     handle = JobHandle(executor, {str(k): str(v) for k, v in configuration.items()}, token)
     server.attach(handle)

@@ -191,6 +191,8 @@ KNOWN_KEYS: dict[str, Validator] = {
     "rest.port": _int(0),
     "rest.bind-address": _any,
     "rest.token": _any,
+    "execution.progress": _choice("auto", "live", "lines", "none"),
+    "execution.runner.spark.quiet": _bool,
 }
 
 #: Flink keys accepted for portability that change nothing here -> why

@@ -358,7 +358,7 @@ class StreamExecutionEnvironment:
             storage.create_access(working_dir=settings.state_dir),
             restart,
             _make_runner(self._configuration, self._spark),
-            observers=tuple(self._observers),
+            observers=(*self._observers, *_progress(self._configuration, settings.job_name)),
         )
 
 
@@ -446,6 +446,14 @@ class JobClient:
 
 
 REBUILD_INSTANCES = "execution.runner.local.rebuild-instances"
+
+
+def _progress(configuration: Configuration, job_name: str) -> tuple[Any, ...]:
+    """The progress observer of ``execution.progress`` (none, or one)."""
+    from streamstate.control.progress import PROGRESS_KEY, progress_observer
+
+    observer = progress_observer(configuration.get_string(PROGRESS_KEY, None), job_name)
+    return () if observer is None else (observer,)
 
 
 def _attach_control(executor: Any, configuration: Configuration) -> Any:
