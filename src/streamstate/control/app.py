@@ -2,6 +2,7 @@
 
 Routes (Flink's REST names where they fit)::
 
+    GET   /                                    the dashboard (static/index.html; /static/*)
     GET   /config                              server: version, refresh interval
     GET   /jobs                                {"jobs": [{"id", "status"}]}
     GET   /jobs/overview                       {"jobs": [overview...]}
@@ -22,19 +23,24 @@ from __future__ import annotations
 import json
 import traceback
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from streamstate.control import views
 from streamstate.errors import StreamStateError
 
-__all__ = ["build_app"]
+__all__ = ["STATIC_DIR", "build_app"]
+
+#: the dashboard's files (package data: hand-written JS and inline SVG, no CDN)
+STATIC_DIR = Path(__file__).parent / "static"
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -222,7 +228,14 @@ def build_app(server: Any) -> Starlette:
             return denied
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    async def dashboard(request: Request) -> Response:
+        if (denied := guard(request, None, False)) is not None:
+            return denied
+        return FileResponse(STATIC_DIR / "index.html")
+
     routes = [
+        Route("/", dashboard),
+        Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
         Route("/config", config),
         Route("/jobs", jobs),
         Route("/jobs/overview", overview),
