@@ -234,6 +234,16 @@ class EpochLoop:
         acks: dict[tuple[int, int], SubtaskAck],
     ) -> None:
         now = self.clock()
+        errors = [a.savepoint_error for a in acks.values() if a.savepoint_error]
+        if pending.is_savepoint and errors:
+            self.coordinator.abort(
+                pending, "its files could not be written", count_as_failure=False, now_ms=now
+            )
+            self.notifications.append(("aborted", pending.checkpoint_id))
+            self.savepoints.failed(pending.checkpoint_id, "; ".join(sorted(errors)))
+            if not self.checkpointing:
+                self._commit_all(epoch)  # the epoch's output does not wait for a savepoint
+            return
         if self.coordinator.is_expired(pending, now):
             # The subtasks' lineages already point at this checkpoint's files: keep them until
             # the next epoch has written full versions, then delete them.

@@ -28,6 +28,7 @@ import cloudpickle
 from streamstate.common.job_execution_result import JobExecutionResult
 from streamstate.common.job_status import JobStatus
 from streamstate.errors import (
+    CheckpointStorageError,
     ConfigurationError,
     CorruptCheckpointError,
     JobExecutionError,
@@ -132,13 +133,19 @@ class JobExecutor:
             raise ConfigurationError(
                 "no savepoint directory: pass one, or set execution.checkpointing.savepoint-dir"
             )
-        target = SavepointTarget.create(
-            directory,
-            self.job_id,
-            native=native,
-            stop=stop,
-            advance_to_end_of_event_time=advance_to_end_of_event_time,
-        )
+        try:
+            target = SavepointTarget.create(
+                directory,
+                self.job_id,
+                native=native,
+                stop=stop,
+                advance_to_end_of_event_time=advance_to_end_of_event_time,
+            )
+        except CheckpointStorageError as e:
+            # as in Flink: the request fails through its future, the job goes on
+            failed: concurrent.futures.Future[str] = concurrent.futures.Future()
+            failed.set_exception(e)
+            return failed
         request = SavepointRequest(target)
         self.loop.savepoints.put(request)
         return request.future

@@ -243,4 +243,7 @@ class SubtaskAck:
     state_restores: Mapping[str, int] = field(default_factory=dict)
     #: "host:pid" of the Python worker that ran the subtask
     worker: str = "?"
+    #: why this subtask could not write the epoch's savepoint (the savepoint fails, the
+    #: epoch and the job go on, as in Flink)
+    savepoint_error: str | None = None
     timings: SubtaskTimings = SubtaskTimings()

@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from streamstate.errors import StreamStateError
 from streamstate.runtime.graph import OpNode, Stage
 from streamstate.runtime.keygroups import compute_key_group_range_for_operator_index
 from streamstate.runtime.operators.base import OperatorContext, StreamOperator
@@ -362,17 +363,23 @@ def run_stage_partition(
             epoch_spec.checkpoint_id,
             force=epoch_spec.full_version,
         )
+        savepoint_error = None
         if epoch_spec.savepoint is not None:
             assert epoch_spec.savepoint_id is not None
-            checkpoint, op_checkpoint = write_savepoint(
-                epoch_spec.savepoint,
-                inst.backends,
-                inst.op_stores,
-                inst.op_crcs,
-                index,
-                epoch_spec.savepoint_id,
-                getattr(spec.storage, "job_id", None) or spec.job_id,
-            )
+            try:
+                checkpoint, op_checkpoint = write_savepoint(
+                    epoch_spec.savepoint,
+                    inst.backends,
+                    inst.op_stores,
+                    inst.op_crcs,
+                    index,
+                    epoch_spec.savepoint_id,
+                    getattr(spec.storage, "job_id", None) or spec.job_id,
+                )
+            except (OSError, StreamStateError) as e:
+                # a savepoint that cannot be written fails alone: the epoch's state versions
+                # are committed above, so the job goes on
+                savepoint_error = f"subtask {index} of stage {st.id}: {type(e).__name__}: {e}"
         sinks = {}
         for tid, op in inst.ops.items():
             res = op.sink_result()
@@ -393,6 +400,7 @@ def run_stage_partition(
             watermarks=_watermark_states(st, inst),
             cache_hit=cache_hit,
             state_restores=restores,
+            savepoint_error=savepoint_error,
             worker=_WORKER_ID,
             timings=SubtaskTimings(
                 t_restore, t_process, time.perf_counter() - t0 - t_restore - t_process

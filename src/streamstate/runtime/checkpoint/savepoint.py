@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamstate.errors import CheckpointStorageError
 from streamstate.runtime.checkpoint.handles import FileStateHandle, checksum, digest
 from streamstate.runtime.checkpoint.lock import is_local, make_private
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
@@ -50,8 +51,14 @@ class SavepointTarget:
         """A fresh savepoint directory under ``directory`` (created now, on the driver)."""
         fs, root = _url_to_fs(directory)
         path = _join(root, f"savepoint-{job_id[:6]}-{uuid.uuid4().hex[:12]}")
-        fs.makedirs(path, exist_ok=False)
-        make_private(fs, path)
+        try:
+            fs.makedirs(path, exist_ok=False)
+            make_private(fs, path)
+        except OSError as e:
+            raise CheckpointStorageError(
+                f"cannot create a savepoint under {directory}: {e}. Pass a directory that "
+                f"can be created and written (or set execution.checkpointing.savepoint-dir)"
+            ) from e
         # a plain path on the local file system, a URL elsewhere
         return SavepointTarget(path if is_local(fs) else fs.unstrip_protocol(path), native, **kw)
 
