@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -11,7 +13,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # jobs started by tests register in a private job registry, not the user's ~/.streamstate
-os.environ.setdefault("STREAMSTATE_HOME", tempfile.mkdtemp(prefix="streamstate-home-"))
+# (removed when the test process ends)
+if "STREAMSTATE_HOME" not in os.environ:
+    os.environ["STREAMSTATE_HOME"] = _HOME = tempfile.mkdtemp(prefix="streamstate-home-")
+    atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

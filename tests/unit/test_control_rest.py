@@ -161,7 +161,7 @@ def test_cli_list_info_cancel_in_another_process(running):
 
 def test_cli_savepoint_and_stop(running, tmp_path):
     client, gate, rec = running
-    gate.pace = 0.1
+    gate.pace = 0.2
     gate.release()  # the job goes on while the CLI waits for the savepoint
     out = cli("savepoint", rec.job_id, str(tmp_path / "manual"))
     assert out.returncode == 0, out.stderr
