@@ -10,13 +10,29 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from streamstate.runtime.job_status import EpochStats, JobObserver
 
-__all__ = ["Gate", "cli", "http"]
+__all__ = ["FailOnce", "Gate", "cli", "http"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class FailOnce:
+    """A map function that raises on record ``(key, at)`` the first time only (the marker
+    file survives the restart, and is seen by every worker process)."""
+
+    def __init__(self, marker: Path, at: int) -> None:
+        self.marker = marker
+        self.at = at
+
+    def __call__(self, v: Any) -> Any:
+        if v[1] == self.at and not self.marker.exists():
+            self.marker.write_text("failed")
+            raise ValueError(f"injected failure at record {v[1]}")
+        return v
 
 
 class Gate(JobObserver):

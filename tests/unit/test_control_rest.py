@@ -17,33 +17,21 @@ from streamstate.datastream.connectors.collect import DiscardingSink
 from streamstate.errors import ConfigurationError, JobExecutionError
 from streamstate.testing import TickingClock
 from tests.support import envs
-from tests.support.control import Gate, cli, http
+from tests.support.control import FailOnce, Gate, cli, http
 
 DATA = [(f"k{i % 5}", i) for i in range(2000)]  # 100 epochs of 20
 
 
-class FailOnce:
-    """Raises on record ``at`` the first time only (the marker file survives the restart)."""
-
-    def __init__(self, marker: Path, at: int) -> None:
-        self.marker = marker
-        self.at = at
-
-    def __call__(self, v: Any) -> Any:
-        if v[1] == self.at and not self.marker.exists():
-            self.marker.write_text("failed")
-            raise ValueError(f"injected failure at record {v[1]}")
-        return v
-
-
-def start(tmp_path: Path, gate: Gate, fail_at: int | None = None, **conf: str) -> Any:
+def start(
+    tmp_path: Path, gate: Gate, fail_at: int | None = None, clock: Any = None, **conf: str
+) -> Any:
     env = envs.make_env(
         2,
         max_records=20,
         restarts=2,
         conf={"execution.checkpointing.savepoint-dir": str(tmp_path / "sp"), **conf},
     )
-    env.set_clock(TickingClock())
+    env.set_clock(clock or TickingClock())
     env.enable_checkpointing(1)
     env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
     ds = env.from_collection(DATA).key_by(lambda v: v[0])
@@ -105,6 +93,23 @@ def test_jobs_details_and_checkpoint_history_grow(running):
     assert conf["execution-config"]["user-config"]["execution.runner"] == "local"
     _, server_conf = http(f"{base}/config")
     assert "streamstate-version" in server_conf
+
+
+def test_reading_the_api_does_not_read_the_job_clock(tmp_path):
+    gate = Gate(2)
+    clock = TickingClock()
+    client = start(tmp_path, gate, clock=clock)
+    try:
+        gate.wait()
+        rec = record_of(client.get_job_id())
+        before = repr(clock)
+        for path in ("/jobs/overview", f"/jobs/{rec.job_id}", "/metrics"):
+            assert http(rec.address + path)[0] == 200
+        assert repr(clock) == before  # a TickingClock advances at every reading
+    finally:
+        gate.release()
+        client.cancel()
+        client.get_job_execution_result(timeout=60)
 
 
 def test_registry_file_is_private_and_goes_with_the_job(running):

@@ -81,6 +81,8 @@ class JobHandle:
     server: ControlServer | None = None
     record: JobRecord | None = None
     epochs_shown: int = 300
+    #: wall clock (ms) when the job was attached
+    attached_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     #: savepoint/stop trigger id -> its future
     triggers: dict[str, concurrent.futures.Future[str]] = field(default_factory=dict)
 

@@ -28,13 +28,16 @@ TERMINAL = frozenset({"FINISHED", "CANCELED", "FAILED"})
 
 
 def _times(job: Any) -> tuple[int, int, int]:
-    ts = dict(job.executor.lifecycle.timestamps)
+    """(start, end or -1, duration) in ms. Start and end are the job clock's; a running
+    job's duration is wall time since it was attached: the server never reads the job's
+    clock (a test clock such as TickingClock advances at every reading)."""
+    ts: dict[str, int] = dict(job.executor.lifecycle.timestamps)
     start = ts.get("CREATED", 0)
     status = job.executor.status.name
-    end = ts.get(status, -1) if status in TERMINAL else -1
-    now = int(time.time() * 1000)
-    duration = (end if end >= 0 else job.executor.clock()) - start
-    return start, end, duration if duration >= 0 else now - start
+    if status in TERMINAL:
+        end = ts.get(status, start)
+        return start, end, end - start
+    return start, -1, int(time.time() * 1000) - job.attached_ms
 
 
 def job_overview(job: Any) -> dict[str, Any]:
