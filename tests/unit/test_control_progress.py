@@ -35,8 +35,8 @@ def test_lines_mode_writes_a_final_line_with_epochs_records_and_checkpoint(capsy
     lines = [x for x in err.splitlines() if x.startswith("progress-job:")]
     assert lines, err
     assert re.match(
-        r"progress-job: FINISHED epoch 1[01] \| 100 records \| [1-9][\d,]* rec/s "
-        r"\| checkpoint \d+ \| restarts 0 \| \d+s$",
+        r"progress-job: FINISHED epoch 1[01], 100 records, [1-9][\d,]*/s, "
+        r"checkpoint \d+, 0 restarts, \d+s$",
         lines[-1],
     ), lines[-1]
 
@@ -52,7 +52,7 @@ def test_live_mode_redraws_one_line_with_rich():
         p.on_epoch("j", EpochStats(e, 0, 0, 100.0, e, {}, source_records=50))
     p.on_status_change("j", JobStatus.FINISHED, 0)
     text = out.getvalue()
-    assert "live-job: FINISHED epoch 3 | 150 records | 500 rec/s | checkpoint 3" in text
+    assert "live-job: FINISHED epoch 3, 150 records, 500/s, checkpoint 3, 0 restarts" in text
     assert p._live is None  # stopped at the end
 
 

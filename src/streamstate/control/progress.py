@@ -50,9 +50,8 @@ class ProgressObserver(JobObserver):
         cp = "-" if self.last_checkpoint is None else str(self.last_checkpoint)
         elapsed = time.monotonic() - self._t0
         return (
-            f"{self.job_name}: {status} epoch {self.epochs} | {self.records:,} records "
-            f"| {self._rate:,.0f} rec/s | checkpoint {cp} | restarts {self.restarts} "
-            f"| {elapsed:.0f}s"
+            f"{self.job_name}: {status} epoch {self.epochs}, {self.records:,} records, "
+            f"{self._rate:,.0f}/s, checkpoint {cp}, {self.restarts} restarts, {elapsed:.0f}s"
         )
 
     def _write(self, status: str = "RUNNING", final: bool = False) -> None:
@@ -64,7 +63,11 @@ class ProgressObserver(JobObserver):
                 console = Console(file=self.stream, highlight=False)
                 self._live = Live(console=console, auto_refresh=False, transient=False)
                 self._live.start()
-            self._live.update(self._text(status), refresh=True)
+            from rich.text import Text
+
+            # one terminal line, however narrow: a wrapped line would scroll on every redraw
+            line = Text(self._text(status), no_wrap=True, overflow="ellipsis")
+            self._live.update(line, refresh=True)
             if final:
                 self._live.stop()
                 self._live = None
