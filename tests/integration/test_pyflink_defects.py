@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
+from streamstate.common import Row, Types
 from streamstate.datastream import CloseableIterator
+from streamstate.errors import ConfigurationError
 from tests.support import envs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,6 +40,22 @@ def test_a_sink_after_key_by_gets_the_records_and_print_goes_to_stdout(spark, ca
     assert values == sorted(str(v) for v in DATA)  # the records, not (key group, key, value)
     assert all(ln.split("> ", 1)[0] in ("1", "2") for ln in lines)
     assert "('a', 1)" not in err
+
+
+def test_from_collection_with_a_row_type_yields_rows():
+    t = Types.ROW_NAMED(["name", "amount"], [Types.STRING(), Types.INT()])
+    env = envs.make_env(1)
+    ds = env.from_collection([("a", 1), ("b", 2), ("a", 3)], type_info=t)
+    with ds.map(lambda r: r.name).execute_and_collect() as names:
+        assert list(names) == ["a", "b", "a"]  # row.field works
+    env = envs.make_env(1)
+    ds = env.from_collection([("a", 1), ("b", 2), ("a", 3)], type_info=t)
+    summed = ds.key_by(lambda r: r.name).sum("amount").execute_and_collect(limit=10)
+    assert summed == [Row(name="a", amount=1), Row(name="b", amount=2), Row(name="a", amount=4)]
+    positional = envs.make_env(1).from_collection([(1, 2)], Types.ROW([Types.INT(), Types.INT()]))
+    assert positional.execute_and_collect(limit=1) == [Row(1, 2)]
+    with pytest.raises(ConfigurationError, match="has 1 fields"):
+        envs.make_env(1).from_collection([("a",)], type_info=t)
 
 
 @pytest.mark.parametrize("hosts", ["true", "false"])

@@ -214,10 +214,11 @@ class StreamExecutionEnvironment:
         return DataStream(self, t)
 
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
-        """A bounded stream of ``collection``'s elements, in order (parallelism 1)."""
+        """A bounded stream of ``collection``'s elements, in order (parallelism 1); with a
+        ``Types.ROW``/``ROW_NAMED`` type info, tuples become :class:`Row` objects (PyFlink)."""
         from streamstate.connectors.collection import CollectionSource
 
-        return self._source(CollectionSource(list(collection)), "Collection Source")
+        return self._source(CollectionSource(_as_rows(collection, type_info)), "Collection Source")
 
     def from_sequence(self, start: int, end: int) -> DataStream:
         """The numbers ``start`` to ``end`` inclusive, read in parallel."""
@@ -496,3 +497,25 @@ def _source_function_wait_ms(configuration: Configuration, default: int) -> int:
         raise ConfigurationError(
             f"execution.epoch.source-function.max-wait-ms must be an integer, got {raw!r}"
         ) from e
+
+
+def _as_rows(collection: Iterable[Any], type_info: Any) -> list[Any]:
+    """The elements, tuples turned into Rows when ``type_info`` is a row type."""
+    from streamstate.common.row import Row
+    from streamstate.common.typeinfo import RowTypeInfo
+
+    elements = list(collection)
+    if not isinstance(type_info, RowTypeInfo):
+        return elements
+    names = type_info.field_names
+    out = []
+    for e in elements:
+        if isinstance(e, (tuple, list)) and not isinstance(e, Row):
+            if len(e) != len(type_info.field_types):
+                raise ConfigurationError(
+                    f"from_collection: element {e!r} has {len(e)} fields, the row type "
+                    f"{type_info!r} has {len(type_info.field_types)}"
+                )
+            e = Row(**dict(zip(names, e, strict=True))) if names else Row(*e)
+        out.append(e)
+    return out
