@@ -277,7 +277,7 @@ def test_file_committer_commit_renames_and_is_idempotent(tmp_path):
     c = FileCommitter()
     p1 = _tmp_part(tmp_path, "part-0-1", "one\n")
     p2 = _tmp_part(tmp_path, "part-1-1", "two\n")
-    c.prepare(1, [p1, None, p2])
+    c.prepare(1, [[p1], None, [p2]])
     assert c.snapshot(1) == [p1, p2]
     assert not os.path.exists(p1[1])
     c.commit(1)
@@ -300,8 +300,8 @@ def test_file_committer_abort_deletes_later_epochs(tmp_path):
     c = FileCommitter()
     p1 = _tmp_part(tmp_path, "part-0-1", "one\n")
     p2 = _tmp_part(tmp_path, "part-0-2", "two\n")
-    c.prepare(1, [p1])
-    c.prepare(2, [p2])
+    c.prepare(1, [[p1]])
+    c.prepare(2, [[p2]])
     assert c.snapshot(1) == [p1]
     c.abort(1)
     assert not os.path.exists(p2[0]) and not os.path.exists(p2[1])

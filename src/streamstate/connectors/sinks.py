@@ -162,39 +162,75 @@ class CollectCommitter(SinkCommitter):
 
 
 class FileSinkOperator(StreamOperator):
-    """Row-format file sink: each epoch's records go to a hidden in-progress file.
+    """Row-format file sink: each epoch's records go to hidden in-progress files.
 
-    The driver's :class:`FileCommitter` renames it to ``part-<subtask>-<epoch>``
-    once a checkpoint covers the epoch (two-phase commit), so readers of the
-    directory never see uncommitted or replayed data.
+    Part files are named as in Flink: ``<prefix>-<uuid>-<n><suffix>`` (``OutputFileConfig``,
+    default prefix ``part``), where the uuid is drawn once per subtask instance and ``n``
+    counts that instance's part files, so two jobs (or a restored job) writing into one
+    directory never overwrite each other's files. A part file rolls at every epoch end
+    (checkpoint) and, with ``part_size``, whenever it would exceed that many bytes. The
+    driver's :class:`FileCommitter` renames each in-progress file to its final name once a
+    checkpoint covers the epoch (two-phase commit), so readers of the directory never see
+    uncommitted or replayed data.
     """
 
-    def __init__(self, base_path: str, encoder: Any) -> None:
+    def __init__(
+        self,
+        base_path: str,
+        encoder: Any,
+        part_prefix: str = "part",
+        part_suffix: str = "",
+        part_size: int | None = None,
+    ) -> None:
         super().__init__()
         self.base_path = base_path.rstrip("/")
         self.encoder = encoder
+        self.part_prefix = part_prefix
+        self.part_suffix = part_suffix
+        self.part_size = part_size
         self.lines: list[bytes] = []
+        self.uid = str(uuid.uuid4())
+        self.counter = 0
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         enc = self.encoder.encode
         self.lines.extend(enc(v) for v in batch)
         return []
 
+    def _chunks(self) -> list[bytes]:
+        if not self.part_size:
+            return [b"".join(self.lines)]
+        chunks: list[bytes] = []
+        cur: list[bytes] = []
+        size = 0
+        for line in self.lines:
+            if cur and size + len(line) > self.part_size:
+                chunks.append(b"".join(cur))
+                cur, size = [], 0
+            cur.append(line)
+            size += len(line)
+        if cur:
+            chunks.append(b"".join(cur))
+        return chunks
+
     def sink_result(self) -> Any:
         import fsspec
 
-        assert self.ctx is not None
         if not self.lines:
             return None
-        sub, epoch = self.ctx.subtask_index, self.ctx.epoch
-        final = f"{self.base_path}/part-{sub}-{epoch}"
-        tmp = f"{self.base_path}/.part-{sub}-{epoch}.{uuid.uuid4().hex}.inprogress"
-        fs, path = fsspec.core.url_to_fs(tmp)
-        fs.makedirs(fs._parent(path), exist_ok=True)
-        with fs.open(path, "wb") as f:
-            f.write(b"".join(self.lines))
+        pairs = []
+        for data in self._chunks():
+            name = f"{self.part_prefix}-{self.uid}-{self.counter}{self.part_suffix}"
+            self.counter += 1
+            final = f"{self.base_path}/{name}"
+            tmp = f"{self.base_path}/.{name}.{uuid.uuid4().hex}.inprogress"
+            fs, path = fsspec.core.url_to_fs(tmp)
+            fs.makedirs(fs._parent(path), exist_ok=True)
+            with fs.open(path, "wb") as f:
+                f.write(data)
+            pairs.append([tmp, final])
         self.lines = []
-        return [tmp, final]
+        return pairs
 
 
 class FileCommitter(SinkCommitter):
@@ -202,7 +238,8 @@ class FileCommitter(SinkCommitter):
         self.pending: dict[int, list[list[str]]] = {}
 
     def prepare(self, epoch: int, results: list[Any]) -> None:
-        self.pending.setdefault(epoch, []).extend(r for r in results if r)
+        # a subtask reports a list of [tmp, final] pairs (one per part file it rolled)
+        self.pending.setdefault(epoch, []).extend(pair for r in results if r for pair in r)
 
     @staticmethod
     def _commit_one(tmp: str, final: str) -> None:

@@ -1,7 +1,13 @@
 """Connectors, mirroring ``pyflink.datastream.connectors``."""
 
 from streamstate.datastream.connectors.collect import CollectSink, DiscardingSink
-from streamstate.datastream.connectors.file_system import FileSink, FileSource, StreamFormat
+from streamstate.datastream.connectors.file_system import (
+    FileSink,
+    FileSource,
+    OutputFileConfig,
+    RollingPolicy,
+    StreamFormat,
+)
 from streamstate.datastream.connectors.number_seq import NumberSequenceSource
 
 __all__ = [
@@ -10,5 +16,7 @@ __all__ = [
     "FileSink",
     "FileSource",
     "NumberSequenceSource",
+    "OutputFileConfig",
+    "RollingPolicy",
     "StreamFormat",
 ]
