@@ -1,6 +1,7 @@
 """The serializer contract every state key, namespace and value goes through.
 
-A :class:`TypeSerializer` turns one Python value into bytes and back. It is
+The contract itself is public in :mod:`streamstate.common.serializer` and
+re-exported here. A :class:`TypeSerializer` turns one Python value into bytes and back. It is
 stateless and picklable. ``serialize_many`` / ``deserialize_many`` are the bulk
 paths used by snapshots; the default implementation frames single values, and
 serializers with a faster vectorised form override both (they must stay
@@ -12,11 +13,10 @@ from __future__ import annotations
 
 import pickle
 import re
-import struct
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+from streamstate.common.serializer import TypeSerializer, TypeSerializerSnapshot
 
 __all__ = [
     "PickleSerializer",
@@ -24,85 +24,7 @@ __all__ = [
     "TypeSerializerSnapshot",
 ]
 
-_LEN = struct.Struct(">I")
 PICKLE_PROTOCOL = 5
-
-
-@dataclass(frozen=True)
-class TypeSerializerSnapshot:
-    """What a checkpoint records about the serializer that wrote it.
-
-    ``name`` is the registry name, ``version`` the serializer's format version,
-    ``params`` any nested configuration (e.g. field serializers of a row),
-    JSON-compatible.
-    """
-
-    name: str
-    version: int
-    params: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "params": self.params}
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> TypeSerializerSnapshot:
-        return TypeSerializerSnapshot(d["name"], int(d["version"]), dict(d.get("params", {})))
-
-
-class TypeSerializer(ABC):
-    """Serializes values of one type. Implementations are immutable and picklable."""
-
-    #: registry name, recorded in checkpoints
-    name: str = ""
-    #: bump when the byte format changes
-    version: int = 1
-
-    @abstractmethod
-    def serialize(self, value: Any) -> bytes:
-        """Bytes for ``value``; raises ``TypeError``/``ValueError`` if it is not of this type."""
-
-    @abstractmethod
-    def deserialize(self, data: bytes) -> Any:
-        """Inverse of :meth:`serialize`."""
-
-    def serialize_many(self, values: Sequence[Any]) -> bytes:
-        """One blob for many values; inverse of :meth:`deserialize_many`."""
-        parts: list[bytes] = []
-        for v in values:
-            b = self.serialize(v)
-            parts.append(_LEN.pack(len(b)))
-            parts.append(b)
-        return b"".join(parts)
-
-    def deserialize_many(self, data: bytes) -> list[Any]:
-        out: list[Any] = []
-        pos, n = 0, len(data)
-        mv = memoryview(data)
-        while pos < n:
-            (ln,) = _LEN.unpack_from(data, pos)
-            pos += 4
-            out.append(self.deserialize(bytes(mv[pos : pos + ln])))
-            pos += ln
-        return out
-
-    def snapshot_configuration(self) -> TypeSerializerSnapshot:
-        return TypeSerializerSnapshot(self.name, self.version, self._params())
-
-    def _params(self) -> dict[str, Any]:
-        return {}
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            type(self) is type(other)
-            and self.snapshot_configuration()
-            == getattr(other, "snapshot_configuration", lambda: None)()
-        )
-
-    def __hash__(self) -> int:  # serializers are used as dict keys in caches
-        return id(type(self))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
 
 
 _dumps = pickle.dumps

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from streamstate.common.row import Row, RowKind
+from streamstate.common.serializer import NESTED_SNAPSHOT_KEY  # marks nested snapshots
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.serializers.basic import (
     FieldSerializer,
@@ -36,9 +37,6 @@ __all__ = [
     "as_field_serializer",
     "nested_snapshot",
 ]
-
-#: marks a nested serializer snapshot inside snapshot params
-NESTED_SNAPSHOT_KEY = "$serializer"
 
 
 def nested_snapshot(serializer: TypeSerializer) -> dict[str, Any]:
