@@ -12,6 +12,7 @@ from streamstate.errors import (
     CorruptCheckpointError,
     StateAccessError,
     StateDescriptorConflictError,
+    StateMigrationError,
 )
 from streamstate.runtime.state.operator import (
     DefaultOperatorStateStore,
@@ -154,3 +155,24 @@ def test_snapshot_format_is_versioned_and_checked():
     with pytest.raises(CorruptCheckpointError):
         decode_operator_snapshot(data[:-3])
     assert decode_operator_snapshot(data)["split"][0] is OperatorStateMode.SPLIT_DISTRIBUTE
+
+
+def test_restored_operator_state_is_checked_against_the_new_serializers():
+    [snap] = decoded(store_with([1, 2], ["a"], {"r": 7}))
+    r = restore(snap)
+    with pytest.raises(StateMigrationError) as e:
+        r.get_list_state(ListStateDescriptor("split", Types.STRING()))
+    msg = str(e.value)
+    assert "'op'" in msg and "'split'" in msg and "element" in msg
+    assert "long" in msg and "string" in msg
+    with pytest.raises(StateMigrationError, match="map key"):
+        r.get_broadcast_state(MapStateDescriptor("rules", Types.LONG(), Types.LONG()))
+    # a refused registration leaves the restored state in place
+    assert list(r.get_list_state(SPLIT).get()) == [1, 2]
+    assert dict(r.get_broadcast_state(RULES).items()) == {"r": 7}
+    # compatible after migration: pickle reads back into a typed state and vice versa
+    union = r.get_union_list_state(ListStateDescriptor("union", Types.PICKLED_BYTE_ARRAY()))
+    assert list(union.get()) == ["a"]
+    [again] = decoded(r)
+    r2 = restore(again)
+    assert list(r2.get_union_list_state(UNION).get()) == ["a"]

@@ -41,10 +41,12 @@ from streamstate.errors import (
     CorruptCheckpointError,
     StateAccessError,
     StateDescriptorConflictError,
+    StateMigrationError,
     StateSerializationError,
 )
 from streamstate.runtime.serializers.base import TypeSerializerSnapshot
 from streamstate.runtime.serializers.registry import restore_serializer, serializer_for
+from streamstate.runtime.state.format.serializers import check_serializer_compatibility
 
 __all__ = [
     "FORMAT_VERSION",
@@ -261,6 +263,12 @@ class DefaultOperatorStateStore(OperatorStateStore):
                 f"{restored[0].value} state ({_API[restored[0]]}()) and is now requested with "
                 f"{_API[mode]}(): the mode of a state cannot change"
             )
+        if restored is not None:
+            try:
+                self._check_compatible(name, descriptor, mode, restored[2])
+            except StateMigrationError:
+                self._restored[name] = restored  # nothing registered: the checkpoint stays
+                raise
         data = restored[1] if restored is not None else None
         if mode is OperatorStateMode.BROADCAST:
             state: Any = HeapBroadcastState(name, data)
@@ -268,6 +276,31 @@ class DefaultOperatorStateStore(OperatorStateStore):
             state = PartitionableListState(name, data)
         self._states[name] = _Entry(name, mode, descriptor, state)
         return state
+
+    def _check_compatible(
+        self, name: str, descriptor: Any, mode: OperatorStateMode, snaps: list[dict[str, Any]]
+    ) -> None:
+        """The descriptor's serializers can take over restored state ``name`` (written with
+        ``snaps``): as is or after migration (the restored values are already decoded and
+        are re-encoded with the new serializers at the next snapshot)."""
+        if mode is OperatorStateMode.BROADCAST:
+            roles = ["map key", "value"]
+            sers = [
+                serializer_for(descriptor.key_type_info),
+                serializer_for(descriptor.value_type_info),
+            ]
+        else:
+            roles, sers = ["element"], [serializer_for(descriptor.elem_type_info)]
+        if len(snaps) != len(sers):
+            raise StateMigrationError(
+                f"operator {self.operator_name!r}: operator state {name!r} was checkpointed with "
+                f"{len(snaps)} serializer(s), the new descriptor {descriptor!r} has {len(sers)}"
+            )
+        for role, ser, snap in zip(roles, sers, snaps, strict=True):
+            try:
+                check_serializer_compatibility(name, role, ser, snap)
+            except StateMigrationError as e:
+                raise StateMigrationError(f"operator {self.operator_name!r}: {e}") from None
 
     def broadcast_state_read_only(self, descriptor: MapStateDescriptor) -> ReadOnlyBroadcastState:
         """The read-only view of broadcast state ``descriptor`` (non-broadcast side)."""
