@@ -41,6 +41,7 @@ from streamstate.api.window_functions import (
     ProcessWindowFunction,
     WindowFunction,
 )
+from streamstate.connectors.two_phase_commit import TwoPhaseCommitSinkFunction
 
 __all__ = [
     "AggregateFunction",
@@ -73,5 +74,6 @@ __all__ = [
     "SourceFunction",
     "TimeDomain",
     "TimerService",
+    "TwoPhaseCommitSinkFunction",
     "WindowFunction",
 ]
