@@ -172,6 +172,10 @@ class JobExecutor:
         self.state.reset()
         path = self.settings.recovery_path
         if not path:
+            # a fresh start rolls back to epoch 0: sinks drop what an earlier run left
+            # pending (e.g. PostgreSQL transactions prepared before its first checkpoint)
+            for c in self.committers.values():
+                c.abort(0)
             return
         try:
             md, where = load_restore_point(path)
