@@ -11,7 +11,7 @@ import datetime as _dt
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable
 from enum import Enum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from streamstate.api.state import State, StateDescriptor
 
@@ -50,6 +50,12 @@ def to_milliseconds(value: Any, what: str) -> int:
         f"{what} must be a Time, Duration, timedelta or int milliseconds, got "
         f"{type(value).__name__} {value!r}"
     )
+
+
+# Type parameters as PyFlink's (``Trigger[tuple, TimeWindow]``).
+T = TypeVar("T")
+W = TypeVar("W")
+W2 = TypeVar("W2")
 
 
 class Window(ABC):
@@ -202,7 +208,7 @@ class TriggerResult(Enum):
         return bool(self.value[1])
 
 
-class Trigger(ABC):
+class Trigger(ABC, Generic[T, W]):
     """Decides when a pane (the elements of one key and window) is evaluated or purged.
 
     Triggers keep no state in attributes (one instance serves every key and
@@ -270,7 +276,7 @@ class Trigger(ABC):
         """Delete the trigger's timers and state of ``window`` (called when it is purged)."""
 
 
-class WindowAssigner(ABC):
+class WindowAssigner(ABC, Generic[T, W]):
     """Assigns zero or more windows to every element."""
 
     class WindowAssignerContext(ABC):
@@ -296,10 +302,10 @@ class WindowAssigner(ABC):
     def is_event_time(self) -> bool: ...
 
 
-class MergingWindowAssigner(WindowAssigner):
+class MergingWindowAssigner(WindowAssigner[T, W]):
     """An assigner whose windows can merge (sessions)."""
 
-    class MergeCallback(ABC):
+    class MergeCallback(ABC, Generic[W2]):
         @abstractmethod
         def merge(self, to_be_merged: Iterable[Any], merge_result: Any) -> None: ...
 

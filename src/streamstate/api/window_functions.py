@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from streamstate.api.functions import Function
 
@@ -22,15 +22,21 @@ __all__ = [
     "WindowFunction",
 ]
 
+# Type parameters as PyFlink's (``ProcessWindowFunction[tuple, tuple, str, TimeWindow]``).
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+KEY = TypeVar("KEY")
+W = TypeVar("W")
 
-class WindowFunction(Function):
+
+class WindowFunction(Function, Generic[IN, OUT, KEY, W]):
     """Evaluated over the contents of one keyed window."""
 
     @abstractmethod
     def apply(self, key: Any, window: Any, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
 
 
-class AllWindowFunction(Function):
+class AllWindowFunction(Function, Generic[IN, OUT, W]):
     """Evaluated over the contents of one non-keyed window (``window_all``)."""
 
     @abstractmethod
@@ -61,7 +67,7 @@ class _WindowContext(ABC):
         raise NotImplementedError
 
 
-class ProcessWindowFunction(Function):
+class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
     """Evaluated over one keyed window, with a context (window, time, per-window state)."""
 
     class Context(_WindowContext):
@@ -76,7 +82,7 @@ class ProcessWindowFunction(Function):
         """Delete per-window state when the window is purged (after its allowed lateness)."""
 
 
-class ProcessAllWindowFunction(Function):
+class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
     """Evaluated over one non-keyed window (``window_all``), with a context."""
 
     class Context(_WindowContext):

@@ -424,6 +424,27 @@ class KeyedStream(DataStream):
             "set_parallelism() cannot be set on a KeyedStream; set it on the keyed operator"
         )
 
+    def _no_repartition(self, method: str) -> Any:
+        # Flink's KeyedStream.setConnectionType: the key partitioning cannot be replaced
+        raise ConfigurationError(
+            f"Cannot override partitioning for KeyedStream: {method}() after key_by(); "
+            "call it before key_by(), or on the result of a keyed operator"
+        )
+
+    def shuffle(self) -> DataStream:
+        return self._no_repartition("shuffle")
+
+    def rebalance(self) -> DataStream:
+        return self._no_repartition("rebalance")
+
+    def forward(self) -> DataStream:
+        return self._no_repartition("forward")
+
+    def broadcast(
+        self, broadcast_state_descriptor: Any = None, *other_state_descriptors: Any
+    ) -> Any:
+        return self._no_repartition("broadcast")
+
 
 class DataStreamSink:
     """The sink at the end of a stream (``print``, ``add_sink``, ``sink_to``)."""

@@ -215,8 +215,8 @@ def _flatten(inputs: list[Transformation]) -> list[tuple[Transformation, Partiti
     out: list[tuple[Transformation, Partitioning, Any]] = []
 
     def walk(x: Transformation, part: Partitioning, keying: Any, resolved: bool) -> None:
-        # The partitioning nearest to the operator wins (as in Flink: key_by().rebalance()
-        # rebalances); partitionings further upstream are overridden by it.
+        # The partitioning nearest to the operator wins (the API refuses key_by().rebalance()
+        # as Flink does; below it, a nearer partitioning overrides those further upstream).
         if x.kind is TransformationKind.UNION:
             for i in x.inputs:
                 walk(i, part, keying, resolved)
