@@ -15,6 +15,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from streamstate.runtime.checkpoint.lock import process_alive
+
 __all__ = ["REGISTRY_VERSION", "JobRecord", "list_jobs", "registry_dir"]
 
 REGISTRY_VERSION = 1
@@ -76,16 +78,6 @@ class JobRecord:
             return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def list_jobs() -> list[JobRecord]:
     """The registered jobs whose driver process is alive, oldest first (stale files go)."""
     d = registry_dir()
@@ -96,7 +88,7 @@ def list_jobs() -> list[JobRecord]:
         rec = JobRecord.read(p)
         if rec is None:
             continue
-        if not _alive(rec.pid):
+        if not process_alive(rec.pid):
             p.unlink(missing_ok=True)
             continue
         out.append(rec)
