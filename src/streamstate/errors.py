@@ -25,6 +25,7 @@ __all__ = [
     "StreamStateError",
     "TaskFailure",
     "TimestampError",
+    "UnsupportedFeatureError",
 ]
 
 
@@ -155,3 +156,25 @@ class TaskFailure(StreamStateError, RuntimeError):
         self.error_type = error_type
         self.remote_traceback = remote_traceback
         super().__init__(f"{error_type}: {message}\n\nworker traceback:\n{remote_traceback}")
+
+
+class UnsupportedFeatureError(StreamStateError, NotImplementedError):
+    """A PyFlink name streamstate does not support; names the feature, why, what to do
+    instead, and the page that lists every such name (``docs/pyflink-compat.md``).
+
+    Not an ``AttributeError`` on purpose: ``from streamstate.datastream import X`` would
+    turn one into a bare ``ImportError`` and lose the message.
+    """
+
+    PAGE = "docs/pyflink-compat.md"
+
+    def __init__(self, feature: str, reason: str = "", instead: str = "") -> None:
+        self.feature = feature
+        self.reason = reason
+        self.instead = instead
+        text = f"{feature} (PyFlink) is not supported by streamstate"
+        if reason:
+            text += f": {reason}"
+        if instead:
+            text += f". Instead: {instead}"
+        super().__init__(f"{text}. See {self.PAGE} (section 'Not supported').")

@@ -1,0 +1,95 @@
+"""streamstate's public surface against PyFlink's (tools/pyflink_surface.json).
+
+Every PyFlink DataStream-side name resolves here with a compatible signature, or is in
+the reviewed exclusions file (src/streamstate/common/pyflink_compat.toml) with a reason and
+what to do instead; docs/pyflink-compat.md is generated from both and must be current.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools import pyflink_compat as compat
+
+#: names PyFlink has that are neither supported nor excluded yet (a ratchet: it may only
+#: shrink; an entry that became supported must be removed)
+KNOWN_GAPS_FILE = Path(__file__).parent.parent / "parity" / "known_gaps.txt"
+#: share of PyFlink's names supported (plainly or with a different meaning), in percent
+SUPPORTED_FLOOR = 72.0
+
+
+@pytest.fixture(scope="module")
+def entries() -> list[compat.Entry]:
+    return compat.compare()
+
+
+def _known_gaps() -> set[str]:
+    if not KNOWN_GAPS_FILE.exists():
+        return set()
+    return {ln.strip() for ln in KNOWN_GAPS_FILE.read_text().splitlines() if ln.strip()}
+
+
+def test_every_pyflink_name_is_supported_or_excluded(entries):
+    defects = {
+        e.name: f"{e.status}: {e.detail}"
+        for e in entries
+        if e.status in (compat.MISSING, compat.SIGNATURE, compat.STALE)
+    }
+    new = {n: d for n, d in defects.items() if n not in _known_gaps()}
+    assert not new, "support these PyFlink names or exclude them with a reason:\n" + "\n".join(
+        f"{n}: {d}" for n, d in sorted(new.items())
+    )
+    fixed = _known_gaps() - set(defects)
+    assert not fixed, f"no longer gaps, remove from {KNOWN_GAPS_FILE.name}: {sorted(fixed)}"
+
+
+def test_supported_share_reaches_the_floor(entries):
+    ok = sum(1 for e in entries if e.status in (compat.SUPPORTED, compat.DIFFERENT))
+    assert 100 * ok / len(entries) >= SUPPORTED_FLOOR
+
+
+def test_every_exclusion_says_why_and_what_instead():
+    excl = compat.load_exclusions()
+    for name, info in excl["unsupported"].items():
+        assert info.get("reason", "").strip(), f"{name}: no reason"
+        assert info.get("instead", "").strip(), f"{name}: no 'instead'"
+    for name, info in excl["different"].items():
+        assert info.get("meaning", "").strip(), f"{name}: no meaning"
+
+
+def test_compat_doc_is_current(entries):
+    assert compat.DOC.read_text() == compat.render(entries), (
+        "docs/pyflink-compat.md is out of date: run .venv/bin/python tools/pyflink_compat.py"
+    )
+
+
+def test_signature_check_catches_incompatible_calls():
+    pf = [["func", "positional", False], ["output_type", "positional", True]]
+    assert (
+        compat.signature_problem(
+            pf, [["func", "positional", False], ["output_type", "positional", True]]
+        )
+        == ""
+    )
+    assert compat.signature_problem(pf, [["f", "positional", False]]) != ""
+    assert compat.signature_problem(pf, [["func", "positional", False]]) != ""
+    assert (
+        compat.signature_problem(
+            pf, [["func", "positional", False], ["output_type", "positional", False]]
+        )
+        != ""
+    )
+    assert (
+        compat.signature_problem(
+            pf, [["args", "var_positional", False], ["kw", "var_keyword", False]]
+        )
+        == ""
+    )
+    extra = [
+        ["func", "positional", False],
+        ["output_type", "positional", True],
+        ["x", "keyword_only", False],
+    ]
+    assert compat.signature_problem(pf, extra) != ""
