@@ -17,6 +17,7 @@ __all__ = [
     "JobExecutionError",
     "KeySerializationError",
     "OutputTypeError",
+    "SourceNotResumableError",
     "StateAccessError",
     "StateDescriptorConflictError",
     "StateMigrationError",
@@ -79,6 +80,17 @@ class InputFormatError(StreamStateError, ValueError):
 class OutputTypeError(StreamStateError, TypeError):
     """A user function produced something its operator cannot use, or a value that does not
     fit the type the job declared for it (``output_type``); names the operator and the fix."""
+
+
+class SourceNotResumableError(StreamStateError, RuntimeError):
+    """A ``SourceFunction`` without operator state had to be rebuilt without a failure (its
+    subtask moved to another process or machine): its ``run()`` cannot continue where it
+    stopped, and starting it again would silently replay its records. The job fails,
+    whatever the restart strategy (as Flink's ``SuppressRestartsException``); the fix is
+    to keep the source's position in operator state (``CheckpointedFunction``)."""
+
+    #: the executor fails the job instead of asking the restart strategy
+    suppresses_restarts = True
 
 
 class StateMigrationError(StreamStateError):

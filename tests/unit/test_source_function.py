@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -10,7 +11,7 @@ from test_executor_local import find_in_chain, make_env, run_collect
 
 from streamstate.common.restart_strategy import RestartStrategies
 from streamstate.datastream import SourceFunction
-from streamstate.errors import ConfigurationError, JobExecutionError
+from streamstate.errors import ConfigurationError, JobExecutionError, SourceNotResumableError
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.opstate_jobs import CounterSource, SlowSource
 from tests.support import envs
@@ -130,3 +131,40 @@ def test_unbounded_source_function_can_be_cancelled():
     client.get_job_execution_result(timeout=20)
     got = sink.get_results()
     assert len(got) >= 150 and got == list(range(len(got)))
+
+
+def stateless_run(tmp_path, rebuild: bool, fail_epoch: int = -1):
+    from tests.integration.host_jobs import StartCountingSource
+
+    markers = tmp_path / "runs"
+    markers.mkdir()
+    env = make_env(2, max_records=10)
+    env.enable_checkpointing(1)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
+    envs.rebuild_instances(env, rebuild)
+    ds = env.add_source(StartCountingSource(str(markers), 30)).uid("stateless")
+    ds = ds.map(FailOnce(str(tmp_path), epoch=fail_epoch, subtask=0, after_records=1))
+    return markers, ds
+
+
+def test_a_moved_source_function_without_state_fails_the_job_instead_of_replaying(tmp_path):
+    # every epoch rebuilds the subtasks (as if they moved to another worker, no failure)
+    markers, ds = stateless_run(tmp_path, rebuild=True)
+    with pytest.raises(JobExecutionError) as ei:
+        run_collect(ds)
+    err = find_in_chain(ei.value, SourceNotResumableError)
+    assert err is not None
+    assert "CheckpointedFunction" in str(err) and "StartCountingSource" in str(err)
+    # the restart strategy allowed 3 restarts, none was made: run() never started twice
+    # for one subtask
+    assert len(os.listdir(markers)) == 2
+
+
+def test_a_source_function_without_state_restarts_run_after_a_failure(tmp_path):
+    # a failure (not a move) may start run() again, as in Flink: its records replay
+    markers, ds = stateless_run(tmp_path, rebuild=False, fail_epoch=2)
+    out, result = run_collect(ds)
+    assert result.get_accumulator_result("restarts") == 1
+    assert len(os.listdir(markers)) == 4
+    assert set(out) == set(range(30))

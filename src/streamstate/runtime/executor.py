@@ -274,7 +274,8 @@ class JobExecutor:
         """Restart (after the back-off) or fail the job with JobExecutionError."""
         self.metrics.bump("epochs_failed")
         self.restart.notify_failure()
-        will_restart = self.restart.can_restart()
+        # an error that a restart cannot cure fails the job (SourceNotResumableError)
+        will_restart = self.restart.can_restart() and not getattr(e, "suppresses_restarts", False)
         failure = FailureInfo.of(
             e, self.clock(), self.state.epoch + 1, self.state.attempt, will_restart
         )

@@ -53,6 +53,8 @@ class JobState:
         self.end_of_input_sent = False
         #: the last epoch covered by a completed checkpoint (its output is committed)
         self.committed_epoch = 0
+        #: the epoch the current attempt started after (see EpochSpec.attempt_start_epoch)
+        self.attempt_start_epoch = 0
 
     def reset(self) -> None:
         """A fresh start at epoch 0 of the current attempt."""
@@ -72,6 +74,7 @@ class JobState:
         self.wm_states = {}
         self.end_of_input_sent = False
         self.committed_epoch = 0
+        self.attempt_start_epoch = 0
 
     def restore(self, md: CheckpointMetadata, allow_non_restored_state: bool = True) -> None:
         """Continue after the checkpoint ``md`` (call :meth:`reset` first).
@@ -83,6 +86,7 @@ class JobState:
         self.epoch = epoch
         self.last_full_epoch = epoch
         self.committed_epoch = epoch
+        self.attempt_start_epoch = epoch
         token = (self.attempt, epoch)
         for st in self.plan.sources:
             uid = source_uid(st)
@@ -204,6 +208,7 @@ class JobState:
                 notify_only=notify_only,
                 savepoint_id=savepoint[0] if savepoint else None,
                 savepoint=savepoint[1] if savepoint else None,
+                attempt_start_epoch=self.attempt_start_epoch,
             )
         return especs
 

@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a message changes shape; driver and workers must agree on it.
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 #: The destination index of acks that go back to the driver (leaf stages).
 DRIVER = -1
@@ -157,11 +157,20 @@ class EpochSpec:
     #: (a ``runtime/checkpoint/savepoint.SavepointTarget``)
     savepoint_id: int | None = None
     savepoint: Any = None
+    #: the epoch this attempt started after (0 on a fresh start, the restored checkpoint's
+    #: epoch after a restore): a subtask rebuilt in a later epoch moved without a failure
+    attempt_start_epoch: int = 0
 
     @property
     def previous_token(self) -> Token:
         """The token of the state version this epoch starts from."""
         return (self.attempt, self.epoch - 1)
+
+    @property
+    def moved(self) -> bool:
+        """Whether a subtask that has to be rebuilt in this epoch ran an earlier epoch of
+        this attempt elsewhere (it moved: another process or machine, not a failure)."""
+        return self.epoch > self.attempt_start_epoch + 1
 
     @property
     def token(self) -> Token:

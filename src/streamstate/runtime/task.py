@@ -241,6 +241,10 @@ def run_stage_partition(
         assert inst is not None
         restores = _restore_paths(inst, cache_hit)
         _INSTANCES[key] = inst
+        if not cache_hit and st.is_source and epoch_spec.moved:
+            check = getattr(inst.ops.get(st.heads[0]), "check_resumable", None)
+            if check is not None:  # a SourceFunction's operator
+                check(sub.source_assignment, epoch_spec.epoch)
         t_restore = time.perf_counter() - t0
         for ctx in inst.contexts:
             ctx.epoch = epoch_spec.epoch

@@ -21,7 +21,9 @@ checkpoints in Flink).
 When the subtask's instance is rebuilt elsewhere (another worker, a restart),
 the new instance restores the source function's operator state (e.g. the
 ``CounterSource`` offset) and starts a new thread from there; the old instance
-is cancelled when its worker closes it.
+is cancelled when its worker closes it. A source without operator state that is
+rebuilt without a failure (it moved) fails the job (``check_resumable``) rather
+than start ``run()`` again and replay silently.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ import threading
 import time
 from typing import Any
 
-from streamstate.api.checkpointing import SourceFunction
-from streamstate.errors import ConfigurationError
+from streamstate.api.checkpointing import CheckpointedFunction, ListCheckpointed, SourceFunction
+from streamstate.errors import ConfigurationError, SourceNotResumableError
 from streamstate.runtime.operators.base import StreamOperator, close_function, open_function
 
 __all__ = ["SourceFunctionOperator"]
@@ -246,6 +248,27 @@ class SourceFunctionOperator(StreamOperator):
         assert self.ctx is not None
         open_function(self.fn, self.ctx)
         self.runner = _Runner(self.fn, self.ctx.get_task_name_with_subtasks())
+
+    def check_resumable(self, assignment: Any, epoch: int) -> None:
+        """Called when this (new) instance replaces one that ran an earlier epoch of the same
+        attempt without a failure (the subtask moved): a source that keeps its position in
+        operator state resumes from it; one that keeps none would start ``run()`` again and
+        replay its records silently, so the job fails with :class:`SourceNotResumableError`."""
+        if assignment is not None and assignment.get("finished"):
+            return  # run() returned already: nothing is replayed
+        if isinstance(self.fn, (CheckpointedFunction, ListCheckpointed)):
+            return
+        assert self.ctx is not None
+        raise SourceNotResumableError(
+            f"the SourceFunction {type(self.fn).__name__} of "
+            f"{self.ctx.get_task_name_with_subtasks()} had to be rebuilt in epoch {epoch} "
+            f"without a failure (its subtask moved to another process or machine, or its "
+            f"subtask host exited after its idle timeout), and it keeps no operator state: "
+            f"its run() cannot continue where it stopped, and starting it again would replay "
+            f"its records. Make it a CheckpointedFunction that stores its position in a "
+            f"ListState (snapshot_state / initialize_state) and resumes from it in run(), or "
+            f"read a replayable Source with env.from_source(...)"
+        )
 
     def read_epoch(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
         """``(records, progress)`` of this subtask's source for one epoch."""
