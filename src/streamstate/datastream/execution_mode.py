@@ -8,8 +8,11 @@ __all__ = ["RuntimeExecutionMode"]
 
 
 class RuntimeExecutionMode(Enum):
-    """STREAMING and AUTOMATIC run in epochs; BATCH runs a bounded job as one epoch
-    per source split budget with no intermediate checkpoints."""
+    """STREAMING and AUTOMATIC run in epochs. BATCH runs a job over bounded sources as
+    one epoch that ends with the final watermark (every timer fires at the end of input),
+    without checkpoints or state versions; ``reduce``/``sum``/``min``/``max`` on a keyed
+    stream emit one final value per key (Flink's batch semantics). An unbounded source
+    in BATCH mode is a ConfigurationError."""
 
     STREAMING = 0
     BATCH = 1

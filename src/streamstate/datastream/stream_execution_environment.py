@@ -327,40 +327,61 @@ class StreamExecutionEnvironment:
         return self
 
     def _executor(self, job_name: str | None) -> Any:
-        from streamstate.datastream import config_options
-        from streamstate.datastream.checkpoint_storage import JobManagerCheckpointStorage
-        from streamstate.datastream.config_validation import validate_configuration
-        from streamstate.runtime.executor import JobExecutor
-        from streamstate.runtime.restart import create_restart_strategy
-        from streamstate.runtime.settings import JobSettings
+        return _build_executor(self, job_name)
 
-        validate_configuration(self._configuration)
-        settings = JobSettings.from_environment(
-            job_name=job_name or "streamstate job",
-            configuration=self._configuration,
-            checkpoint_config=self._checkpoint_config,
-            state_backend=self._state_backend,
-            job_parameters=self._execution_config.get_global_job_parameters(),
-            recovery_path=self._recovery_path,
-            clock=self._clock or default_clock(),
-        )
-        storage = self._checkpoint_config.get_checkpoint_storage() or JobManagerCheckpointStorage()
-        restart = create_restart_strategy(
-            self._restart_strategy,
-            config_options.restart_strategy_from_configuration(self._configuration),
-            checkpointing_enabled=settings.checkpoint.enabled,
-            clock=settings.clock,
-        )
-        sinks, self._sinks = self._sinks, []
-        plan = build_plan(sinks, self.get_parallelism(), self._max_parallelism)
-        return JobExecutor(
-            plan,
-            settings,
-            storage.create_access(working_dir=settings.state_dir),
-            restart,
-            _make_runner(self._configuration, self._spark),
-            observers=(*self._observers, *_progress(self._configuration, settings.job_name)),
-        )
+
+def _build_executor(env: StreamExecutionEnvironment, job_name: str | None) -> Any:
+    """The JobExecutor of the job built so far (its sinks are taken from ``env``)."""
+    from streamstate.datastream import config_options
+    from streamstate.datastream.checkpoint_storage import JobManagerCheckpointStorage
+    from streamstate.datastream.config_validation import validate_configuration
+    from streamstate.runtime.executor import JobExecutor
+    from streamstate.runtime.restart import create_restart_strategy
+    from streamstate.runtime.settings import JobSettings
+
+    validate_configuration(env._configuration)
+    settings = JobSettings.from_environment(
+        job_name=job_name or "streamstate job",
+        configuration=env._configuration,
+        checkpoint_config=env._checkpoint_config,
+        state_backend=env._state_backend,
+        job_parameters=env._execution_config.get_global_job_parameters(),
+        recovery_path=env._recovery_path,
+        clock=env._clock or default_clock(),
+        batch=env._runtime_mode is RuntimeExecutionMode.BATCH,
+    )
+    storage = env._checkpoint_config.get_checkpoint_storage() or JobManagerCheckpointStorage()
+    restart = create_restart_strategy(
+        env._restart_strategy,
+        config_options.restart_strategy_from_configuration(env._configuration),
+        checkpointing_enabled=settings.checkpoint.enabled,
+        clock=settings.clock,
+    )
+    sinks, env._sinks = env._sinks, []
+    plan = build_plan(sinks, env.get_parallelism(), env._max_parallelism)
+    if settings.batch:
+        _check_bounded(plan)
+    return JobExecutor(
+        plan,
+        settings,
+        storage.create_access(working_dir=settings.state_dir),
+        restart,
+        _make_runner(env._configuration, env._spark),
+        observers=(*env._observers, *_progress(env._configuration, settings.job_name)),
+    )
+
+
+def _check_bounded(plan: Any) -> None:
+    """BATCH mode needs bounded sources (Flink refuses an unbounded one, as here)."""
+    for st in plan.sources:
+        if not st.source.bounded:
+            name = next(iter(st.nodes.values())).name if st.nodes else type(st.source).__name__
+            raise ConfigurationError(
+                f"source {name!r} is unbounded ({type(st.source).__name__}) and the runtime "
+                f"mode is BATCH, which needs bounded inputs: use a bounded source "
+                f"(from_collection, from_sequence, a FileSource without monitor_continuously) "
+                f"or env.set_runtime_mode(RuntimeExecutionMode.STREAMING)"
+            )
 
 
 class JobClient:

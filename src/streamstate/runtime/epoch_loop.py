@@ -160,6 +160,8 @@ class EpochLoop:
             for st in self.plan.sources
         }
         savepoint = pending.target if pending is not None and pending.is_savepoint else None
+        if self.settings.batch:
+            finished = dict.fromkeys(finished, True)  # BATCH: this epoch reads all input
         if savepoint is not None and savepoint.advance_to_end_of_event_time:
             finished = dict.fromkeys(finished, True)  # the final watermark fires every timer
         especs = state.epoch_specs(

@@ -345,6 +345,7 @@ def build_task_specs(
             source_budget=settings.epoch_records,
             ttl_time_provider=settings.ttl_time_provider,
             backend_options=dict(settings.backend_options),
+            batch=settings.batch,
         )
         specs[st.id] = cloudpickle.dumps(spec)
     return specs

@@ -196,6 +196,8 @@ class StageTaskSpec:
     ttl_time_provider: Any = None
     #: extra keyword arguments of the keyed backend (``StateBackend.backend_options()``)
     backend_options: Mapping[str, Any] = field(default_factory=dict)
+    #: the job runs in BATCH mode (``JobSettings.batch``): no state versions are written
+    batch: bool = False
     protocol_version: int = PROTOCOL_VERSION
 
 

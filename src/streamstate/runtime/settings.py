@@ -19,6 +19,7 @@ from streamstate.runtime.clock import Clock, system_clock_ms
 from streamstate.runtime.state.ttl_clock import ttl_time_provider_from_configuration
 
 __all__ = [
+    "BATCH_EPOCH_RECORDS",
     "DEFAULT_EPOCH_RECORDS",
     "DEFAULT_FULL_VERSION_EVERY",
     "CheckpointSettings",
@@ -30,6 +31,8 @@ __all__ = [
 DEFAULT_EPOCH_RECORDS = 100_000
 DEFAULT_FULL_VERSION_EVERY = 20
 DEFAULT_IDLE_WAIT_MS = 200
+#: the source budget of the one epoch of a BATCH job (no limit in practice)
+BATCH_EPOCH_RECORDS = 1 << 62
 
 
 class RetentionPolicy(Enum):
@@ -104,6 +107,9 @@ class JobSettings:
     savepoint_dir: str | None = None
     #: the driver's clock (ms); see ``runtime/clock.py``
     clock: Clock = system_clock_ms
+    #: ``RuntimeExecutionMode.BATCH``: bounded inputs read in one epoch that ends with the
+    #: final watermark, no checkpoints, no state versions, reduce emits final values only
+    batch: bool = False
 
     @staticmethod
     def from_environment(
@@ -115,15 +121,24 @@ class JobSettings:
         job_parameters: Mapping[str, str] | None = None,
         recovery_path: str | None = None,
         clock: Clock | None = None,
+        batch: bool = False,
     ) -> JobSettings:
-        """Parse everything once; raises ConfigurationError naming a bad key."""
+        """Parse everything once; raises ConfigurationError naming a bad key.
+
+        ``batch``: Flink's BATCH runtime mode (checkpointing is off, as in Flink, and the
+        sources are read in one epoch)."""
         options = getattr(state_backend, "backend_options", None)
+        records = conf_int(
+            configuration, "execution.epoch.max-records", DEFAULT_EPOCH_RECORDS, minimum=1
+        )
         return JobSettings(
             job_name=job_name,
-            checkpoint=CheckpointSettings.from_checkpoint_config(checkpoint_config),
-            epoch_records=conf_int(
-                configuration, "execution.epoch.max-records", DEFAULT_EPOCH_RECORDS, minimum=1
+            checkpoint=(
+                CheckpointSettings()
+                if batch
+                else CheckpointSettings.from_checkpoint_config(checkpoint_config)
             ),
+            epoch_records=BATCH_EPOCH_RECORDS if batch else records,
             full_every=conf_int(
                 configuration,
                 "execution.epoch.full-snapshot-interval",
@@ -155,6 +170,7 @@ class JobSettings:
                 configuration, "execution.checkpointing.savepoint-dir", "state.savepoints.dir"
             ),
             clock=clock or system_clock_ms,
+            batch=batch,
         )
 
 

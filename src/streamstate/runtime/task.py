@@ -170,6 +170,7 @@ def _build_instance(
             backend,
             store,
         )
+        ctx.batch = spec.batch
         op.setup(ctx)
         inst.contexts.append(ctx)
         inst.ops[tid] = op
@@ -340,7 +341,7 @@ def run_stage_partition(
                             push(node, inputs[side], tss[side], side)
                 else:
                     push(node, inputs[0], tss[0])
-        wm_out = _advance_time(st, inst, epoch_spec, channels, forward)
+        wm_out = _advance_time(st, inst, epoch_spec, channels, forward, spec.batch)
         t_process = time.perf_counter() - t0 - t_restore
 
         barrier_id = (
@@ -350,23 +351,27 @@ def run_stage_partition(
         )
         for op in inst.ops.values():
             op.snapshot_state(barrier_id, epoch_spec.timestamp_ms)
-        versions, checkpoint = commit_keyed_state(
-            spec.storage,
-            inst.backends,
-            index,
-            epoch_spec,
-            getattr(spec.storage, "job_id", None) or spec.job_id,
-        )
-        op_versions, op_checkpoint = commit_operator_state(
-            spec.storage,
-            inst.op_stores,
-            inst.op_crcs,
-            index,
-            epoch_spec.attempt,
-            epoch_spec.epoch,
-            epoch_spec.checkpoint_id,
-            force=epoch_spec.full_version,
-        )
+        if spec.batch:
+            # BATCH: the job is this one epoch; nothing reads a state version after it
+            versions, checkpoint, op_versions, op_checkpoint = {}, {}, {}, {}
+        else:
+            versions, checkpoint = commit_keyed_state(
+                spec.storage,
+                inst.backends,
+                index,
+                epoch_spec,
+                getattr(spec.storage, "job_id", None) or spec.job_id,
+            )
+            op_versions, op_checkpoint = commit_operator_state(
+                spec.storage,
+                inst.op_stores,
+                inst.op_crcs,
+                index,
+                epoch_spec.attempt,
+                epoch_spec.epoch,
+                epoch_spec.checkpoint_id,
+                force=epoch_spec.full_version,
+            )
         savepoint_error = None
         if epoch_spec.savepoint is not None:
             assert epoch_spec.savepoint_id is not None
@@ -438,6 +443,7 @@ def _advance_time(
     es: EpochSpec,
     channels: dict[tuple[int, int, int], ChannelWatermark],
     forward: Any,
+    batch: bool = False,
 ) -> dict[int, tuple[int, bool]]:
     """End of the epoch: processing time and watermarks, node by node in chain order.
 
@@ -445,6 +451,9 @@ def _advance_time(
     advanced gets ``process_watermark``. Their outputs go downstream before the
     next node's turn, so a chained operator sees them before the watermark (as in
     Flink). Returns each node's output ``(watermark, idle)`` for the shuffle.
+
+    ``batch``: at the end of input every processing-time timer fires too (Flink's
+    BATCH mode fires all timers at the end of input), after the final watermark.
     """
     now = es.processing_time_ms
     if st.is_source:
@@ -480,6 +489,11 @@ def _advance_time(
             assert op.ctx is not None
             op.ctx.current_watermark = wm_in
             res = op.process_watermark(wm_in)
+            hts, op.hook_timestamps = op.hook_timestamps, None
+            if res or op.side_outputs:
+                forward(node, op, res, hts if hts is not None and len(hts) == len(res) else None)
+        if batch and cur == MAX_WATERMARK:
+            res = op.on_processing_time(MAX_WATERMARK)
             hts, op.hook_timestamps = op.hook_timestamps, None
             if res or op.side_outputs:
                 forward(node, op, res, hts if hts is not None and len(hts) == len(res) else None)

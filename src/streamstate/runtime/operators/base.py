@@ -69,6 +69,8 @@ class OperatorContext(RuntimeContext):
         #: (the driver's clock), maintained by the task (see runtime/watermarks.py)
         self.current_watermark = MIN_WATERMARK
         self.processing_time = 0
+        #: the job runs in BATCH mode (one epoch ending with the final watermark)
+        self.batch = False
 
     def get_task_name(self) -> str:
         return self.task_name

@@ -20,6 +20,7 @@ from streamstate.runtime.operators.base import (
 )
 from streamstate.runtime.operators.outputs import outputs_not_iterable, split_yielded_side_outputs
 from streamstate.runtime.operators.timing import KeyedTimersMixin
+from streamstate.runtime.watermarks import MAX_WATERMARK
 
 __all__ = [
     "KeyedFilterOperator",
@@ -221,12 +222,24 @@ class StreamGroupedReduceOperator(_KeyedFunctionOperator):
 
         assert self.ctx is not None
         self.state = self.ctx.get_state(ValueStateDescriptor("_op_state"))
+        #: BATCH mode: key -> key group of every key seen (emitted at end of input)
+        self._batch_keys: dict[Any, int] = {}
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         set_key = self.backend.set_current_key
         f = self.call
         state = self.state
         value_of, update = state.value, state.update
+        assert self.ctx is not None
+        if self.ctx.batch:
+            # Flink's BatchGroupedReduceOperator: the final value per key at end of input
+            keys = self._batch_keys
+            for kg, key, value in batch:
+                set_key(key, kg)
+                cur = value_of()
+                update(value if cur is None else f(cur, value))
+                keys.setdefault(key, kg)
+            return []
         out: list[Any] = []
         append = out.append
         for kg, key, value in batch:
@@ -235,6 +248,18 @@ class StreamGroupedReduceOperator(_KeyedFunctionOperator):
             new = value if cur is None else f(cur, value)
             update(new)
             append(new)
+        return out
+
+    def process_watermark(self, watermark_ms: int) -> list[Any]:
+        """BATCH: the end of input (the final watermark) emits every key's final value."""
+        if not self._batch_keys or watermark_ms != MAX_WATERMARK:
+            return []
+        set_key = self.backend.set_current_key
+        out = []
+        for key, kg in self._batch_keys.items():
+            set_key(key, kg)
+            out.append(self.state.value())
+        self._batch_keys = {}
         return out
 
     def process_batch_ts(
