@@ -11,9 +11,9 @@ from streamstate.common.watermark_strategy import TimestampAssigner
 from streamstate.datastream import RuntimeExecutionMode
 from streamstate.datastream.connectors import CollectSink
 from streamstate.datastream.functions import SourceFunction
-from streamstate.runtime.job_status import EpochStats, JobObserver
 from streamstate.datastream.window import TumblingEventTimeWindows, TumblingProcessingTimeWindows
 from streamstate.errors import ConfigurationError
+from streamstate.runtime.job_status import EpochStats, JobObserver
 from tests.support.envs import make_env
 
 WORDS = "to be or not to be that is the question to be".split()
@@ -21,7 +21,9 @@ WORDS = "to be or not to be that is the question to be".split()
 
 def _batch_env(**kw: object):
     # a small epoch budget that BATCH must ignore
-    env = make_env(2, max_records=2, conf={"execution.progress": "none", "rest.enabled": "false"}, **kw)
+    env = make_env(
+        2, max_records=2, conf={"execution.progress": "none", "rest.enabled": "false"}, **kw
+    )
     env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     return env
 
@@ -90,9 +92,7 @@ def test_batch_event_time_windows_fire_once_with_every_element() -> None:
     )
     env.execute()
     expected = Counter((k, t // 5000) for k, t in data)
-    assert sorted(sink.get_results()) == sorted(
-        (k, n) for (k, _), n in expected.items()
-    )
+    assert sorted(sink.get_results()) == sorted((k, n) for (k, _), n in expected.items())
 
 
 def test_batch_processing_time_windows_fire_at_end_of_input() -> None:

@@ -351,10 +351,11 @@ def run_stage_partition(
         )
         for op in inst.ops.values():
             op.snapshot_state(barrier_id, epoch_spec.timestamp_ms)
-        if spec.batch:
-            # BATCH: the job is this one epoch; nothing reads a state version after it
-            versions, checkpoint, op_versions, op_checkpoint = {}, {}, {}, {}
-        else:
+        versions: dict[str, Any] = {}
+        checkpoint: dict[str, Any] = {}
+        op_versions: dict[str, Any] = {}
+        op_checkpoint: dict[str, Any] = {}
+        if not spec.batch:  # BATCH: the job is this one epoch; no version is read after it
             versions, checkpoint = commit_keyed_state(
                 spec.storage,
                 inst.backends,
