@@ -1,5 +1,8 @@
 """The types shared by every API module, as ``pyflink.common``."""
 
+from typing import TYPE_CHECKING
+
+from streamstate.common._unsupported import install_unsupported, unsupported_attribute
 from streamstate.common.configuration import Configuration, parse_duration_ms
 from streamstate.common.job_execution_result import JobExecutionResult
 from streamstate.common.job_status import JobStatus
@@ -32,3 +35,7 @@ __all__ = [
     "parse_duration_ms",
     "to_millis",
 ]
+
+install_unsupported(globals())
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)

@@ -17,8 +17,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from streamstate.common._unsupported import unsupported_attribute
 from streamstate.errors import ConfigurationError
 
 __all__ = [
@@ -457,3 +458,7 @@ class Types:
     @staticmethod
     def MAP(key_type: TypeInformation, value_type: TypeInformation) -> TypeInformation:
         return MapTypeInfo(key_type, value_type)
+
+
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)

@@ -1,5 +1,8 @@
 """The DataStream API, mirroring ``pyflink.datastream``."""
 
+from typing import TYPE_CHECKING
+
+from streamstate.common._unsupported import install_unsupported, unsupported_attribute
 from streamstate.datastream.checkpoint_config import CheckpointConfig, ExternalizedCheckpointCleanup
 from streamstate.datastream.checkpoint_storage import (
     CheckpointStorage,
@@ -176,3 +179,7 @@ __all__ = [
     "WindowFunction",
     "WindowedStream",
 ]
+
+install_unsupported(globals())
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)

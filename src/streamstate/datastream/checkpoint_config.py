@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from streamstate.common._unsupported import unsupported_attribute
 from streamstate.common.time import to_millis
 from streamstate.datastream.checkpoint_storage import (
     CheckpointStorage,
@@ -299,3 +300,7 @@ class CheckpointConfig:
             f"tolerable_failures={self._tolerable_failures}, cleanup={self._cleanup}, "
             f"num_retained={self._num_retained}, storage={self._storage!r})"
         )
+
+
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)

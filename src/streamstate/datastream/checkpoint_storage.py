@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from streamstate.common._unsupported import unsupported_attribute
 from streamstate.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -209,3 +210,7 @@ def checkpoint_storage_from_name(
             f"unknown checkpoint storage {name!r}; accepted: {', '.join(sorted(_BY_NAME))}"
         )
     return cls(checkpoint_path, **kwargs)
+
+
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from streamstate.common._unsupported import unsupported_attribute
 from streamstate.errors import ConfigurationError
 from streamstate.runtime.graph import (
     KeyingSpec,
@@ -481,3 +482,6 @@ from streamstate.datastream._windowed_stream import (  # noqa: E402
     AllWindowedStream,
     WindowedStream,
 )
+
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)

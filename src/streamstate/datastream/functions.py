@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamstate.api.checkpointing import (
     CheckpointedFunction,
     CheckpointListener,
@@ -41,6 +43,7 @@ from streamstate.api.window_functions import (
     ProcessWindowFunction,
     WindowFunction,
 )
+from streamstate.common._unsupported import unsupported_attribute
 from streamstate.connectors.two_phase_commit import TwoPhaseCommitSinkFunction
 
 __all__ = [
@@ -77,3 +80,6 @@ __all__ = [
     "TwoPhaseCommitSinkFunction",
     "WindowFunction",
 ]
+
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamstate.api.state import (
     AggregatingState,
     AggregatingStateDescriptor,
@@ -22,6 +24,7 @@ from streamstate.api.state import (
     ValueState,
     ValueStateDescriptor,
 )
+from streamstate.common._unsupported import unsupported_attribute
 
 __all__ = [
     "AggregatingState",
@@ -43,3 +46,6 @@ __all__ = [
     "ValueState",
     "ValueStateDescriptor",
 ]
+
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from streamstate.common._unsupported import unsupported_attribute
 from streamstate.datastream.checkpoint_storage import (
     CheckpointStorage,
     FileSystemCheckpointStorage,
@@ -353,3 +354,7 @@ def parse_raw_options(options: dict[str, str] | str) -> dict[str, str]:
         f"RocksDB options must be a dict of strings or a 'name=value;...' string, got "
         f"{type(options).__name__}"
     )
+
+
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from streamstate.common._unsupported import unsupported_attribute
 from streamstate.common.configuration import Configuration, parse_duration_ms
 from streamstate.common.job_execution_result import JobExecutionResult
 from streamstate.common.job_status import JobStatus
@@ -540,3 +541,7 @@ def _as_rows(collection: Iterable[Any], type_info: Any) -> list[Any]:
             e = Row(**dict(zip(names, e, strict=True))) if names else Row(*e)
         out.append(e)
     return out
+
+
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamstate.api.window import (
     ContinuousEventTimeTrigger,
     ContinuousProcessingTimeTrigger,
@@ -31,6 +33,7 @@ from streamstate.api.window import (
     Window,
     WindowAssigner,
 )
+from streamstate.common._unsupported import unsupported_attribute
 
 __all__ = [
     "ContinuousEventTimeTrigger",
@@ -61,3 +64,6 @@ __all__ = [
     "Window",
     "WindowAssigner",
 ]
+
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)

@@ -1,5 +1,8 @@
 """Connectors, mirroring ``pyflink.datastream.connectors``."""
 
+from typing import TYPE_CHECKING
+
+from streamstate.common._unsupported import install_unsupported, unsupported_attribute
 from streamstate.datastream.connectors.collect import CollectSink, DiscardingSink
 from streamstate.datastream.connectors.file_system import (
     FileSink,
@@ -20,3 +23,7 @@ __all__ = [
     "RollingPolicy",
     "StreamFormat",
 ]
+
+install_unsupported(globals())
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)

@@ -11,8 +11,9 @@ Paths are local paths or fsspec URLs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from streamstate.common._unsupported import unsupported_attribute
 from streamstate.errors import ConfigurationError
 
 __all__ = [
@@ -238,3 +239,7 @@ class FileSinkBuilder:
 
     def build(self) -> FileSink:
         return FileSink(self._base_path, self._encoder, self._config, self._policy)
+
+
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)

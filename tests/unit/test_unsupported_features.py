@@ -1,0 +1,38 @@
+"""A PyFlink name streamstate does not support raises UnsupportedFeatureError (never a
+bare AttributeError / ImportError), naming the feature and docs/pyflink-compat.md."""
+
+from __future__ import annotations
+
+import pytest
+
+import streamstate.datastream as ds_module
+from streamstate.datastream import StreamExecutionEnvironment
+from streamstate.errors import StreamStateError, UnsupportedFeatureError
+
+
+def test_unsupported_method_raises_typed_error_on_class_and_instance():
+    with pytest.raises(UnsupportedFeatureError) as info:
+        StreamExecutionEnvironment.add_jars  # noqa: B018 - the lookup itself raises
+    err = info.value
+    assert not isinstance(err, AttributeError)
+    assert isinstance(err, StreamStateError)
+    assert err.feature == "StreamExecutionEnvironment.add_jars"
+    assert "docs/pyflink-compat.md" in str(err)
+    assert "spark-submit --jars" in str(err)  # what to do instead
+    env = StreamExecutionEnvironment.get_execution_environment()
+    with pytest.raises(UnsupportedFeatureError):
+        env.add_jars("file:///tmp/x.jar")
+
+
+def test_unsupported_class_import_raises_typed_error_not_import_error():
+    with pytest.raises(UnsupportedFeatureError, match="CustomStateBackend"):
+        from streamstate.datastream import CustomStateBackend  # noqa: F401
+    with pytest.raises(UnsupportedFeatureError, match="CustomCheckpointStorage"):
+        ds_module.CustomCheckpointStorage  # noqa: B018 - the lookup itself raises
+
+
+def test_names_pyflink_does_not_have_stay_attribute_errors():
+    assert not hasattr(ds_module, "NoSuchThing")
+    assert not hasattr(StreamExecutionEnvironment, "no_such_method")
+    with pytest.raises(ImportError):
+        from streamstate.datastream import NoSuchThing  # noqa: F401
