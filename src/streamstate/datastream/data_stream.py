@@ -307,6 +307,44 @@ class DataStream:
         return CloseableIterator(results) if limit is None else results[:limit]
 
 
+    def to_dataframe(
+        self, job_execution_name: str | None = None, type_info: Any = None, spark: Any = None
+    ) -> Any:
+        """Run the (bounded) job and return this stream's records as a Spark DataFrame.
+
+        The schema comes from ``type_info``, else the stream's declared type (the source's
+        or the last ``output_type=``): a record type (``ROW_NAMED``, ``ROW``, ``TUPLE``)
+        gives one column per field, any other type one ``value`` column. Without a type,
+        Spark infers the schema from the records (``Row`` field names become columns).
+        The records are those of ``execute_and_collect`` (exactly-once with checkpointing);
+        they pass through the driver, so this is for results that fit in its memory."""
+        from streamstate.spark.dataframes import records_to_dataframe
+
+        _check_bounded(self._t, self._env, "to_dataframe()")
+        records = list(self.execute_and_collect(job_execution_name or "to_dataframe"))
+        return records_to_dataframe(
+            records, type_info or self._t.output_type, spark or self._env._spark
+        )
+
+
+def _check_bounded(t: Transformation, env: Any, what: str) -> None:
+    if env.get_configuration().get_string("execution.epoch.max-epochs", None):
+        return
+    stack, seen = [t], set()
+    while stack:
+        n = stack.pop()
+        if n.id in seen:
+            continue
+        seen.add(n.id)
+        if n.kind is TransformationKind.SOURCE and not getattr(n.payload, "bounded", True):
+            raise ConfigurationError(
+                f"{what} needs a bounded job, but source {n.name!r} is unbounded: use "
+                f"sink_to(SparkTableSink(...)) for unbounded streams, or bound the run with "
+                f"execution.epoch.max-epochs"
+            )
+        stack.extend(n.inputs)
+
+
 class CloseableIterator:
     """PyFlink's result iterator of ``execute_and_collect``: iterable, ``next()``, and a
     context manager whose ``close()`` drops what was not read."""

@@ -18,6 +18,7 @@ from streamstate.common.job_execution_result import JobExecutionResult
 from streamstate.common.job_status import JobStatus
 from streamstate.common.restart_strategy import RestartStrategyConfiguration
 from streamstate.common.savepoint import CompletableFuture, SavepointFormatType
+from streamstate.datastream._spark_sources import SparkSourcesMixin
 from streamstate.datastream.checkpoint_config import CheckpointConfig
 from streamstate.datastream.checkpointing_mode import CheckpointingMode
 from streamstate.datastream.data_stream import DataStream
@@ -62,7 +63,7 @@ def _cli_defaults() -> Configuration:
     return Configuration({str(k): str(v) for k, v in values.items()})
 
 
-class StreamExecutionEnvironment:
+class StreamExecutionEnvironment(SparkSourcesMixin):
     """Entry point of a job: sources, settings, ``execute``."""
 
     def __init__(self, configuration: Configuration | None = None, spark: Any = None) -> None:

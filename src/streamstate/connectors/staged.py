@@ -1,0 +1,162 @@
+"""Staged row files: how rows cross between Spark and streamstate's workers.
+
+A Spark DataFrame cannot be read inside a streamstate subtask (workers have no
+SparkSession), so ``from_dataframe`` and ``from_spark_stream`` first *stage* the
+rows: one Spark task per DataFrame partition writes that partition's rows, already
+turned into :class:`~streamstate.common.Row` objects, into one file. A
+:class:`StagedRowsSource` then reads those files as its splits, one split per
+partition, the position of a split being the index of its next row. Reading is a
+pure function of (file, position, budget), so a replay from a checkpointed
+position reads the same rows.
+
+File format (version 1): the magic ``b"SSROWS1\\n"``, then pickled chunks (lists
+of rows, at most :data:`CHUNK_ROWS` each). Files are written to a hidden
+temporary sibling and renamed (atomic).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from streamstate.connectors.base import Source
+from streamstate.errors import ConfigurationError, StreamStateError
+
+__all__ = [
+    "MAGIC",
+    "StagedRowsSource",
+    "StagedSplit",
+    "read_staged_rows",
+    "write_staged_rows",
+]
+
+MAGIC = b"SSROWS1\n"
+CHUNK_ROWS = 4096
+
+#: a split: [path, number of rows]
+StagedSplit = list[Any]
+
+
+def write_staged_rows(
+    path: str, rows: Iterable[Any], convert: Callable[[Any], Any] | None = None
+) -> int:
+    """Write ``rows`` (each through ``convert``) to the staged file ``path``; the count."""
+    import fsspec
+
+    from streamstate.runtime.checkpoint.storage import atomic_write
+
+    parts = [MAGIC]
+    chunk: list[Any] = []
+    count = 0
+    for r in rows:
+        chunk.append(convert(r) if convert is not None else r)
+        count += 1
+        if len(chunk) >= CHUNK_ROWS:
+            parts.append(pickle.dumps(chunk, protocol=5))
+            chunk = []
+    if chunk:
+        parts.append(pickle.dumps(chunk, protocol=5))
+    fs, p = fsspec.core.url_to_fs(path)
+    atomic_write(fs, p, b"".join(parts))
+    return count
+
+
+#: rows of recently read staged files, per worker process (path -> rows)
+_CACHE: OrderedDict[str, list[Any]] = OrderedDict()
+_CACHE_FILES = 4
+
+
+def read_staged_rows(path: str) -> list[Any]:
+    """Every row of the staged file ``path`` (cached per process: files never change)."""
+    rows = _CACHE.get(path)
+    if rows is not None:
+        _CACHE.move_to_end(path)
+        return rows
+    import io
+
+    import fsspec
+
+    try:
+        with fsspec.open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError as e:
+        raise StreamStateError(
+            f"staged rows {path!r} are gone: the staging directory of from_dataframe / "
+            f"from_spark_stream must stay until the job ends (and, on a cluster, be on a file "
+            f"system every worker reads, e.g. staging_path='hdfs://...')"
+        ) from e
+    if not data.startswith(MAGIC):
+        raise StreamStateError(f"{path!r} is not a staged rows file (format version 1)")
+    buf = io.BytesIO(data)
+    buf.seek(len(MAGIC))
+    rows = []
+    while buf.tell() < len(data):
+        rows.extend(pickle.load(buf))
+    _CACHE[path] = rows
+    while len(_CACHE) > _CACHE_FILES:
+        _CACHE.popitem(last=False)
+    return rows
+
+
+class StagedRowsSource(Source):
+    """A bounded source over staged files, one split per file (a DataFrame partition).
+
+    Enumerator state: ``{"positions": [next row of split 0, ...]}``. Split ``i`` is read
+    by reader subtask ``i % parallelism``, each reader reading its splits in order. The
+    splits (paths and row counts) are part of the source, not of the state: a job
+    restored from a retained checkpoint stages the DataFrame again and continues at the
+    checkpointed positions, which is exact when the DataFrame is deterministic.
+    """
+
+    bounded = True
+
+    def __init__(self, splits: list[StagedSplit], default_parallelism: int | None = None) -> None:
+        self.splits = [[str(p), int(n)] for p, n in splits]
+        self.default_parallelism = default_parallelism
+
+    def create_enumerator_state(self, parallelism: int) -> Any:
+        return {"positions": [0] * len(self.splits)}
+
+    def restore_enumerator_state(self, state: Any, parallelism: int) -> Any:
+        positions = list(state["positions"])
+        if len(positions) != len(self.splits):
+            raise ConfigurationError(
+                f"the checkpoint holds positions of {len(positions)} DataFrame partitions but "
+                f"the DataFrame now has {len(self.splits)}: restore with the same DataFrame "
+                f"(same partitioning, e.g. df.repartition({len(positions)}))"
+            )
+        return {"positions": positions}
+
+    def plan_epoch(self, state: Any, parallelism: int) -> list[Any]:
+        plans: list[list[Any]] = [[] for _ in range(parallelism)]
+        for i, ((path, count), pos) in enumerate(zip(self.splits, state["positions"], strict=True)):
+            if pos < count:
+                plans[i % parallelism].append([i, path, pos, count])
+        return plans
+
+    def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
+        out: list[Any] = []
+        progress = []
+        for i, path, pos, count in assignment:
+            if budget <= 0:
+                break
+            end = min(count, pos + budget)
+            rows = read_staged_rows(path)
+            out.extend(rows[pos:end])
+            budget -= end - pos
+            progress.append([i, end])
+        return out, progress
+
+    def apply_progress(self, state: Any, progress: list[Any]) -> Any:
+        positions = list(state["positions"])
+        for reader in progress:
+            for i, end in reader or []:
+                positions[i] = end
+        return {"positions": positions}
+
+    def is_finished(self, state: Any) -> bool:
+        return all(
+            pos >= count for (_, count), pos in zip(self.splits, state["positions"], strict=True)
+        )

@@ -1,0 +1,160 @@
+"""Spark DataFrames in and out of streamstate jobs (the only pyspark user of the bridge).
+
+* :func:`type_info_of` maps a Spark SQL type (a DataFrame schema) to ``Types.*``, the
+  reverse of :func:`streamstate.spark.schema.spark_type`.
+* :func:`stage_dataframe` writes each partition of a DataFrame as one staged rows file
+  (``connectors/staged.py``), in one Spark job: what ``env.from_dataframe`` reads.
+* :func:`records_to_dataframe` builds a DataFrame from a bounded job's records.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from functools import partial
+from typing import Any
+
+from streamstate.common.typeinfo import TypeInformation, Types
+from streamstate.connectors.staged import StagedSplit, write_staged_rows
+from streamstate.errors import ConfigurationError
+from streamstate.spark.schema import from_spark, record_schema
+
+__all__ = [
+    "active_spark",
+    "default_staging_dir",
+    "records_to_dataframe",
+    "stage_dataframe",
+    "type_info_of",
+]
+
+#: Spark SQL type name (``DataType.typeName()``) -> type information factory
+_SIMPLE: dict[str, Any] = {
+    "string": Types.STRING,
+    "varchar": Types.STRING,
+    "char": Types.STRING,
+    "boolean": Types.BOOLEAN,
+    "byte": Types.BYTE,
+    "short": Types.SHORT,
+    "integer": Types.INT,
+    "long": Types.LONG,
+    "float": Types.FLOAT,
+    "double": Types.DOUBLE,
+    "date": Types.SQL_DATE,
+    "timestamp": Types.SQL_TIMESTAMP,
+    "timestamp_ntz": Types.SQL_TIMESTAMP,
+    "binary": partial(Types.PRIMITIVE_ARRAY, Types.BYTE()),
+}
+
+
+def _decimal(dt: Any) -> TypeInformation:
+    return Types.BIG_INT() if dt.scale == 0 else Types.BIG_DEC()
+
+
+def _struct(dt: Any) -> TypeInformation:
+    return Types.ROW_NAMED(
+        [f.name for f in dt.fields], [type_info_of(f.dataType) for f in dt.fields]
+    )
+
+
+def _array(dt: Any) -> TypeInformation:
+    return Types.LIST(type_info_of(dt.elementType))
+
+
+def _map(dt: Any) -> TypeInformation:
+    return Types.MAP(type_info_of(dt.keyType), type_info_of(dt.valueType))
+
+
+_NESTED = {"decimal": _decimal, "struct": _struct, "array": _array, "map": _map}
+
+
+def type_info_of(data_type: Any) -> TypeInformation:
+    """The ``Types.*`` of values of a Spark SQL ``DataType`` (a schema: ``ROW_NAMED``).
+
+    string/varchar/char -> STRING, boolean -> BOOLEAN, byte/short/integer/long ->
+    BYTE/SHORT/INT/LONG, float/double -> FLOAT/DOUBLE, decimal(p,0) -> BIG_INT,
+    decimal(p,s) -> BIG_DEC, date -> SQL_DATE, timestamp/timestamp_ntz -> SQL_TIMESTAMP,
+    binary -> PRIMITIVE_ARRAY(BYTE), array -> LIST, map -> MAP, struct -> ROW_NAMED.
+    Other types (intervals, variant, user-defined) -> PICKLED_BYTE_ARRAY (values as
+    pyspark's ``collect()`` returns them).
+    """
+    name = data_type.typeName()
+    if name in _SIMPLE:
+        return _SIMPLE[name]()  # type: ignore[no-any-return]  # the factories return TypeInformation
+    nested = _NESTED.get(name)
+    if nested is not None:
+        return nested(data_type)
+    return Types.PICKLED_BYTE_ARRAY()
+
+
+def active_spark(spark: Any = None) -> Any:
+    """``spark``, else the active SparkSession, else a new one (streamstate's defaults)."""
+    if spark is not None:
+        return spark
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    from streamstate.spark.session import get_or_create_spark
+
+    return get_or_create_spark(None)
+
+
+def default_staging_dir(kind: str) -> str:
+    """A new local directory for staged rows (fits local masters; on a cluster pass a
+    directory every worker can read)."""
+    return tempfile.mkdtemp(prefix=f"streamstate-{kind}-")
+
+
+def _stage_partition(base: str, index: int, rows: Any) -> Any:
+    path = f"{base}/part-{index:05d}.rows"
+    yield index, path, write_staged_rows(path, rows, from_spark)
+
+
+def stage_dataframe(df: Any, staging_dir: str | None = None) -> list[StagedSplit]:
+    """Write every partition of ``df`` into its own staged rows file (one Spark job);
+    the splits ``[path, rows]`` in partition order."""
+    base = (staging_dir or default_staging_dir("df")).rstrip("/")
+    base = f"{base}/{uuid.uuid4().hex}"
+    if "://" not in base:
+        os.makedirs(base, exist_ok=True)
+    out = df.rdd.mapPartitionsWithIndex(partial(_stage_partition, base)).collect()
+    return [[path, n] for _, path, n in sorted(out)]
+
+
+def schema_of(df: Any) -> TypeInformation:
+    """The ``ROW_NAMED`` type information of a DataFrame's rows."""
+    return type_info_of(df.schema)
+
+
+def records_to_dataframe(records: list[Any], type_info: Any = None, spark: Any = None) -> Any:
+    """A DataFrame of ``records``: columns of ``type_info`` (record types: one column per
+    field, else one ``value`` column), or a schema Spark infers from Row/tuple records."""
+    from streamstate.spark.schema import record_converter
+
+    session = active_spark(spark)
+    if type_info is not None:
+        conv = record_converter(type_info)
+        return session.createDataFrame([conv(r) for r in records], record_schema(type_info))
+    if not records:
+        raise ConfigurationError(
+            "to_dataframe() of an empty stream needs its type: declare output_type=Types... "
+            "on the last operator (or pass type_info=)"
+        )
+    from pyspark.sql import Row as SparkRow
+
+    rows: list[Any] = []
+    for r in records:
+        names = getattr(r, "_fields", None)
+        if names:
+            rows.append(SparkRow(**{n: r[n] for n in names}))
+        elif isinstance(r, tuple | list):
+            rows.append(tuple(r))
+        else:
+            rows.append((r,))
+    if rows and isinstance(rows[0], tuple) and not hasattr(rows[0], "__fields__"):
+        width = len(rows[0])
+        cols = ["value"] if width == 1 and not isinstance(records[0], tuple | list) else None
+        return session.createDataFrame(rows, cols or [f"f{i}" for i in range(width)])
+    return session.createDataFrame(rows)
