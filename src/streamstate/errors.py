@@ -17,16 +17,23 @@ __all__ = [
     "JobExecutionError",
     "KeySerializationError",
     "OutputTypeError",
+    "QueryableStateError",
+    "ServerBusyError",
     "SourceNotResumableError",
     "StateAccessError",
     "StateDescriptorConflictError",
     "StateMigrationError",
+    "StateNotAvailableYetError",
+    "StateNotQueryableError",
     "StateSerializationError",
     "StateSizeExceededError",
     "StreamStateError",
     "TaskFailure",
     "TimestampError",
+    "UnknownJobError",
+    "UnknownKvStateError",
     "UnsupportedFeatureError",
+    "WrongKeyTypeError",
 ]
 
 
@@ -103,6 +110,36 @@ class StateSizeExceededError(StreamStateError):
 
 class ControlPlaneError(StreamStateError, RuntimeError):
     """A job's REST API cannot be reached, or refused a call (``streamstate list`` etc.)."""
+
+
+class QueryableStateError(StreamStateError, RuntimeError):
+    """A queryable-state lookup failed (the family of the errors below)."""
+
+
+class UnknownJobError(QueryableStateError, LookupError):
+    """The query server does not know the job id (not running in that process, or ended)."""
+
+
+class UnknownKvStateError(QueryableStateError, LookupError):
+    """No state of the job is queryable under that name (names the queryable ones)."""
+
+
+class StateNotQueryableError(QueryableStateError):
+    """The name is a keyed state of the job, but it was not made queryable."""
+
+
+class WrongKeyTypeError(QueryableStateError, TypeError):
+    """The key does not fit the key type given, or that type is not the job's key type."""
+
+
+class StateNotAvailableYetError(QueryableStateError):
+    """No completed epoch (or checkpoint) can answer yet: the job is starting or restarting.
+
+    Retry later; an answer is never made up from state that is not complete."""
+
+
+class ServerBusyError(QueryableStateError):
+    """The query server refused or timed out the request (bounded queue, time-out)."""
 
 
 class CheckpointError(StreamStateError):

@@ -307,6 +307,7 @@ class StateDescriptor(ABC):
     name: str
     _type_info: Any
     _ttl_config: StateTtlConfig | None
+    _queryable_name: str | None
 
     def __init__(self, name: str, type_info: Any = None) -> None:
         if not isinstance(name, str) or not name:
@@ -314,6 +315,26 @@ class StateDescriptor(ABC):
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "_type_info", type_info)
         object.__setattr__(self, "_ttl_config", None)
+        object.__setattr__(self, "_queryable_name", None)
+
+    def set_queryable(self, queryable_state_name: str) -> None:
+        """Make the state queryable under ``queryable_state_name`` (Flink's ``setQueryable``).
+
+        Lookups (``QueryableStateClient.get_kv_state``) then answer the state as of the
+        job's last completed epoch or checkpoint. Like :meth:`enable_time_to_live` it
+        mutates the descriptor: call it before the descriptor is used to get state."""
+        if not isinstance(queryable_state_name, str) or not queryable_state_name:
+            raise TypeError(
+                f"a queryable state name must be a non-empty str, got {queryable_state_name!r}"
+            )
+        object.__setattr__(self, "_queryable_name", queryable_state_name)
+
+    def get_queryable_state_name(self) -> str | None:
+        """The name given to :meth:`set_queryable` (``None``: not queryable)."""
+        return self._queryable_name
+
+    def is_queryable(self) -> bool:
+        return self._queryable_name is not None
 
     def enable_time_to_live(self, ttl_config: StateTtlConfig) -> None:
         """Configures optional activation of state time-to-live (TTL).
@@ -377,9 +398,14 @@ class StateDescriptor(ABC):
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        if self._ttl_config is None:
+        extra: dict[str, Any] = {}
+        if self._ttl_config is not None:
+            extra["_ttl_config"] = self._ttl_config
+        if self._queryable_name is not None:
+            extra["_queryable_name"] = self._queryable_name
+        if not extra:
             return (type(self), self._ctor_args())
-        return (type(self), self._ctor_args(), {"_ttl_config": self._ttl_config})
+        return (type(self), self._ctor_args(), extra)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for k, v in state.items():

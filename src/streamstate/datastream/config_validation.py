@@ -192,6 +192,12 @@ KNOWN_KEYS: dict[str, Validator] = {
     "rest.bind-address": _any,
     "rest.token": _any,
     "execution.progress": _choice("auto", "live", "lines", "none"),
+    # the query server for queryable state (runtime/queryable/)
+    "queryable-state.enable": _bool,
+    "queryable-state.proxy.ports": _int(0),
+    "queryable-state.bind-address": _any,
+    "queryable-state.proxy.query-threads": _int(1),
+    "queryable-state.cache.max-entries": _int(1),
     "execution.runner.spark.quiet": _bool,
 }
 

@@ -22,6 +22,7 @@ from streamstate.runtime.graph import (
 from streamstate.runtime.operators import keyed, stateless, timestamps
 
 if TYPE_CHECKING:
+    from streamstate.datastream.queryable_state_stream import QueryableStateStream
     from streamstate.datastream.stream_execution_environment import StreamExecutionEnvironment
 
 __all__ = [
@@ -188,7 +189,9 @@ class DataStream:
             payload=KeyingSpec(key_selector, ser),
             partitioning=Partitioning.HASH,
         )
-        return KeyedStream(self._env, t, self)
+        ks = KeyedStream(self._env, t, self)
+        ks._key_type = key_type
+        return ks
 
     def rebalance(self) -> DataStream:
         t = Transformation(
@@ -375,6 +378,8 @@ class KeyedStream(DataStream):
     """A stream partitioned by key; its operators may use keyed state."""
 
     _is_keyed_stream = True
+    #: the ``key_type`` given to ``key_by`` (None: the default key serializer)
+    _key_type: Any = None
 
     def __init__(
         self, env: StreamExecutionEnvironment, transformation: Transformation, origin: DataStream
@@ -403,6 +408,20 @@ class KeyedStream(DataStream):
 
     def filter(self, func: Any) -> DataStream:
         return self._keyed("Filter", partial(_make, keyed.KeyedFilterOperator, func))
+
+    def as_queryable_state(
+        self, queryable_state_name: str, state_descriptor: Any = None
+    ) -> QueryableStateStream:
+        """Keep every key's latest record (ValueStateDescriptor, the default) or their
+        reduction (ReducingStateDescriptor) in keyed state queryable as
+        ``queryable_state_name`` (``QueryableStateClient.get_kv_state``). A sink."""
+        from streamstate.datastream.queryable_state_stream import as_queryable_state
+
+        return as_queryable_state(self, queryable_state_name, state_descriptor)
+
+    def get_key_type(self) -> Any:
+        """The key type given to ``key_by`` (None when keys use the default serializer)."""
+        return self._key_type
 
     def window(self, window_assigner: Any) -> WindowedStream:
         """Windows per key: elements are grouped by key and by the assigner's windows."""

@@ -43,6 +43,11 @@ from streamstate.runtime.job_metrics import JobMetrics
 from streamstate.runtime.job_state import JobState
 from streamstate.runtime.job_status import FailureInfo, JobLifecycle, JobObserver
 from streamstate.runtime.protocol import EpochSpec, StageTaskSpec, SubtaskAck
+from streamstate.runtime.queryable.service import (
+    QueryableStateService,
+    checkpoint_lineages,
+    queryable_operators,
+)
 from streamstate.runtime.restart import RestartStrategy
 from streamstate.runtime.savepoints import SavepointRequest
 from streamstate.runtime.settings import JobSettings
@@ -102,6 +107,10 @@ class JobExecutor:
         #: sink operator uid -> its driver-side committer
         self.committers: dict[str, Any] = {}
         self.restored_from: str | None = None
+        #: published epoch/checkpoint snapshots for queryable state (runtime/queryable/)
+        self.queryable = QueryableStateService(
+            self.job_id, queryable_operators(plan, settings), settings.queryable_cache_entries
+        )
         self.loop = EpochLoop(self)
 
     # -- public view ------------------------------------------------------------------------
@@ -167,6 +176,13 @@ class JobExecutor:
         self.coordinator.stats.reported_restored(
             md.checkpoint_id, path or "", self.clock(), md.is_savepoint
         )
+        # the restored cut answers queries at once (as of its epoch), until the next epoch
+        epoch, attempt = self.state.epoch, self.state.attempt
+        self.queryable.publish_epoch(epoch, attempt, self.state.versions.keyed)
+        if not md.is_savepoint:
+            self.queryable.publish_checkpoint(
+                md.checkpoint_id, epoch, attempt, checkpoint_lineages(md, self.queryable.operators)
+            )
 
     def _initial_restore(self) -> None:
         self.state.reset()
@@ -222,6 +238,8 @@ class JobExecutor:
         try:
             return self._run()
         finally:
+            self.queryable.retract_epoch(f"job {self.job_id} ended")
+            self.queryable.close()
             self.loop.savepoints.close(f"job {self.job_id} ended")
             self._cleanup_epoch_versions()
             self.storage.release_job()
@@ -301,6 +319,9 @@ class JobExecutor:
             backoff_ms,
             self.metrics.stats["restarts"] + 1,
             self.restart.describe(),
+        )
+        self.queryable.retract_epoch(
+            f"the job is restarting after a failure in epoch {self.state.epoch + 1}"
         )
         self.lifecycle.transition(JobStatus.RESTARTING)
         self.cancel_requested.wait(backoff_ms / 1000.0)

@@ -258,3 +258,8 @@ class SubtaskAck:
     #: epoch and the job go on, as in Flink)
     savepoint_error: str | None = None
     timings: SubtaskTimings = SubtaskTimings()
+    #: keyed operator uid -> (state name, kind, queryable name or None) of its registered
+    #: states (what the query server may answer, see runtime/queryable/)
+    keyed_states: Mapping[str, tuple[tuple[str, str, str | None], ...]] = field(
+        default_factory=dict
+    )

@@ -110,6 +110,8 @@ class JobSettings:
     #: ``RuntimeExecutionMode.BATCH``: bounded inputs read in one epoch that ends with the
     #: final watermark, no checkpoints, no state versions, reduce emits final values only
     batch: bool = False
+    #: ``queryable-state.cache.max-entries``: serving copies the query server keeps
+    queryable_cache_entries: int = 512
 
     @staticmethod
     def from_environment(
@@ -171,6 +173,9 @@ class JobSettings:
             ),
             clock=clock or system_clock_ms,
             batch=batch,
+            queryable_cache_entries=conf_int(
+                configuration, "queryable-state.cache.max-entries", 512, minimum=1
+            ),
         )
 
 

@@ -415,6 +415,7 @@ def run_stage_partition(
             timings=SubtaskTimings(
                 t_restore, t_process, time.perf_counter() - t0 - t_restore - t_process
             ),
+            keyed_states={uid: b.registered_states() for uid, b in inst.backends.items()},
         )
     except BaseException:
         # A half-processed instance must never serve a later epoch.

@@ -188,6 +188,12 @@ class KeyedStateBackend(ABC):
 
         return registered_handle(self.operator_name, entry, descriptor)
 
+    def registered_states(self) -> tuple[tuple[str, str, str | None], ...]:
+        """``(state name, kind, queryable name or None)`` of every registered state (sorted)."""
+        return tuple(
+            sorted((n, d.kind, d.get_queryable_state_name()) for n, (d, _) in self._handles.items())
+        )
+
     @abstractmethod
     def _create_raw(self, descriptor: StateDescriptor) -> State:
         """A new state of ``descriptor`` in this backend (without any TTL wrapper)."""

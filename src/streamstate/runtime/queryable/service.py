@@ -1,0 +1,335 @@
+"""The queryable-state service of one job: published snapshots, the name registry, lookups.
+
+The driver publishes an immutable :class:`ServingSnapshot` after every epoch it folded
+(:meth:`QueryableStateService.publish_epoch`) and after every checkpoint it completed or
+restored (:meth:`publish_checkpoint`); a failure retracts the epoch snapshot until the
+restored job has state again (:meth:`retract_epoch`). Publishing swaps one reference, so
+queries never hold up the driver loop. A lookup pins the newest snapshot once and answers
+every key of the request from it (:meth:`lookup`), so a batch is one consistent cut.
+
+Which names are queryable comes from the subtasks themselves: every ack lists the states
+registered on its keyed backends with their ``set_queryable`` names
+(``SubtaskAck.keyed_states``), as Flink's tasks register their KvStates.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from streamstate.errors import (
+    StateMigrationError,
+    StateNotAvailableYetError,
+    StateNotQueryableError,
+    UnknownKvStateError,
+    WrongKeyTypeError,
+)
+from streamstate.runtime.keygroups import (
+    compute_key_group_for_serialized_key,
+    compute_key_group_range_for_operator_index,
+)
+from streamstate.runtime.protocol import Lineage, SubtaskAck
+from streamstate.runtime.queryable.serving import (
+    QueryableOperator,
+    ServingCache,
+    ServingSnapshot,
+    StaleSnapshot,
+)
+from streamstate.runtime.serializers.base import TypeSerializer
+from streamstate.runtime.state.format.serializers import restore_serializer
+
+__all__ = [
+    "AS_OF",
+    "QueryAnswer",
+    "QueryableStateService",
+    "check_key_type",
+    "checkpoint_lineages",
+    "queryable_operators",
+    "service_of",
+]
+
+#: job id -> the service of every job running in this process
+_LIVE: dict[str, QueryableStateService] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+def service_of(job_id: str) -> QueryableStateService | None:
+    """The queryable-state service of job ``job_id`` if it runs in this process."""
+    with _LIVE_LOCK:
+        return _LIVE.get(job_id)
+
+
+#: what an answer may be as of
+AS_OF = ("epoch", "checkpoint")
+
+#: a request re-pins to a newer snapshot at most this many times (a copy moved ahead)
+MAX_REPINS = 8
+
+
+@dataclass(frozen=True)
+class QueryAnswer:
+    """The values of one request and the cut they are as of."""
+
+    values: list[Any]
+    as_of: str
+    epoch: int
+    attempt: int
+    checkpoint_id: int | None
+
+
+@dataclass(frozen=True)
+class _Registered:
+    uid: str
+    state_name: str
+    kind: str
+
+
+class QueryableStateService:
+    """See the module docstring. Thread-safe: the driver publishes, query threads look up."""
+
+    def __init__(
+        self, job_id: str, operators: Mapping[str, QueryableOperator], max_entries: int = 512
+    ) -> None:
+        self.job_id = job_id
+        self.operators = dict(operators)
+        self._lock = threading.Lock()
+        self._snapshots: dict[str, ServingSnapshot | None] = dict.fromkeys(AS_OF)
+        #: queryable name -> where it lives; keyed state names without a queryable name
+        self._queryable: dict[str, _Registered] = {}
+        self._plain: dict[str, _Registered] = {}
+        self._why_unavailable = "the job has not completed an epoch yet"
+        self.caches = {a: ServingCache(max_entries) for a in AS_OF}
+        with _LIVE_LOCK:
+            _LIVE[job_id] = self
+
+    # -- driver side ----------------------------------------------------------------------
+    def register_states(self, acks: Iterable[SubtaskAck]) -> None:
+        """Learn the (queryable) keyed states the subtasks registered."""
+        queryable, plain = {}, {}
+        for a in acks:
+            for uid, states in a.keyed_states.items():
+                for name, kind, qname in states:
+                    if name.startswith("_timer_state/"):
+                        continue
+                    reg = _Registered(uid, name, kind)
+                    if qname is not None:
+                        queryable[qname] = reg
+                    plain[name] = reg
+        if queryable.keys() - self._queryable.keys() or plain.keys() - self._plain.keys():
+            with self._lock:
+                self._queryable = {**self._queryable, **queryable}
+                self._plain = {**self._plain, **plain}
+
+    def publish_epoch(
+        self, epoch: int, attempt: int, lineages: Mapping[tuple[str, int], Lineage]
+    ) -> None:
+        """Epoch ``epoch`` is complete: its lineages answer ``as_of="epoch"`` from now on."""
+        snap = ServingSnapshot(
+            "epoch",
+            epoch,
+            attempt,
+            None,
+            {k: v for k, v in lineages.items() if k[0] in self.operators},
+            self.operators,
+        )
+        with self._lock:
+            self._snapshots["epoch"] = snap
+
+    def publish_checkpoint(
+        self,
+        checkpoint_id: int,
+        epoch: int,
+        attempt: int,
+        lineages: Mapping[tuple[str, int], Lineage],
+    ) -> None:
+        """A checkpoint completed (or was restored): it answers ``as_of="checkpoint"``."""
+        snap = ServingSnapshot(
+            "checkpoint",
+            epoch,
+            attempt,
+            checkpoint_id,
+            {k: v for k, v in lineages.items() if k[0] in self.operators},
+            self.operators,
+        )
+        with self._lock:
+            self._snapshots["checkpoint"] = snap
+
+    def retract_epoch(self, why: str) -> None:
+        """The job failed: the latest epoch may be rolled back; answer nothing as of an
+        epoch until the restored job publishes again (checkpoint answers go on)."""
+        with self._lock:
+            self._snapshots["epoch"] = None
+            self._why_unavailable = why
+
+    def close(self) -> None:
+        """The job ended: forget it and release the serving copies."""
+        with _LIVE_LOCK:
+            if _LIVE.get(self.job_id) is self:
+                del _LIVE[self.job_id]
+        for c in self.caches.values():
+            c.clear()
+
+    # -- query side -----------------------------------------------------------------------
+    def snapshot(self, as_of: str) -> ServingSnapshot | None:
+        with self._lock:
+            return self._snapshots.get(as_of)
+
+    def queryable_names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._queryable)
+
+    def resolve(self, name: str) -> tuple[QueryableOperator, str, str]:
+        """``(operator, state name, kind)`` of queryable state ``name``, or a typed error."""
+        with self._lock:
+            reg = self._queryable.get(name)
+            plain = self._plain.get(name)
+            known = sorted(self._queryable)
+            started = bool(self._plain) or any(s is not None for s in self._snapshots.values())
+        if reg is None:
+            if plain is not None:
+                raise StateNotQueryableError(
+                    f"state {name!r} of operator {plain.uid!r} (job {self.job_id}) is not "
+                    f"queryable: call descriptor.set_queryable({name!r}) before getting the "
+                    f"state, or use keyed_stream.as_queryable_state(...)"
+                )
+            if not started:
+                raise StateNotAvailableYetError(
+                    f"job {self.job_id} has not completed an epoch yet, so no state is known "
+                    f"to be queryable; retry shortly"
+                )
+            raise UnknownKvStateError(
+                f"job {self.job_id} has no state queryable as {name!r}; queryable states: "
+                f"{', '.join(repr(k) for k in known) or 'none'}"
+            )
+        op = self.operators.get(reg.uid)
+        if op is None:
+            raise UnknownKvStateError(f"state {name!r} lives in no keyed operator of the job")
+        return op, reg.state_name, reg.kind
+
+    def decode_keys(
+        self, op: QueryableOperator, key_type: Mapping[str, Any] | None, blobs: Sequence[bytes]
+    ) -> list[Any]:
+        """The keys a remote client sent, serialized with its key type's serializer."""
+        if key_type is None:
+            raise WrongKeyTypeError("the request carries no key type")
+        try:
+            ser = restore_serializer(dict(key_type), "<key>")
+        except (StateMigrationError, KeyError, TypeError, ValueError) as e:
+            raise WrongKeyTypeError(f"the key type of the request is unknown here: {e}") from e
+        check_key_type(op, ser)
+        try:
+            return [ser.deserialize(b) for b in blobs]
+        except Exception as e:  # any decoding failure is a bad key from the client
+            raise WrongKeyTypeError(f"a key of the request cannot be decoded: {e}") from e
+
+    def lookup(
+        self,
+        name: str,
+        keys: Sequence[Any],
+        as_of: str = "epoch",
+        kind: str | None = None,
+    ) -> QueryAnswer:
+        """The values of ``keys`` in queryable state ``name``, all as of one snapshot."""
+        if as_of not in AS_OF:
+            raise ValueError(f"as_of must be one of {AS_OF}, got {as_of!r}")
+        op, state_name, state_kind = self.resolve(name)
+        if kind is not None and kind != state_kind:
+            raise WrongKeyTypeError(
+                f"queryable state {name!r} is {state_kind} state, but the request's descriptor "
+                f"is for {kind} state; query it with a {state_kind} state descriptor"
+            )
+        groups = []
+        for k in keys:
+            try:
+                kb = op.key_serializer.serialize(k)
+            except Exception as e:  # a key the job's key serializer rejects
+                raise WrongKeyTypeError(
+                    f"key {k!r} cannot be serialized with the key serializer of operator "
+                    f"{op.uid!r} ({op.key_serializer.name}): {e}"
+                ) from e
+            groups.append(compute_key_group_for_serialized_key(kb, op.max_parallelism))
+        cache = self.caches[as_of]
+        for _ in range(MAX_REPINS):
+            snap = self.snapshot(as_of)
+            if snap is None:
+                raise StateNotAvailableYetError(self._unavailable(as_of))
+            try:
+                values = [
+                    cache.read(snap, op, state_name, state_kind, k, kg)
+                    for k, kg in zip(keys, groups, strict=True)
+                ]
+            except StaleSnapshot:
+                continue
+            except (OSError, FileNotFoundError) as e:
+                # the snapshot's files were superseded meanwhile: a newer one is published
+                if self.snapshot(as_of) is snap:
+                    raise StateNotAvailableYetError(
+                        f"the state of job {self.job_id} as of {as_of} {snap.epoch} cannot be "
+                        f"read ({e}); retry shortly"
+                    ) from e
+                continue
+            return QueryAnswer(values, as_of, snap.epoch, snap.attempt, snap.checkpoint_id)
+        raise StateNotAvailableYetError(
+            f"the state of job {self.job_id} moved on {MAX_REPINS} times during one request; "
+            f"retry (or query as_of='checkpoint', which changes less often)"
+        )
+
+    def _unavailable(self, as_of: str) -> str:
+        if as_of == "checkpoint":
+            return (
+                f"job {self.job_id} has no completed checkpoint yet (enable checkpointing, or "
+                f"query as_of='epoch')"
+            )
+        return f"job {self.job_id}: {self._why_unavailable}; retry shortly"
+
+
+def check_key_type(op: QueryableOperator, given: TypeSerializer) -> None:
+    """The key type of a request must be the job's (any, when the job declared none)."""
+    job = op.key_serializer
+    if job.name == "default_key":
+        return  # undeclared key type: keys are encoded by value, whatever type the client names
+    if job.snapshot_configuration().to_dict() != given.snapshot_configuration().to_dict():
+        raise WrongKeyTypeError(
+            f"operator {op.uid!r} is keyed by {job.name} (params "
+            f"{job.snapshot_configuration().params}), but the request's key type is "
+            f"{given.name} (params {given.snapshot_configuration().params}); pass the key "
+            f"type of the job's key_by(..., key_type=...)"
+        )
+
+
+def queryable_operators(plan: Any, settings: Any) -> dict[str, QueryableOperator]:
+    """Every keyed operator of ``plan`` as the query server sees it."""
+    return {
+        n.uid: QueryableOperator(
+            n.uid,
+            n.name,
+            st.parallelism,
+            st.max_parallelism,
+            st.key_serializer,
+            settings.backend_name,
+            dict(settings.backend_options),
+        )
+        for st in plan.stages
+        for n in st.nodes.values()
+        if n.keyed
+    }
+
+
+def checkpoint_lineages(
+    md: Any, operators: Mapping[str, QueryableOperator]
+) -> dict[tuple[str, int], Lineage]:
+    """The lineage of every keyed subtask at checkpoint ``md`` (its own handles: with
+    in-memory storage they live in the driver), at the running plan's parallelism."""
+    out: dict[tuple[str, int], Lineage] = {}
+    if md is None:
+        return out
+    token = (-1, int(md.properties.get("epoch", 0)))
+    for uid, op in operators.items():
+        ops = md.operator_states.get(uid)
+        handles = [h for s in (ops.subtasks if ops else ()) for h in s.keyed]
+        for i in range(op.parallelism):
+            rng = compute_key_group_range_for_operator_index(op.max_parallelism, op.parallelism, i)
+            out[(uid, i)] = Lineage(token, tuple(h for h in handles if h.intersects(rng)), ())
+    return out

@@ -1,0 +1,228 @@
+"""Serving copies: keyed state as of one published snapshot, per key group (or subtask).
+
+A lookup for key ``k`` of operator ``uid`` goes to the *serving copy* of the range owning
+``k``'s key group: a keyed backend restored from the lineage (base snapshots + deltas) that
+the snapshot records for the owning subtask, restricted to that range. Heap state is served
+per key group (the base's section of that key group is read with a range read, each delta
+applies only its entries of that key group); RocksDB per subtask (the epoch version's files
+are opened by a RocksDB backend on local disk, not loaded into memory).
+
+A copy follows its subtask forward: when a newer snapshot has the same base and more deltas,
+only the new deltas are applied (the "epoch's delta applied to a serving copy"); a new base
+(a full version, a checkpoint, a restore) rebuilds it. A copy never goes back: a request
+pinned to an older snapshot than the copy's raises :class:`StaleSnapshot`, and the caller
+answers the whole request again from the newest snapshot, so one answer never mixes epochs.
+
+The copies are held in an LRU of ``max_entries`` (least recently used disposed first), so
+the memory they take is bounded by the configuration, never the whole state by design.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamstate.errors import StateMigrationError
+from streamstate.runtime.keygroups import (
+    KeyGroupRange,
+    compute_key_group_range_for_operator_index,
+    compute_operator_index_for_key_group,
+)
+from streamstate.runtime.protocol import Lineage, Token
+from streamstate.runtime.serializers.base import TypeSerializer
+from streamstate.runtime.state import ttl
+from streamstate.runtime.state.registry import create_keyed_backend
+from streamstate.runtime.state_reader import passthrough_descriptor
+
+__all__ = ["QueryableOperator", "ServingCache", "ServingSnapshot", "StaleSnapshot", "read_one"]
+
+
+class StaleSnapshot(Exception):
+    """The serving copy is already ahead of the request's snapshot: re-pin and retry."""
+
+
+@dataclass(frozen=True)
+class QueryableOperator:
+    """What the query server needs to know of one keyed operator of the running plan."""
+
+    uid: str
+    name: str
+    parallelism: int
+    max_parallelism: int
+    key_serializer: TypeSerializer
+    backend_name: str
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def subtask_of(self, key_group: int) -> int:
+        return compute_operator_index_for_key_group(
+            self.max_parallelism, self.parallelism, key_group
+        )
+
+    def serving_range(self, key_group: int) -> KeyGroupRange:
+        """The range one serving copy holds: a key group (heap), the subtask's (RocksDB)."""
+        if self.backend_name == "rocksdb":
+            return compute_key_group_range_for_operator_index(
+                self.max_parallelism, self.parallelism, self.subtask_of(key_group)
+            )
+        return KeyGroupRange(key_group, key_group)
+
+
+@dataclass(frozen=True)
+class ServingSnapshot:
+    """An immutable view of one completed epoch or checkpoint: every keyed subtask's lineage.
+
+    Published by the driver after it folded an epoch's acks (``as_of="epoch"``) or completed
+    (or restored) a checkpoint (``as_of="checkpoint"``); never changed afterwards."""
+
+    as_of: str
+    epoch: int
+    attempt: int
+    checkpoint_id: int | None
+    #: (operator uid, subtask) -> the lineage of that subtask's state at this epoch
+    lineages: Mapping[tuple[str, int], Lineage]
+    operators: Mapping[str, QueryableOperator]
+
+
+def read_one(state: Any, kind: str) -> Any:
+    """The value of the current key of ``state`` as a query answers it."""
+    if kind == "value":
+        return state.value()
+    if kind == "list":
+        got = state.get()
+        return None if got is None else list(got) or None
+    if kind == "map":
+        return dict(state.items()) or None
+    return state.get()  # reducing / aggregating
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b, strict=True))
+
+
+class _Entry:
+    """One serving copy; every use holds :attr:`lock`."""
+
+    def __init__(self, op: QueryableOperator, rng: KeyGroupRange) -> None:
+        self.op = op
+        self.range = rng
+        self.lock = threading.Lock()
+        self.backend: Any = None
+        self.base: tuple[Any, ...] = ()
+        self.deltas: tuple[Any, ...] = ()
+        self.token: Token = (-1, -1)
+        #: state name -> (state handle, whether it is stored with TTL)
+        self.states: dict[str, tuple[Any, bool]] = {}
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.dispose()
+        self.backend = None
+        self.states = {}
+
+    def advance(self, lin: Lineage) -> None:
+        """Bring the copy to ``lin`` (forward only; :class:`StaleSnapshot` when behind)."""
+        if self.backend is not None and _same(self.base, lin.base):
+            k = len(self.deltas)
+            if len(lin.deltas) >= k and _same(self.deltas, lin.deltas[:k]):
+                for d in lin.deltas[k:]:
+                    self.backend.apply_delta(d.read())
+                self.deltas = lin.deltas
+                self.token = max(self.token, lin.token)
+                return
+        if self.backend is not None and lin.token < self.token:
+            raise StaleSnapshot()
+        self.close()
+        op = self.op
+        backend = create_keyed_backend(
+            op.backend_name,
+            operator_name=f"{op.name} (queryable)",
+            key_group_range=self.range,
+            max_parallelism=op.max_parallelism,
+            key_serializer=op.key_serializer,
+            **dict(op.backend_options),
+        )
+        try:
+            if lin.base:
+                backend.restore(list(lin.base))
+            for d in lin.deltas:
+                backend.apply_delta(d.read())
+        except BaseException:
+            backend.dispose()
+            raise
+        self.backend, self.base, self.deltas, self.token = backend, lin.base, lin.deltas, lin.token
+
+    def read(self, state_name: str, kind: str, key: Any, key_group: int) -> Any:
+        entry = self.states.get(state_name)
+        if entry is None:
+            plain = passthrough_descriptor(state_name, kind)
+            try:
+                entry = (self.backend.get_partitioned_state(plain), False)
+            except StateMigrationError:
+                # written with TTL: read the stored form, unwrap below (nothing expires here)
+                stored = ttl.stored_form_descriptor(plain)
+                entry = (self.backend.get_partitioned_state(stored), True)
+            self.states[state_name] = entry
+        handle, with_ttl = entry
+        self.backend.set_current_key(key, key_group)
+        value = read_one(handle, kind)
+        if with_ttl:
+            value = ttl.unwrap_stored(passthrough_descriptor(state_name, kind), value)
+        return value
+
+
+class ServingCache:
+    """The serving copies of one kind of snapshot (epoch or checkpoint), an LRU."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max(1, int(max_entries))
+        self._entries: OrderedDict[tuple[str, int, int], _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+        #: how many copies were built (restored) and advanced by deltas: for tests, metrics
+        self.builds = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _entry(self, op: QueryableOperator, rng: KeyGroupRange) -> _Entry:
+        key = (op.uid, rng.start, rng.end)
+        victims: list[_Entry] = []
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry.op != op:
+                entry = self._entries[key] = _Entry(op, rng)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                victims.append(self._entries.popitem(last=False)[1])
+        for v in victims:
+            with v.lock:
+                v.close()
+        return entry
+
+    def read(
+        self,
+        snap: ServingSnapshot,
+        op: QueryableOperator,
+        state_name: str,
+        kind: str,
+        key: Any,
+        key_group: int,
+    ) -> Any:
+        """``key``'s value of state ``state_name`` as of ``snap`` (StaleSnapshot: re-pin)."""
+        lin = snap.lineages[(op.uid, op.subtask_of(key_group))]
+        entry = self._entry(op, op.serving_range(key_group))
+        with entry.lock:
+            if entry.backend is None or not _same(entry.base, lin.base):
+                self.builds += 1
+            entry.advance(lin)
+            return entry.read(state_name, kind, key, key_group)
+
+    def clear(self) -> None:
+        with self._lock:
+            entries = list(self._entries.values())
+            self._entries.clear()
+        for e in entries:
+            with e.lock:
+                e.close()
