@@ -36,7 +36,7 @@ from typing import Any
 
 FORMAT_VERSION = 1
 
-#: the DataStream side of PyFlink: pyflink.common and pyflink.datastream, and the
+#: the DataStream side of PyFlink: pyflink.common, pyflink.datastream, pyflink.metrics and the
 #: connectors that make sense without a JVM (file system, number sequence)
 MODULES = [
     "pyflink.common",
@@ -76,6 +76,7 @@ MODULES = [
     "pyflink.datastream.connectors.base",
     "pyflink.datastream.connectors.file_system",
     "pyflink.datastream.connectors.number_seq",
+    "pyflink.metrics",
 ]
 
 _KINDS = {

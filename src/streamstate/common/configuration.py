@@ -9,6 +9,7 @@ does not parse. :func:`parse_duration_ms` reads Flink's duration strings
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime as _dt
 import re
@@ -132,17 +133,69 @@ class Configuration:
     configuration or a mapping (values are converted to Flink's string forms).
     """
 
-    def __init__(self, other: Configuration | Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, other: Configuration | Mapping[str, Any] | None = None, j_configuration: Any = None
+    ) -> None:
         self._data: dict[str, str] = {}
+        if other is None and j_configuration is not None:
+            other = j_configuration
         if isinstance(other, Configuration):
             self._data.update(other._data)
         elif other is not None:
             for k, v in other.items():
                 self.set(k, v)
 
+    @classmethod
+    def from_dict(cls, map: Mapping[str, Any]) -> Configuration:  # PyFlink's parameter name
+        return cls(map)
+
+    def get_bytearray(self, key: str, default_value: bytes | bytearray) -> bytearray:
+        """Bytes stored with :meth:`set_bytearray` (kept base64-encoded, as Flink prints them)."""
+        raw = self._data.get(key)
+        if raw is None:
+            return bytearray(default_value)
+        try:
+            return bytearray(base64.b64decode(raw, validate=True))
+        except (ValueError, TypeError) as e:
+            raise ConfigurationError(f"{key!r} = {raw!r} is not a base64 byte array: {e}") from e
+
+    def set_bytearray(self, key: str, value: bytes | bytearray) -> Configuration:
+        if not isinstance(value, (bytes, bytearray)):
+            raise ConfigurationError(f"set_bytearray({key!r}) needs bytes, got {value!r}")
+        self._data[self._check_key(key)] = base64.b64encode(bytes(value)).decode("ascii")
+        return self
+
     @staticmethod
-    def from_dict(values: Mapping[str, Any]) -> Configuration:
-        return Configuration(values)
+    def parse_list_value(value: str) -> list[str]:
+        """Flink's list syntax: ``a;b;c``, a part quoted with ``'`` or ``"`` may contain
+        ``;`` (a doubled quote inside quotes is one quote)."""
+        out: list[str] = []
+        buf: list[str] = []
+        quote: str | None = None
+        i = 0
+        while i < len(value):
+            c = value[i]
+            if quote is not None:
+                if c == quote and value[i + 1 : i + 2] == quote:
+                    buf.append(c)
+                    i += 1
+                elif c == quote:
+                    quote = None
+                else:
+                    buf.append(c)
+            elif c in "'\"" and not "".join(buf).strip():
+                quote, buf = c, []
+            elif c == ";":
+                out.append("".join(buf).strip())
+                buf = []
+            else:
+                buf.append(c)
+            i += 1
+        if quote is not None:
+            raise ConfigurationError(f"unclosed quote in list value {value!r}")
+        if buf or out:
+            out.append("".join(buf).strip())
+        return out
 
     # -- PyFlink API ----------------------------------------------------------------------------
 
@@ -225,8 +278,17 @@ class Configuration:
         With a ``bool``/``int``/``float`` default the stored string is parsed as
         that type; with a ``timedelta``/``Time``/``Duration`` default it is
         parsed as a duration and returned as a ``timedelta``; otherwise the raw
-        string (or ``default`` when the key is absent) is returned.
+        string (or ``default`` when the key is absent) is returned. ``key`` may be a
+        :class:`~streamstate.common.config_options.ConfigOption`: its type parses the
+        value and its default is the default.
         """
+        option_key = getattr(key, "key", None)
+        if callable(option_key):
+            raw = self._data.get(option_key())
+            if raw is None:
+                return key.default_value() if default is None else default  # type: ignore[attr-defined]  # a ConfigOption (it has key())
+            parse = _PARSERS.get(key.value_type())  # type: ignore[attr-defined]  # a ConfigOption
+            return raw if parse is None else parse(option_key(), raw)
         raw = self._data.get(key)
         if raw is None:
             return default
@@ -234,7 +296,11 @@ class Configuration:
         return raw if parse is None else parse(key, raw)
 
     def set(self, key: str, value: Any) -> Configuration:
-        """Store ``value`` in Flink's string form (bools as ``true``/``false``, durations in ms)."""
+        """Store ``value`` in Flink's string form (bools as ``true``/``false``, durations in ms);
+        ``key`` may be a ``ConfigOption``."""
+        option_key = getattr(key, "key", None)
+        if callable(option_key):
+            key = option_key()
         self._data[self._check_key(key)] = _to_config_string(value)
         return self
 

@@ -95,6 +95,23 @@ class Row:
             return dict(zip(self._fields, self._values, strict=True))
         return {k: _as_plain(v) for k, v in zip(self._fields, self._values, strict=True)}
 
+    @staticmethod
+    def of_kind(row_kind: RowKind, *args: Any, **kwargs: Any) -> Row:
+        """A row of the given kind (``Row.of_kind(RowKind.DELETE, 1, "x")``)."""
+        row = Row(*args, **kwargs)
+        row.set_row_kind(row_kind)
+        return row
+
+    def get_fields_by_names(self, names: Sequence[str]) -> list[Any]:
+        """The values of the named fields, in the order of ``names``."""
+        fields = self.get_field_names()
+        if fields is None:
+            raise ValueError(f"this row has no field names, so it has none of {list(names)}")
+        unknown = [n for n in names if n not in fields]
+        if unknown:
+            raise ValueError(f"Field names {unknown} not exist in {fields}.")
+        return [self[n] for n in names]
+
     def get_row_kind(self) -> RowKind:
         return self._row_kind
 

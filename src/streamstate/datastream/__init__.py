@@ -22,6 +22,9 @@ from streamstate.datastream.data_stream import (
     WindowedStream,
 )
 from streamstate.datastream.execution_mode import RuntimeExecutionMode
+from streamstate.datastream.externalized_checkpoint_retention import (
+    ExternalizedCheckpointRetention,
+)
 from streamstate.datastream.functions import (
     AggregateFunction,
     AllWindowFunction,
@@ -50,6 +53,7 @@ from streamstate.datastream.functions import (
     WindowFunction,
 )
 from streamstate.datastream.output_tag import OutputTag
+from streamstate.datastream.slot_sharing_group import MemorySize, SlotSharingGroup
 from streamstate.datastream.state import StateTtlConfig
 from streamstate.datastream.state_backend import (
     EmbeddedRocksDBStateBackend,
@@ -128,6 +132,7 @@ __all__ = [
     "EventTimeTrigger",
     "ExecutionConfig",
     "ExternalizedCheckpointCleanup",
+    "ExternalizedCheckpointRetention",
     "FileSystemCheckpointStorage",
     "FilterFunction",
     "FlatMapFunction",
@@ -143,6 +148,7 @@ __all__ = [
     "KeyedStream",
     "ListCheckpointed",
     "MapFunction",
+    "MemorySize",
     "MemoryStateBackend",
     "MergingWindowAssigner",
     "NeverTrigger",
@@ -161,6 +167,7 @@ __all__ = [
     "RuntimeExecutionMode",
     "SessionWindowTimeGapExtractor",
     "SinkFunction",
+    "SlotSharingGroup",
     "SlidingEventTimeWindows",
     "SlidingProcessingTimeWindows",
     "SourceFunction",

@@ -280,6 +280,12 @@ class DataStream:
         return self._sink("Sink", partial(_make, SinkFunctionOperator, sink_func))
 
     def sink_to(self, sink: Any) -> DataStreamSink:
+        from streamstate.datastream.connectors.base import SupportsPreprocessing
+
+        if isinstance(sink, SupportsPreprocessing):
+            transformer = sink.get_transformer()
+            if transformer is not None:
+                return DataStream.sink_to(transformer.apply(self), _Prepared(sink))
         parts = getattr(sink, "_sink_parts", None)
         if parts is None:
             raise ConfigurationError(
@@ -539,6 +545,14 @@ from streamstate.datastream._windowed_stream import (  # noqa: E402
     AllWindowedStream,
     WindowedStream,
 )
+
+
+class _Prepared:
+    """A sink whose preprocessing was applied already (``sink_to`` calls it once)."""
+
+    def __init__(self, sink: Any) -> None:
+        self._sink_parts = sink._sink_parts
+
 
 if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
     __getattr__ = unsupported_attribute(__name__)

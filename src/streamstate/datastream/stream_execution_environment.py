@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from streamstate.common._unsupported import unsupported_attribute
 from streamstate.common.configuration import Configuration, parse_duration_ms
+from streamstate.common.execution_config import ExecutionConfig
+from streamstate.common.job_client import JobClient
 from streamstate.common.job_execution_result import JobExecutionResult
-from streamstate.common.job_status import JobStatus
 from streamstate.common.restart_strategy import RestartStrategyConfiguration
-from streamstate.common.savepoint import CompletableFuture, SavepointFormatType
 from streamstate.datastream._spark_sources import SparkSourcesMixin
 from streamstate.datastream.checkpoint_config import CheckpointConfig
 from streamstate.datastream.checkpointing_mode import CheckpointingMode
@@ -29,22 +29,6 @@ from streamstate.runtime.clock import default_clock
 from streamstate.runtime.graph import Transformation, TransformationKind, build_plan
 
 __all__ = ["ExecutionConfig", "JobClient", "StreamExecutionEnvironment"]
-
-
-class ExecutionConfig:
-    """Global job parameters (``RuntimeContext.get_job_parameter``)."""
-
-    def __init__(self) -> None:
-        self._params: dict[str, str] = {}
-
-    def set_global_job_parameters(
-        self, global_job_parameters_dict: dict[str, str]
-    ) -> ExecutionConfig:
-        self._params = {str(k): str(v) for k, v in global_job_parameters_dict.items()}
-        return self
-
-    def get_global_job_parameters(self) -> dict[str, str]:
-        return dict(self._params)
 
 
 def _cli_defaults() -> Configuration:
@@ -71,8 +55,6 @@ class StreamExecutionEnvironment(SparkSourcesMixin):
         if configuration:
             self._configuration.add_all(Configuration(configuration))
         self._spark = spark
-        self._parallelism: int | None = None
-        self._max_parallelism: int | None = None
         self._checkpoint_config = CheckpointConfig()
         self._state_backend: StateBackend = HashMapStateBackend()
         self._restart_strategy: RestartStrategyConfiguration | None = None
@@ -125,30 +107,27 @@ class StreamExecutionEnvironment(SparkSourcesMixin):
         return self._configuration
 
     def set_parallelism(self, parallelism: int) -> StreamExecutionEnvironment:
-        if not isinstance(parallelism, int) or parallelism < 1:
-            raise ConfigurationError(f"parallelism must be a positive int, got {parallelism!r}")
-        self._parallelism = parallelism
+        self._execution_config.set_parallelism(parallelism)
         return self
 
     def get_parallelism(self) -> int:
-        if self._parallelism is not None:
-            return self._parallelism
-        return max(1, min(os.cpu_count() or 1, 8))
+        p = self._execution_config.get_parallelism()
+        return p if p > 0 else max(1, min(os.cpu_count() or 1, 8))
 
     def set_max_parallelism(self, max_parallelism: int) -> StreamExecutionEnvironment:
-        from streamstate.runtime.keygroups import UPPER_BOUND_MAX_PARALLELISM
-
-        if not 1 <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
-            raise ConfigurationError(
-                f"max parallelism must be in [1, {UPPER_BOUND_MAX_PARALLELISM}], got {max_parallelism}"
-            )
-        self._max_parallelism = max_parallelism
+        self._execution_config.set_max_parallelism(max_parallelism)
         return self
 
     def get_max_parallelism(self) -> int:
         from streamstate.runtime.keygroups import compute_default_max_parallelism
 
-        return self._max_parallelism or compute_default_max_parallelism(self.get_parallelism())
+        mp = self._max_parallelism
+        return mp or compute_default_max_parallelism(self.get_parallelism())
+
+    @property
+    def _max_parallelism(self) -> int | None:
+        mp = self._execution_config.get_max_parallelism()
+        return mp if mp > 0 else None
 
     def set_runtime_mode(self, execution_mode: RuntimeExecutionMode) -> StreamExecutionEnvironment:
         self._runtime_mode = execution_mode
@@ -360,6 +339,8 @@ def _build_executor(env: StreamExecutionEnvironment, job_name: str | None) -> An
         clock=settings.clock,
     )
     sinks, env._sinks = env._sinks, []
+    if not env._execution_config.has_auto_generated_uids_enabled():
+        _check_explicit_uids(sinks)
     plan = build_plan(sinks, env.get_parallelism(), env._max_parallelism)
     if settings.batch:
         _check_bounded(plan)
@@ -373,6 +354,31 @@ def _build_executor(env: StreamExecutionEnvironment, job_name: str | None) -> An
     )
 
 
+def _check_explicit_uids(sinks: list[Transformation]) -> None:
+    """``disable_auto_generated_uids()``: every operator needs ``.uid(...)`` (Flink's rule)."""
+    seen: dict[int, Transformation] = {}
+    stack = list(sinks)
+    while stack:
+        t = stack.pop()
+        if t.id not in seen:
+            seen[t.id] = t
+            stack.extend(t.inputs)
+    missing = [
+        t.name
+        for _, t in sorted(seen.items())
+        if t.kind not in _NO_OPERATOR and not (t.uid or t.uid_hash)
+    ]
+    if missing:
+        names = ", ".join(repr(n) for n in missing)
+        raise ConfigurationError(
+            f"operators {names} have no uid and auto-generated uids are disabled "
+            f"(ExecutionConfig.disable_auto_generated_uids()): call .uid('...') on each"
+        )
+
+
+_NO_OPERATOR = (TransformationKind.UNION, TransformationKind.PARTITION, TransformationKind.SIDE_OUTPUT)
+
+
 def _check_bounded(plan: Any) -> None:
     """BATCH mode needs bounded sources (Flink refuses an unbounded one, as here)."""
     for st in plan.sources:
@@ -384,89 +390,6 @@ def _check_bounded(plan: Any) -> None:
                 f"(from_collection, from_sequence, a FileSource without monitor_continuously) "
                 f"or env.set_runtime_mode(RuntimeExecutionMode.STREAMING)"
             )
-
-
-class JobClient:
-    """A job started with ``execute_async()`` (PyFlink's ``JobClient``)."""
-
-    def __init__(self, executor: Any, control: Any = None) -> None:
-        import threading
-
-        self._executor = executor
-        self._control = control
-        self._result: JobExecutionResult | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, name=f"streamstate-{executor.job_id}", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._result = self._executor.run()
-        except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
-            self._error = e
-        finally:
-            if self._control is not None:
-                self._control.detach()
-
-    def get_job_id(self) -> str:
-        return str(self._executor.job_id)
-
-    def get_job_status(self) -> JobStatus:
-        """The job's current :class:`~streamstate.common.JobStatus`."""
-        return JobStatus(self._executor.status)
-
-    def cancel(self) -> None:
-        """Stop at the next epoch boundary (the retention policy of checkpoints applies)."""
-        self._executor.cancel()
-
-    def get_job_execution_result(self, timeout: float | None = None) -> JobExecutionResult:
-        """Wait for the job to end; re-raises its failure."""
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise TimeoutError(f"job {self.get_job_id()} still running after {timeout} s")
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-    def trigger_savepoint(
-        self,
-        savepoint_directory: str | None = None,
-        format_type: SavepointFormatType = SavepointFormatType.CANONICAL,
-    ) -> CompletableFuture:
-        """Take a savepoint at the next epoch boundary; the job goes on. The future's
-        result is the savepoint's directory (under ``savepoint_directory``, default
-        ``execution.checkpointing.savepoint-dir``)."""
-        return CompletableFuture(
-            self._executor.trigger_savepoint(
-                savepoint_directory, native=format_type is SavepointFormatType.NATIVE
-            )
-        )
-
-    def stop_with_savepoint(
-        self,
-        advance_to_end_of_event_time: bool = False,
-        savepoint_directory: str | None = None,
-        format_type: SavepointFormatType = SavepointFormatType.CANONICAL,
-    ) -> CompletableFuture:
-        """Take a savepoint and end the job with it (FINISHED): what the savepoint covers
-        is committed, so a job restored from it writes nothing twice.
-        ``advance_to_end_of_event_time`` first sends the final watermark (every event-time
-        timer fires), as at the end of input."""
-        return CompletableFuture(
-            self._executor.trigger_savepoint(
-                savepoint_directory,
-                native=format_type is SavepointFormatType.NATIVE,
-                stop=True,
-                advance_to_end_of_event_time=advance_to_end_of_event_time,
-            )
-        )
-
-    @property
-    def epochs_completed(self) -> int:
-        return int(self._executor.epoch)
 
 
 REBUILD_INSTANCES = "execution.runner.local.rebuild-instances"

@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING
 
 from streamstate.common._unsupported import install_unsupported, unsupported_attribute
+from streamstate.datastream.connectors.base import DeliveryGuarantee, Sink, Source
 from streamstate.datastream.connectors.collect import CollectSink, DiscardingSink
 from streamstate.datastream.connectors.file_system import (
     FileSink,
@@ -15,12 +16,15 @@ from streamstate.datastream.connectors.number_seq import NumberSequenceSource
 
 __all__ = [
     "CollectSink",
+    "DeliveryGuarantee",
     "DiscardingSink",
     "FileSink",
     "FileSource",
     "NumberSequenceSource",
     "OutputFileConfig",
     "RollingPolicy",
+    "Sink",
+    "Source",
     "StreamFormat",
 ]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from streamstate.common._unsupported import unsupported_attribute
+from streamstate.datastream.connectors.base import Sink, Source
 from streamstate.errors import ConfigurationError
 
 __all__ = [
@@ -157,7 +158,7 @@ class FileSourceBuilder:
         return FileSource(self._format, self._paths, self._monitor_ms)
 
 
-class FileSource:
+class FileSource(Source):
     def __init__(
         self, stream_format: StreamFormat, paths: list[str], monitor_ms: int | None
     ) -> None:
@@ -173,7 +174,7 @@ class FileSource:
         return self._source
 
 
-class FileSink:
+class FileSink(Sink):
     """Row-format file sink with exactly-once commits (see the module docstring)."""
 
     def __init__(

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from streamstate.datastream.connectors.base import Source
+
 __all__ = ["NumberSequenceSource"]
 
 
-class NumberSequenceSource:
+class NumberSequenceSource(Source):
     """The numbers ``start`` to ``end`` inclusive, read in parallel, position checkpointed."""
 
     def __init__(self, start: int, end: int) -> None:
