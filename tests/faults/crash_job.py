@@ -21,13 +21,13 @@ import sys
 from typing import Any
 
 from streamstate.common import Configuration, Encoder, Types
-from streamstate.connectors import sinks
+from streamstate.connectors import file_sink
 from streamstate.datastream import (
     ExternalizedCheckpointCleanup,
     KeyedProcessFunction,
     StreamExecutionEnvironment,
 )
-from streamstate.datastream.connectors import FileSink
+from streamstate.datastream.connectors import FileSink, RollingPolicy
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.runtime.checkpoint import coordinator, storage
 from streamstate.testing import TickingClock
@@ -72,15 +72,15 @@ def complete(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 coordinator.CheckpointCoordinator.complete = complete  # type: ignore[method-assign]
-_commit_one = sinks.FileCommitter._commit_one
+_commit_one = file_sink.FileCommitter._commit_one
 
 
-def commit_one(tmp: str, final: str) -> None:
-    _commit_one(tmp, final)
+def commit_one(tmp: str, final: str, cleanup: Any = ()) -> None:
+    _commit_one(tmp, final, cleanup)
     hit("commit")
 
 
-sinks.FileCommitter._commit_one = staticmethod(commit_one)  # type: ignore[method-assign]
+file_sink.FileCommitter._commit_one = staticmethod(commit_one)  # type: ignore[method-assign]
 
 
 class RunningSum(KeyedProcessFunction):
@@ -107,7 +107,11 @@ def main(out: str, chk: str) -> None:
     cc.set_num_retained_checkpoints(2)
     cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
     data = [(f"k{i % KEYS}", i) for i in range(RECORDS)]
-    sink = FileSink.for_row_format(out, Encoder.simple_string_encoder()).build()
+    sink = (
+        FileSink.for_row_format(out, Encoder.simple_string_encoder())
+        .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
+        .build()
+    )
     env.from_collection(data).key_by(lambda v: v[0]).process(RunningSum()).sink_to(sink)
     env.execute("crash-job")
 

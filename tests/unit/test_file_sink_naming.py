@@ -11,7 +11,12 @@ import pytest
 from streamstate.common import Configuration
 from streamstate.common.serialization import Encoder
 from streamstate.datastream import StreamExecutionEnvironment
-from streamstate.datastream.connectors import FileSink, OutputFileConfig, RollingPolicy
+from streamstate.datastream.connectors import (
+    BucketAssigner,
+    FileSink,
+    OutputFileConfig,
+    RollingPolicy,
+)
 from streamstate.errors import ConfigurationError
 
 
@@ -24,6 +29,7 @@ def _run(out: Path, n: int, chk: Path, builder_fn=None, parallelism: int = 2) ->
     env.enable_checkpointing(3_600_000)
     env.get_checkpoint_config().set_checkpoint_storage_dir(str(chk))
     builder = FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
+    builder = builder.with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
     if builder_fn is not None:
         builder = builder_fn(builder)
     env.from_sequence(1, n).sink_to(builder.build())
@@ -78,11 +84,12 @@ def test_default_rolling_policy_part_size_rolls_files(tmp_path):
     assert policy.rollover_interval_ms == 60_000 and policy.inactivity_interval_ms == 30_000
 
 
-def test_on_checkpoint_rolling_policy_one_file_per_epoch(tmp_path):
+def test_on_checkpoint_rolling_policy_one_file_per_checkpoint(tmp_path):
     out = tmp_path / "out"
     policy = RollingPolicy.on_checkpoint_rolling_policy()
     _run(out, 250, tmp_path / "chk", lambda b: b.with_rolling_policy(policy), parallelism=1)
-    assert len(list(out.iterdir())) == 3  # epochs of 100, 100, 50 records
+    # the only checkpoint is the final one: epochs of 100, 100 and 50 records, one part
+    assert len(list(out.iterdir())) == 1
     assert sorted(_lines(out), key=int) == [str(i) for i in range(1, 251)]
 
 

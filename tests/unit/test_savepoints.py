@@ -55,7 +55,10 @@ def job(
         ds = ds.map(lambda v: f"{v[0]},{v[1]},-")
     if extra_operator:
         ds = ds.key_by(lambda s: s.split(",")[0]).process(RunningSum2()).uid("new-op")
-    ds.sink_to(FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build())
+    # the FileSink keeps its open parts in operator state: a stable uid, as in Flink
+    ds.sink_to(FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build()).uid(
+        "files"
+    )
     return env
 
 

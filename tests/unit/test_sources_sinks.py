@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from streamstate.common import Configuration
 from streamstate.common.serialization import Encoder
 from streamstate.connectors.collection import CollectionSource
+from streamstate.connectors.file_sink import FileCommitter
 from streamstate.connectors.files import TextLineFileSource
 from streamstate.connectors.sequence import SequenceSource
-from streamstate.connectors.sinks import CollectCommitter, FileCommitter
+from streamstate.connectors.sinks import CollectCommitter
 from streamstate.datastream import MapFunction, StreamExecutionEnvironment
-from streamstate.datastream.connectors import FileSink
+from streamstate.datastream.connectors import BucketAssigner, FileSink, RollingPolicy
 from streamstate.errors import ConfigurationError
 
 # -- a driver loop over a source, as the executor runs it -----------------------------------
@@ -277,8 +278,8 @@ def test_file_committer_commit_renames_and_is_idempotent(tmp_path):
     c = FileCommitter()
     p1 = _tmp_part(tmp_path, "part-0-1", "one\n")
     p2 = _tmp_part(tmp_path, "part-1-1", "two\n")
-    c.prepare(1, [[p1], None, [p2]])
-    assert c.snapshot(1) == [p1, p2]
+    c.prepare(1, [[p1], None, [p2]])  # results of earlier versions: [tmp, final] pairs
+    assert c.snapshot(1) == [[*p1, []], [*p2, []]]
     assert not os.path.exists(p1[1])
     c.commit(1)
     assert Path(p1[1]).read_text() == "one\n" and Path(p2[1]).read_text() == "two\n"
@@ -302,7 +303,7 @@ def test_file_committer_abort_deletes_later_epochs(tmp_path):
     p2 = _tmp_part(tmp_path, "part-0-2", "two\n")
     c.prepare(1, [[p1]])
     c.prepare(2, [[p2]])
-    assert c.snapshot(1) == [p1]
+    assert c.snapshot(1) == [[*p1, []]]
     c.abort(1)
     assert not os.path.exists(p2[0]) and not os.path.exists(p2[1])
     c.commit(5)
@@ -350,8 +351,13 @@ def test_file_sink_end_to_end(tmp_path, checkpointing):
         # the first periodic checkpoint is an hour away: only the final one commits
         env.enable_checkpointing(3_600_000)
         env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    sink = FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build()
-    env.from_sequence(1, 30).map(VisibleParts(str(out), str(log))).sink_to(sink)
+    builder = FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
+    builder = builder.with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
+    if not checkpointing:
+        # parts of 2 records: they roll within the epochs and are committed at the epoch ends
+        policy = RollingPolicy.default_rolling_policy(part_size=5)
+        builder = builder.with_rolling_policy(policy)
+    env.from_sequence(1, 30).map(VisibleParts(str(out), str(log))).sink_to(builder.build())
     result = env.execute("file-sink")
 
     seen = [json.loads(line) for line in log.read_text().splitlines()]
@@ -361,7 +367,7 @@ def test_file_sink_end_to_end(tmp_path, checkpointing):
         assert all(v == [] for v in seen)
         assert result.get_accumulator_result("checkpoints") >= 1
     else:
-        # without checkpointing an epoch's parts are committed at its end
+        # without checkpointing an epoch's rolled parts are committed at its end
         assert seen[0] == [] and any(v for v in seen)
     names = sorted(f.name for f in out.iterdir())
     assert names and all(n.startswith("part-") for n in names), names  # no in-progress leftovers

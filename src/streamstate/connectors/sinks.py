@@ -1,9 +1,8 @@
-"""Sinks: print, discard, user ``SinkFunction``, collect (transactional) and files (2PC)."""
+"""Sinks: print, discard, user ``SinkFunction``, collect (transactional); files: file_sink.py."""
 
 from __future__ import annotations
 
 import sys
-import uuid
 from typing import Any
 
 from streamstate.connectors.base import SinkCommitter
@@ -13,8 +12,6 @@ __all__ = [
     "CollectCommitter",
     "CollectSinkOperator",
     "DiscardingSinkOperator",
-    "FileCommitter",
-    "FileSinkOperator",
     "PrintSinkOperator",
     "SinkFunctionOperator",
 ]
@@ -159,116 +156,3 @@ class CollectCommitter(SinkCommitter):
     def abort(self, after_epoch: int) -> None:
         for e in [e for e in self.pending if e > after_epoch]:
             del self.pending[e]
-
-
-class FileSinkOperator(StreamOperator):
-    """Row-format file sink: each epoch's records go to hidden in-progress files.
-
-    Part files are named as in Flink: ``<prefix>-<uuid>-<n><suffix>`` (``OutputFileConfig``,
-    default prefix ``part``), where the uuid is drawn once per subtask instance and ``n``
-    counts that instance's part files, so two jobs (or a restored job) writing into one
-    directory never overwrite each other's files. A part file rolls at every epoch end
-    (checkpoint) and, with ``part_size``, whenever it would exceed that many bytes. The
-    driver's :class:`FileCommitter` renames each in-progress file to its final name once a
-    checkpoint covers the epoch (two-phase commit), so readers of the directory never see
-    uncommitted or replayed data.
-    """
-
-    def __init__(
-        self,
-        base_path: str,
-        encoder: Any,
-        part_prefix: str = "part",
-        part_suffix: str = "",
-        part_size: int | None = None,
-    ) -> None:
-        super().__init__()
-        self.base_path = base_path.rstrip("/")
-        self.encoder = encoder
-        self.part_prefix = part_prefix
-        self.part_suffix = part_suffix
-        self.part_size = part_size
-        self.lines: list[bytes] = []
-        self.uid = str(uuid.uuid4())
-        self.counter = 0
-
-    def process_batch(self, batch: list[Any]) -> list[Any]:
-        enc = self.encoder.encode
-        self.lines.extend(enc(v) for v in batch)
-        return []
-
-    def _chunks(self) -> list[bytes]:
-        if not self.part_size:
-            return [b"".join(self.lines)]
-        chunks: list[bytes] = []
-        cur: list[bytes] = []
-        size = 0
-        for line in self.lines:
-            if cur and size + len(line) > self.part_size:
-                chunks.append(b"".join(cur))
-                cur, size = [], 0
-            cur.append(line)
-            size += len(line)
-        if cur:
-            chunks.append(b"".join(cur))
-        return chunks
-
-    def sink_result(self) -> Any:
-        import fsspec
-
-        if not self.lines:
-            return None
-        pairs = []
-        for data in self._chunks():
-            name = f"{self.part_prefix}-{self.uid}-{self.counter}{self.part_suffix}"
-            self.counter += 1
-            final = f"{self.base_path}/{name}"
-            tmp = f"{self.base_path}/.{name}.{uuid.uuid4().hex}.inprogress"
-            fs, path = fsspec.core.url_to_fs(tmp)
-            fs.makedirs(fs._parent(path), exist_ok=True)
-            with fs.open(path, "wb") as f:
-                f.write(data)
-            pairs.append([tmp, final])
-        self.lines = []
-        return pairs
-
-
-class FileCommitter(SinkCommitter):
-    def __init__(self) -> None:
-        self.pending: dict[int, list[list[str]]] = {}
-
-    def prepare(self, epoch: int, results: list[Any]) -> None:
-        # a subtask reports a list of [tmp, final] pairs (one per part file it rolled)
-        self.pending.setdefault(epoch, []).extend(pair for r in results if r for pair in r)
-
-    @staticmethod
-    def _commit_one(tmp: str, final: str) -> None:
-        import fsspec
-
-        fs, tpath = fsspec.core.url_to_fs(tmp)
-        _, fpath = fsspec.core.url_to_fs(final)
-        if fs.exists(tpath):
-            fs.mv(tpath, fpath)  # idempotent: a second commit finds nothing to move
-
-    def commit(self, up_to_epoch: int) -> None:
-        for e in sorted(e for e in self.pending if e <= up_to_epoch):
-            for tmp, final in self.pending.pop(e):
-                self._commit_one(tmp, final)
-
-    def abort(self, after_epoch: int) -> None:
-        import fsspec
-
-        for e in [e for e in self.pending if e > after_epoch]:
-            for tmp, _ in self.pending.pop(e):
-                fs, p = fsspec.core.url_to_fs(tmp)
-                if fs.exists(p):
-                    fs.rm(p)
-
-    def snapshot(self, up_to_epoch: int) -> Any:
-        return [
-            pair for e, pairs in sorted(self.pending.items()) if e <= up_to_epoch for pair in pairs
-        ]
-
-    def restore(self, state: Any) -> None:
-        for tmp, final in state or []:
-            self._commit_one(tmp, final)

@@ -80,7 +80,7 @@ class EpochLoop:
             if (
                 final
                 and not self.checkpointing
-                and (state.end_of_input_sent or not self.plan.has_keyed_operators())
+                and (state.end_of_input_sent or not self.plan.needs_end_of_input())
             ):
                 self._commit_all(state.epoch)
                 return
@@ -144,10 +144,14 @@ class EpochLoop:
                 self.state.epoch,
             )
             now = self.clock()
-            self._run_one_epoch(self.coordinator.trigger(now), now, notify_only=True)
+            self._run_one_epoch(self.coordinator.trigger(now), now, notify_only=True, ending=True)
 
     def _run_one_epoch(
-        self, pending: PendingCheckpoint | None, started_ms: int, notify_only: bool = False
+        self,
+        pending: PendingCheckpoint | None,
+        started_ms: int,
+        notify_only: bool = False,
+        ending: bool = False,
     ) -> int:
         """Run epoch ``epoch + 1``; returns how many records the sources read.
 
@@ -176,6 +180,7 @@ class EpochLoop:
             finished,
             tuple(self.notifications),
             savepoint=(pending.checkpoint_id, savepoint) if pending and savepoint else None,
+            ending=ending or (savepoint is not None and savepoint.stop),
         )
         delivered = len(self.notifications)
         try:

@@ -178,6 +178,16 @@ class ExecutionPlan:
         must reach them)."""
         return any(n.keyed for s in self.stages for n in s.nodes.values())
 
+    def needs_end_of_input(self) -> bool:
+        """Whether the final watermark must reach an operator: keyed operators (timers,
+        windows) and operators that close something at the end of the input (FileSink)."""
+        return self.has_keyed_operators() or any(
+            getattr(n.factory(), "needs_end_of_input", False)
+            for s in self.stages
+            for n in s.nodes.values()
+            if n.factory is not None
+        )
+
     def listens_to_checkpoints(self) -> bool:
         """Whether any operator wants checkpoint notifications (builds each operator once,
         without opening it)."""

@@ -176,6 +176,7 @@ class JobState:
         finished: dict[int, bool],
         notifications: tuple[tuple[str, int], ...],
         savepoint: tuple[int, Any] | None = None,
+        ending: bool = False,
     ) -> dict[int, EpochSpec]:
         """One :class:`EpochSpec` per stage for epoch ``epoch`` (plans the sources' slices)."""
         especs: dict[int, EpochSpec] = {}
@@ -209,6 +210,7 @@ class JobState:
                 savepoint_id=savepoint[0] if savepoint else None,
                 savepoint=savepoint[1] if savepoint else None,
                 attempt_start_epoch=self.attempt_start_epoch,
+                ending=ending,
             )
         return especs
 

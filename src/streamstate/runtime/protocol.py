@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a message changes shape; driver and workers must agree on it.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # v3: EpochSpec.ending
 
 #: The destination index of acks that go back to the driver (leaf stages).
 DRIVER = -1
@@ -160,6 +160,9 @@ class EpochSpec:
     #: the epoch this attempt started after (0 on a fresh start, the restored checkpoint's
     #: epoch after a restore): a subtask rebuilt in a later epoch moved without a failure
     attempt_start_epoch: int = 0
+    #: the job ends after this epoch's checkpoint (a stop, e.g. execution.epoch.max-epochs):
+    #: sinks close what they keep open (the FileSink rolls its in-progress parts)
+    ending: bool = False
 
     @property
     def previous_token(self) -> Token:

@@ -275,8 +275,9 @@ def run_stage_partition(
         ts_aware = inst.ts_aware
         checks = inst.output_checks
         now = epoch_spec.processing_time_ms
-        if now is not None:
-            for ctx in inst.contexts:
+        for ctx in inst.contexts:
+            ctx.ending = epoch_spec.ending
+            if now is not None:
                 ctx.processing_time = now
 
         def push(node: OpNode, batch: list[Any], ts: list[Any] | None, side: int = 0) -> None:

@@ -6,6 +6,7 @@ from streamstate.common._unsupported import install_unsupported, unsupported_att
 from streamstate.datastream.connectors.base import DeliveryGuarantee, Sink, Source
 from streamstate.datastream.connectors.collect import CollectSink, DiscardingSink
 from streamstate.datastream.connectors.file_system import (
+    BucketAssigner,
     FileSink,
     FileSource,
     OutputFileConfig,
@@ -15,6 +16,7 @@ from streamstate.datastream.connectors.file_system import (
 from streamstate.datastream.connectors.number_seq import NumberSequenceSource
 
 __all__ = [
+    "BucketAssigner",
     "CollectSink",
     "DeliveryGuarantee",
     "DiscardingSink",

@@ -14,10 +14,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from streamstate.common._unsupported import unsupported_attribute
+from streamstate.connectors.buckets import (
+    BasePathBucketAssigner,
+    BucketAssigner,
+    DateTimeBucketAssigner,
+)
 from streamstate.datastream.connectors.base import Sink, Source
 from streamstate.errors import ConfigurationError
 
 __all__ = [
+    "BasePathBucketAssigner",
+    "BucketAssigner",
+    "BulkWriterFactory",
+    "DateTimeBucketAssigner",
     "DefaultRollingPolicy",
     "FileSink",
     "FileSource",
@@ -74,9 +83,11 @@ class OutputFileConfig:
 
 
 class RollingPolicy:
-    """When a part file rolls (is closed and becomes pending). Epoch ends always roll."""
+    """When a part file rolls (in-progress -> pending; visible once a checkpoint covering
+    it completes). Evaluated at record and epoch boundaries (see docs/architecture.md)."""
 
-    part_size: int | None = None
+    def _rules(self) -> Any:
+        raise NotImplementedError
 
     @staticmethod
     def default_rolling_policy(
@@ -84,6 +95,9 @@ class RollingPolicy:
         rollover_interval: Any = 60 * 1000,
         inactivity_interval: Any = 60 * 1000,
     ) -> DefaultRollingPolicy:
+        """Rolls a part when it reached ``part_size`` bytes, is older than
+        ``rollover_interval`` or was not written to for ``inactivity_interval``
+        (durations: ``timedelta``, ``Duration`` or milliseconds)."""
         return DefaultRollingPolicy(part_size, rollover_interval, inactivity_interval)
 
     @staticmethod
@@ -92,9 +106,10 @@ class RollingPolicy:
 
 
 class DefaultRollingPolicy(RollingPolicy):
-    """Rolls at ``part_size`` bytes and at every epoch end. The intervals (``timedelta``
-    or milliseconds) are validated; epochs end sooner than Flink's one-minute default,
-    so they never roll a file later than Flink would (see docs/limitations.md)."""
+    """Part size (checked before every record), rollover and inactivity intervals
+    (checked against the epoch's processing time before its first record and at its
+    end); a part also rolls when the input ends. A checkpoint does not roll a part
+    that is below ``part_size`` (as in Flink): it stays in progress across checkpoints."""
 
     def __init__(self, part_size: int, rollover_interval: Any, inactivity_interval: Any) -> None:
         from streamstate.common.time import to_millis
@@ -107,10 +122,30 @@ class DefaultRollingPolicy(RollingPolicy):
         self.part_size = part_size
         self.rollover_interval_ms = to_millis(rollover_interval)
         self.inactivity_interval_ms = to_millis(inactivity_interval)
+        for what, ms in (
+            ("rollover_interval", self.rollover_interval_ms),
+            ("inactivity_interval", self.inactivity_interval_ms),
+        ):
+            if ms <= 0:
+                raise ConfigurationError(
+                    f"DefaultRollingPolicy {what} must be positive, got {ms} ms"
+                )
+
+    def _rules(self) -> Any:
+        from streamstate.connectors.file_sink import RollingRules
+
+        return RollingRules(
+            self.part_size, self.rollover_interval_ms, self.inactivity_interval_ms, False
+        )
 
 
 class OnCheckpointRollingPolicy(RollingPolicy):
-    """Rolls at every checkpoint (epoch end) only."""
+    """Rolls at every checkpoint (and when the input ends) only."""
+
+    def _rules(self) -> Any:
+        from streamstate.connectors.file_sink import RollingRules
+
+        return RollingRules(on_checkpoint=True)
 
 
 class StreamFormat:
@@ -174,72 +209,192 @@ class FileSource(Source):
         return self._source
 
 
+def _check_assigner(assigner: Any) -> BucketAssigner:
+    if not isinstance(assigner, BucketAssigner):
+        raise ConfigurationError(
+            f"with_bucket_assigner() needs a BucketAssigner, got {type(assigner).__name__}; use "
+            f"BucketAssigner.date_time_bucket_assigner(...), "
+            f"BucketAssigner.base_path_bucket_assigner() or a subclass with get_bucket_id()"
+        )
+    return assigner
+
+
+def _check_config(output_file_config: Any) -> OutputFileConfig:
+    if not isinstance(output_file_config, OutputFileConfig):
+        raise ConfigurationError(
+            f"with_output_file_config() needs an OutputFileConfig, got "
+            f"{type(output_file_config).__name__}"
+        )
+    return output_file_config
+
+
 class FileSink(Sink):
-    """Row-format file sink with exactly-once commits (see the module docstring)."""
+    """Exactly-once file sink (Flink's ``FileSink``): records go into buckets (sub-
+    directories chosen by a ``BucketAssigner``, hourly ``DateTimeBucketAssigner`` by
+    default) under the base path; part files roll by the ``RollingPolicy`` and become
+    visible when a checkpoint covering them completes (see the module docstring)."""
 
     def __init__(
         self,
         base_path: str,
-        encoder: Any,
+        part_format: Any,
         output_file_config: OutputFileConfig | None = None,
         rolling_policy: RollingPolicy | None = None,
+        bucket_assigner: BucketAssigner | None = None,
     ) -> None:
         self.base_path = str(base_path)
-        self.encoder = encoder
+        self.part_format = part_format
         self.output_file_config = output_file_config or OutputFileConfig()
-        self.rolling_policy = rolling_policy or RollingPolicy.default_rolling_policy()
+        self.rolling_policy = rolling_policy or (
+            OnCheckpointRollingPolicy()
+            if part_format.bulk
+            else RollingPolicy.default_rolling_policy()
+        )
+        self.bucket_assigner = bucket_assigner or DateTimeBucketAssigner()
 
     @staticmethod
-    def for_row_format(base_path: str, encoder: Any) -> FileSinkBuilder:
-        return FileSinkBuilder(base_path, encoder)
+    def for_row_format(base_path: str, encoder: Any) -> FileSink.RowFormatBuilder:
+        return FileSink.RowFormatBuilder(base_path, encoder)
+
+    @staticmethod
+    def for_bulk_format(base_path: str, writer_factory: Any) -> FileSink.BulkFormatBuilder:
+        """Bulk-encoded part files, e.g. ``ParquetBulkWriters.for_row_type(...)``
+        (``streamstate.datastream.formats.parquet``); they roll on every checkpoint."""
+        if not isinstance(writer_factory, BulkWriterFactory):
+            raise ConfigurationError(
+                f"for_bulk_format() needs a BulkWriterFactory such as "
+                f"ParquetBulkWriters.for_row_type(...), got {type(writer_factory).__name__}"
+            )
+        return FileSink.BulkFormatBuilder(base_path, writer_factory)
 
     def _sink_parts(self) -> tuple[str, Any, Any]:
         from functools import partial
 
-        from streamstate.connectors.sinks import FileCommitter, FileSinkOperator
+        from streamstate.connectors.file_sink import FileCommitter, FileSinkOperator
 
+        prefix = self.output_file_config.get_part_prefix()
+        base = self.base_path
         return (
             "FileSink",
             partial(
                 FileSinkOperator,
-                self.base_path,
-                self.encoder,
-                self.output_file_config.get_part_prefix(),
+                base,
+                self.part_format,
+                prefix,
                 self.output_file_config.get_part_suffix(),
-                self.rolling_policy.part_size,
+                self.rolling_policy._rules(),
+                self.bucket_assigner,
             ),
-            lambda exactly_once: FileCommitter(),
+            lambda exactly_once: FileCommitter(base, prefix),
         )
 
+    class RowFormatBuilder:
+        """Builder of a row-format FileSink (``FileSink.for_row_format``)."""
 
-class FileSinkBuilder:
-    def __init__(self, base_path: str, encoder: Any) -> None:
-        self._base_path = base_path
-        self._encoder = encoder
-        self._config: OutputFileConfig | None = None
-        self._policy: RollingPolicy | None = None
+        def __init__(self, base_path: str, encoder: Any) -> None:
+            self._base_path = base_path
+            self._encoder = encoder
+            self._config: OutputFileConfig | None = None
+            self._policy: RollingPolicy | None = None
+            self._assigner: BucketAssigner | None = None
+            self._check_interval_ms = 60_000
 
-    def with_rolling_policy(self, policy: RollingPolicy) -> FileSinkBuilder:
-        if not isinstance(policy, RollingPolicy):
-            raise ConfigurationError(
-                f"with_rolling_policy() needs a RollingPolicy, got {type(policy).__name__}; use "
-                f"RollingPolicy.default_rolling_policy(...) or "
-                f"RollingPolicy.on_checkpoint_rolling_policy()"
+        def with_bucket_check_interval(self, interval: int) -> FileSink.RowFormatBuilder:
+            """Accepted for PyFlink compatibility: time-based rolling is checked at every
+            epoch boundary (see ``DefaultRollingPolicy``)."""
+            self._check_interval_ms = int(interval)
+            return self
+
+        def with_bucket_assigner(
+            self, bucket_assigner: BucketAssigner
+        ) -> FileSink.RowFormatBuilder:
+            self._assigner = _check_assigner(bucket_assigner)
+            return self
+
+        def with_rolling_policy(self, policy: RollingPolicy) -> FileSink.RowFormatBuilder:
+            if not isinstance(policy, RollingPolicy):
+                raise ConfigurationError(
+                    f"with_rolling_policy() needs a RollingPolicy, got {type(policy).__name__}; "
+                    f"use RollingPolicy.default_rolling_policy(...) or "
+                    f"RollingPolicy.on_checkpoint_rolling_policy()"
+                )
+            self._policy = policy
+            return self
+
+        def with_output_file_config(
+            self, output_file_config: OutputFileConfig
+        ) -> FileSink.RowFormatBuilder:
+            self._config = _check_config(output_file_config)
+            return self
+
+        def build(self) -> FileSink:
+            from streamstate.connectors.file_sink import RowPartFormat
+
+            return FileSink(
+                self._base_path,
+                RowPartFormat(self._encoder),
+                self._config,
+                self._policy,
+                self._assigner,
             )
-        self._policy = policy
-        return self
 
-    def with_output_file_config(self, output_file_config: OutputFileConfig) -> FileSinkBuilder:
-        if not isinstance(output_file_config, OutputFileConfig):
-            raise ConfigurationError(
-                f"with_output_file_config() needs an OutputFileConfig, got "
-                f"{type(output_file_config).__name__}"
+    class BulkFormatBuilder:
+        """Builder of a bulk-format FileSink (``FileSink.for_bulk_format``)."""
+
+        def __init__(self, base_path: str, writer_factory: BulkWriterFactory) -> None:
+            self._base_path = base_path
+            self._factory = writer_factory
+            self._config: OutputFileConfig | None = None
+            self._assigner: BucketAssigner | None = None
+
+        def with_bucket_check_interval(self, interval: int) -> FileSink.BulkFormatBuilder:
+            """Accepted for PyFlink compatibility (bulk parts roll on checkpoints)."""
+            return self
+
+        def with_bucket_assigner(
+            self, bucket_assigner: BucketAssigner
+        ) -> FileSink.BulkFormatBuilder:
+            self._assigner = _check_assigner(bucket_assigner)
+            return self
+
+        def with_rolling_policy(self, policy: RollingPolicy) -> FileSink.BulkFormatBuilder:
+            if not isinstance(policy, OnCheckpointRollingPolicy):
+                raise ConfigurationError(
+                    f"a bulk-format FileSink rolls on checkpoints only (as in Flink): "
+                    f"with_rolling_policy() needs RollingPolicy.on_checkpoint_rolling_policy(), "
+                    f"got {type(policy).__name__}"
+                )
+            return self
+
+        def with_output_file_config(
+            self, output_file_config: OutputFileConfig
+        ) -> FileSink.BulkFormatBuilder:
+            self._config = _check_config(output_file_config)
+            return self
+
+        def build(self) -> FileSink:
+            return FileSink(
+                self._base_path,
+                self._factory._part_format(),
+                self._config,
+                OnCheckpointRollingPolicy(),
+                self._assigner,
             )
-        self._config = output_file_config
-        return self
 
-    def build(self) -> FileSink:
-        return FileSink(self._base_path, self._encoder, self._config, self._policy)
+
+#: the builder's name before PyFlink's nested ``FileSink.RowFormatBuilder``
+FileSinkBuilder = FileSink.RowFormatBuilder
+
+
+class BulkWriterFactory:
+    """Writes records into part files in bulk (Flink's ``BulkWriter.Factory``); built by
+    ``ParquetBulkWriters.for_row_type``."""
+
+    def __init__(self, part_format: Any) -> None:
+        self._format = part_format
+
+    def _part_format(self) -> Any:
+        return self._format
 
 
 if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors

@@ -71,6 +71,8 @@ class OperatorContext(RuntimeContext):
         self.processing_time = 0
         #: the job runs in BATCH mode (one epoch ending with the final watermark)
         self.batch = False
+        #: the job ends after this epoch's checkpoint (EpochSpec.ending)
+        self.ending = False
 
     def get_task_name(self) -> str:
         return self.task_name
