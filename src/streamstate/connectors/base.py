@@ -61,6 +61,12 @@ class Source(ABC):
     def is_finished(self, state: Any) -> bool:
         """True once a bounded source has nothing left to read (always False when unbounded)."""
 
+    def finishes_within(self, state: Any, parallelism: int, budget: int) -> bool:
+        """Whether an epoch planned from ``state`` (``budget`` records per reader) reads
+        everything that is left. The driver then ends that same epoch with the final
+        watermark instead of running one more epoch for it. False when unknown."""
+        return False
+
     def prepare_worker(self) -> None:  # noqa: B027 - optional hook
         """Called once per worker process before the first ``read`` (e.g. load a broadcast)."""
 

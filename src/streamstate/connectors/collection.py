@@ -58,3 +58,6 @@ class CollectionSource(Source):
 
     def is_finished(self, state: Any) -> bool:
         return bool(state["offset"] >= len(self.elements))
+
+    def finishes_within(self, state: Any, parallelism: int, budget: int) -> bool:
+        return bool(len(self.elements) - state["offset"] <= budget)

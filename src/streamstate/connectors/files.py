@@ -43,6 +43,10 @@ def list_files(url: str) -> list[str]:
     return out
 
 
+#: ``finishes_within`` looks up the sizes of at most this many unread files
+_SIZE_LOOKUPS = 64
+
+
 class TextLineFileSource(Source):
     bounded = True
 
@@ -125,3 +129,18 @@ class TextLineFileSource(Source):
 
     def is_finished(self, state: Any) -> bool:
         return self.bounded and all(f[2] for f in state["files"])
+
+    def finishes_within(self, state: Any, parallelism: int, budget: int) -> bool:
+        """Bounded and at most ``budget`` bytes left per reader (a line is at least one
+        byte, so those lines fit in the budget). Sizes are looked up for at most
+        ``_SIZE_LOOKUPS`` unread files per epoch (else: unknown, False)."""
+        pending = [(i, f[0], f[1]) for i, f in enumerate(state["files"]) if not f[2]]
+        if not self.bounded or len(pending) > _SIZE_LOOKUPS:
+            return False
+        import fsspec
+
+        left = [0] * parallelism
+        for i, path, offset in pending:
+            fs, p = fsspec.core.url_to_fs(path)
+            left[i % parallelism] += max(0, int(fs.size(p)) - int(offset))
+        return max(left, default=0) <= budget

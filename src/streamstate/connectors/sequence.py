@@ -57,3 +57,9 @@ class SequenceSource(Source):
 
     def is_finished(self, state: Any) -> bool:
         return all(lo >= hi for lo, hi in state["splits"])
+
+    def finishes_within(self, state: Any, parallelism: int, budget: int) -> bool:
+        left = [0] * parallelism
+        for i, (lo, hi) in enumerate(state["splits"]):
+            left[i % parallelism] += max(0, hi - lo)
+        return max(left, default=0) <= budget

@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streamstate.common.job_status import JobStatus
 from streamstate.errors import CheckpointError
 from streamstate.runtime.checkpoint.coordinator import PendingCheckpoint
-from streamstate.runtime.graph import ExecutionPlan
+from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.job_state import source_uid
 from streamstate.runtime.protocol import SubtaskAck
 from streamstate.runtime.queryable.service import checkpoint_lineages
@@ -162,7 +162,7 @@ class EpochLoop:
         epoch = state.epoch + 1
         full = pending is None and (epoch - state.last_full_epoch) >= self.settings.full_every
         finished = {
-            st.id: st.source.is_finished(state.source_states[source_uid(st)])
+            st.id: self._reads_to_end(st, state.source_states[source_uid(st)], notify_only)
             for st in self.plan.sources
         }
         savepoint = pending.target if pending is not None and pending.is_savepoint else None
@@ -218,6 +218,18 @@ class EpochLoop:
         )
         self.lifecycle.notify("on_epoch", stats)
         return stats.source_records
+
+    def _reads_to_end(self, st: Stage, source_state: Any, notify_only: bool) -> bool:
+        """The source is exhausted, or this epoch reads all it has left: the epoch ends
+        with its final watermark (timers then fire with the state of the same epoch, as
+        in Flink, where a small bounded job ends milliseconds after its last record)."""
+        if st.source.is_finished(source_state):
+            return True
+        if notify_only:
+            return False
+        return bool(
+            st.source.finishes_within(source_state, st.parallelism, self.settings.epoch_records)
+        )
 
     def _absorb(
         self, epoch: int, acks: Iterable[SubtaskAck], notify_only: bool = False
