@@ -23,9 +23,11 @@ from typing import Any
 
 from streamstate.connectors.base import Source
 from streamstate.errors import ConfigurationError, StreamStateError
+from streamstate.runtime.operators.base import StreamOperator
 
 __all__ = [
     "MAGIC",
+    "StagedRowsSinkOperator",
     "StagedRowsSource",
     "StagedSplit",
     "read_staged_rows",
@@ -160,3 +162,32 @@ class StagedRowsSource(Source):
         return all(
             pos >= count for (_, count), pos in zip(self.splits, state["positions"], strict=True)
         )
+
+
+class StagedRowsSinkOperator(StreamOperator):
+    """Worker half of a sink that Spark writes on the driver (``SparkTableSink``): each
+    subtask stages its epoch's records in one file under ``staging_dir`` and reports the
+    file's path (named ``<token>-<subtask>-<uuid>.rows``, the token being the sink's, so its
+    committer finds what failed epochs left); the driver-side committer turns the staged files of the epochs a
+    checkpoint covers into one Spark write."""
+
+    def __init__(self, staging_dir: str, token: str) -> None:
+        super().__init__()
+        self.staging_dir = staging_dir.rstrip("/")
+        self.token = token
+        self.buffer: list[Any] = []
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        self.buffer.extend(batch)
+        return []
+
+    def sink_result(self) -> Any:
+        if not self.buffer:
+            return None
+        import uuid
+
+        assert self.ctx is not None
+        rows, self.buffer = self.buffer, []
+        path = f"{self.staging_dir}/{self.token}-{self.ctx.subtask_index}-{uuid.uuid4().hex}.rows"
+        write_staged_rows(path, rows)
+        return path

@@ -292,6 +292,9 @@ class DataStream:
                 f"sink_to() takes a sink such as FileSink or CollectSink, got {type(sink).__name__}; "
                 f"use add_sink() for a SinkFunction"
             )
+        bind = getattr(sink, "_bind_input_type", None)
+        if bind is not None and self._t.output_type is not None:
+            bind(self._t.output_type)
         name, factory, committer = parts()
         return self._sink(name, factory, committer)
 
@@ -314,7 +317,6 @@ class DataStream:
         self._env.execute(job_execution_name or "collect")
         results = sink.get_results()
         return CloseableIterator(results) if limit is None else results[:limit]
-
 
     def to_dataframe(
         self, job_execution_name: str | None = None, type_info: Any = None, spark: Any = None

@@ -23,7 +23,9 @@ from streamstate.spark.schema import from_spark, record_schema
 __all__ = [
     "active_spark",
     "default_staging_dir",
+    "plain_record",
     "records_to_dataframe",
+    "schema_of",
     "stage_dataframe",
     "type_info_of",
 ]
@@ -142,19 +144,17 @@ def records_to_dataframe(records: list[Any], type_info: Any = None, spark: Any =
             "to_dataframe() of an empty stream needs its type: declare output_type=Types... "
             "on the last operator (or pass type_info=)"
         )
+    return session.createDataFrame([plain_record(r) for r in records])
+
+
+def plain_record(r: Any) -> Any:
+    """A record as a pyspark ``Row`` Spark can infer a schema from: a named ``Row`` keeps
+    its names, a tuple's fields are ``f0, f1, ...``, any other value is ``value``."""
     from pyspark.sql import Row as SparkRow
 
-    rows: list[Any] = []
-    for r in records:
-        names = getattr(r, "_fields", None)
-        if names:
-            rows.append(SparkRow(**{n: r[n] for n in names}))
-        elif isinstance(r, tuple | list):
-            rows.append(tuple(r))
-        else:
-            rows.append((r,))
-    if rows and isinstance(rows[0], tuple) and not hasattr(rows[0], "__fields__"):
-        width = len(rows[0])
-        cols = ["value"] if width == 1 and not isinstance(records[0], tuple | list) else None
-        return session.createDataFrame(rows, cols or [f"f{i}" for i in range(width)])
-    return session.createDataFrame(rows)
+    names = getattr(r, "_fields", None)
+    if names:
+        return SparkRow(**{n: r[n] for n in names})
+    if isinstance(r, tuple | list) or hasattr(r, "_values"):
+        return SparkRow(**{f"f{i}": v for i, v in enumerate(r)})
+    return SparkRow(value=r)

@@ -14,6 +14,7 @@ from streamstate.datastream.connectors.file_system import (
     StreamFormat,
 )
 from streamstate.datastream.connectors.number_seq import NumberSequenceSource
+from streamstate.datastream.connectors.spark import SparkTableSink
 
 __all__ = [
     "BucketAssigner",
@@ -27,6 +28,7 @@ __all__ = [
     "RollingPolicy",
     "Sink",
     "Source",
+    "SparkTableSink",
     "StreamFormat",
 ]
 
