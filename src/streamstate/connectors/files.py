@@ -1,4 +1,8 @@
-"""File source: text lines from files under one or more paths (any fsspec URL).
+"""File source: records from the lines of files under one or more paths (any fsspec URL).
+
+Each line goes through the source's line format (``connectors/line_formats.py``): the
+text itself, a CSV record or a JSON object; a format may skip lines (a CSV header,
+comments, blank lines) and their bytes still advance the position.
 
 Every file is a split; its position is a byte offset, so a restored reader
 continues exactly after the last line it had emitted. Files are assigned to
@@ -15,6 +19,7 @@ import posixpath
 from typing import Any
 
 from streamstate.connectors.base import Source
+from streamstate.connectors.line_formats import TextLine
 from streamstate.errors import ConfigurationError, InputFormatError
 
 __all__ = ["TextLineFileSource", "list_files"]
@@ -51,7 +56,11 @@ class TextLineFileSource(Source):
     bounded = True
 
     def __init__(
-        self, paths: list[str], monitor_interval_ms: int | None = None, charset: str = "utf-8"
+        self,
+        paths: list[str],
+        monitor_interval_ms: int | None = None,
+        charset: str = "utf-8",
+        line_format: Any = None,
     ) -> None:
         if not paths:
             raise ConfigurationError("a file source needs at least one path")
@@ -59,6 +68,7 @@ class TextLineFileSource(Source):
         self.monitor_interval_ms = monitor_interval_ms
         self.bounded = monitor_interval_ms is None
         self.charset = charset
+        self.line_format = line_format or TextLine()
 
     def _scan(self) -> list[str]:
         found: list[str] = []
@@ -90,19 +100,26 @@ class TextLineFileSource(Source):
     def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
         import fsspec
 
-        out: list[str] = []
+        out: list[Any] = []
         progress = []
+        decode = self.line_format.decode
+        plain = type(self.line_format) is TextLine  # the common case without a call per line
         for idx, path, offset in assignment:
             if len(out) >= budget:
                 break
             with fsspec.open(path, "rb") as f:
                 f.seek(offset)
                 done = False
+                skip = offset == 0 and self.line_format.skip_first_line
                 while len(out) < budget:
                     line = f.readline()
                     if not line:
                         done = True
                         break
+                    if skip:
+                        skip = False
+                        offset += len(line)
+                        continue
                     try:
                         text = line.decode(self.charset)
                     except UnicodeDecodeError as e:
@@ -112,8 +129,11 @@ class TextLineFileSource(Source):
                             f"({e.reason}). Give the FileSource the file's charset "
                             f"(StreamFormat.text_line_format('ISO-8859-1'), ...) or fix the file"
                         ) from None
+                    if plain:
+                        out.append(text.rstrip("\r\n"))
+                    else:
+                        out.extend(decode(text.rstrip("\r\n"), f"file {path!r}, byte {offset}"))
                     offset += len(line)
-                    out.append(text.rstrip("\r\n"))
                 if not done and not f.read(1):
                     done = True
             progress.append([idx, offset, done])

@@ -149,11 +149,19 @@ class OnCheckpointRollingPolicy(RollingPolicy):
 
 
 class StreamFormat:
-    """A record format read from a file stream; only text lines for now."""
+    """A record format read from a file stream, line by line: text lines
+    (``text_line_format``), CSV (``formats.csv.CsvReaderFormat``) or JSON lines
+    (``formats.json.JsonLinesReaderFormat``)."""
 
-    def __init__(self, kind: str, charset: str) -> None:
+    def __init__(self, kind: str, charset: str = "UTF-8") -> None:
         self.kind = kind
         self.charset = charset
+
+    def _line_format(self) -> Any:
+        """The runtime line format (``connectors/line_formats.py``)."""
+        from streamstate.connectors.line_formats import TextLine
+
+        return TextLine()
 
     @staticmethod
     def text_line_format(charset_name: str = "UTF-8") -> StreamFormat:
@@ -199,7 +207,9 @@ class FileSource(Source):
     ) -> None:
         from streamstate.connectors.files import TextLineFileSource
 
-        self._source = TextLineFileSource(paths, monitor_ms, charset=stream_format.charset)
+        self._source = TextLineFileSource(
+            paths, monitor_ms, charset=stream_format.charset, line_format=stream_format._line_format()
+        )
 
     @staticmethod
     def for_record_stream_format(stream_format: StreamFormat, *paths: str) -> FileSourceBuilder:
