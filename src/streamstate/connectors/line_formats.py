@@ -91,7 +91,7 @@ def _row_converter(row_type: Any, fail_on_missing: bool) -> Callable[[Any], Any]
     def convert(obj: Any) -> Any:
         if not isinstance(obj, dict):
             raise ValueError(f"expected a JSON object for {row_type!r}, got {obj!r}")
-        values = []
+        values: list[Any] = []
         for n, c in zip(names, convs, strict=True):
             if n not in obj:
                 if fail_on_missing:
@@ -103,6 +103,10 @@ def _row_converter(row_type: Any, fail_on_missing: bool) -> Callable[[Any], Any]
         return Row(**dict(zip(names, values, strict=True)))
 
     return convert
+
+
+def _split_list(elem: Callable[[Any], Any], sep: str) -> Callable[[Any], Any]:
+    return lambda s: [elem(x) for x in s.split(sep)] if s else []
 
 
 class TextLine:
@@ -143,11 +147,11 @@ class CsvLines:
 
     def _converters(self) -> list[Callable[[Any], Any]]:
         if self._convs is None:
-            convs = []
+            convs: list[Callable[[Any], Any]] = []
             for _, t, sep in self.columns:
                 if sep is not None:
                     elem = converter(t.element_type)
-                    convs.append(lambda s, e=elem, p=sep: [e(x) for x in s.split(p)] if s else [])
+                    convs.append(_split_list(elem, sep))
                 else:
                     convs.append(converter(t))
             self._convs = convs
@@ -172,7 +176,7 @@ class CsvLines:
                 f"({', '.join(self.names)}): {text[:200]!r}. Fix the line or the CsvSchema "
                 f"(set_column_separator, set_quote_char)"
             )
-        values = []
+        values: list[Any] = []
         for name, raw, conv in zip(self.names, fields, self._converters(), strict=True):
             if raw == self.null_value:
                 values.append(None)
