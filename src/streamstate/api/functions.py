@@ -17,6 +17,7 @@ from streamstate.api.time_domain import TimeDomain
 from streamstate.api.timerservice import TimerService
 
 if TYPE_CHECKING:
+    from streamstate.api.metrics import MetricGroup
     from streamstate.api.output_tag import OutputTag
     from streamstate.api.state import (
         AggregatingState,
@@ -39,6 +40,7 @@ __all__ = [
     "KeySelector",
     "KeyedProcessFunction",
     "MapFunction",
+    "Partitioner",
     "ProcessFunction",
     "ReduceFunction",
     "RuntimeContext",
@@ -71,6 +73,11 @@ class RuntimeContext(ABC):
 
     @abstractmethod
     def get_job_parameter(self, key: str, default_value: str | None) -> str | None: ...
+
+    @abstractmethod
+    def get_metrics_group(self) -> MetricGroup:
+        """The operator's metric group (``streamstate.metrics``): counters, meters,
+        distributions and gauges, summed by the driver over subtasks and epochs."""
 
     @abstractmethod
     def get_state(self, state_descriptor: ValueStateDescriptor) -> ValueState: ...
@@ -139,6 +146,14 @@ class AggregateFunction(Function):
 class KeySelector(Function):
     @abstractmethod
     def get_key(self, value: Any) -> Any: ...
+
+
+class Partitioner(Function):
+    """``ds.partition_custom(partitioner, key_selector)``: the subtask (0 to
+    ``num_partitions - 1``) each record's key goes to."""
+
+    @abstractmethod
+    def partition(self, key: Any, num_partitions: int) -> int: ...
 
 
 class SinkFunction(Function):

@@ -91,12 +91,19 @@ class JobClient:
         )
 
     def get_accumulators(self) -> dict[str, Any]:
-        """The job's user metrics by name (streamstate has no accumulators; counters,
-        meters and gauges registered with ``RuntimeContext.get_metrics_group()`` play that
-        role), summed over subtasks, as of the last completed epoch."""
-        metrics = getattr(self._executor, "metrics", None)
-        user = getattr(metrics, "user_metrics", None)
-        return dict(user() if callable(user) else {})
+        """The job's accumulators so far, as the ``JobExecutionResult`` will have them:
+        record counts per operator, epochs, checkpoints, restarts, ... and the user
+        metrics (``metrics.<operator>.<group>.<name>``, from
+        ``RuntimeContext.get_metrics_group()``), summed over subtasks."""
+        for _ in range(3):  # the job's thread may add an entry while we copy
+            try:
+                acc: dict[str, Any] = self._executor.metrics.accumulators(
+                    self._executor.job_id, None
+                )
+                return acc
+            except RuntimeError:
+                continue
+        return {}
 
     @property
     def epochs_completed(self) -> int:

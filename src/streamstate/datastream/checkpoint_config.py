@@ -292,6 +292,24 @@ class CheckpointConfig:
     def is_force_unaligned_checkpoints(self) -> bool:
         return self._force_unaligned
 
+    def set_aligned_checkpoint_timeout(self, alignment_timeout: Any) -> CheckpointConfig:
+        """Accepted and read back (a ``Duration``, ``timedelta`` or ms); checkpoints here
+        are always aligned at epoch boundaries, so there is no alignment to time out."""
+        self._aligned_timeout = to_millis(alignment_timeout)
+        return self
+
+    def get_aligned_checkpoint_timeout(self) -> Any:
+        from streamstate.common.time import Duration
+
+        return Duration.of_millis(getattr(self, "_aligned_timeout", 0))
+
+    def set_alignment_timeout(self, alignment_timeout: Any) -> CheckpointConfig:
+        """Deprecated alias of :meth:`set_aligned_checkpoint_timeout`."""
+        return self.set_aligned_checkpoint_timeout(alignment_timeout)
+
+    def get_alignment_timeout(self) -> Any:
+        return self.get_aligned_checkpoint_timeout()
+
     def __repr__(self) -> str:
         return (
             f"CheckpointConfig(interval={self._interval}, mode={self._mode.name}, "

@@ -12,6 +12,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from streamstate.common._unsupported import unsupported_attribute
+from streamstate.datastream._stream_methods import (
+    KeyedStreamRefusals,
+    OperatorHints,
+    StreamMethods,
+)
 from streamstate.errors import ConfigurationError
 from streamstate.runtime.graph import (
     KeyingSpec,
@@ -41,7 +46,7 @@ def _make(cls: type, fn: Any) -> Any:
     return cls(fn)
 
 
-class DataStream:
+class DataStream(StreamMethods):
     """A stream of records produced by one transformation."""
 
     #: whether records are partitioned by key (a KeyedStream)
@@ -382,7 +387,7 @@ class CloseableIterator:
         self.close()
 
 
-class KeyedStream(DataStream):
+class KeyedStream(KeyedStreamRefusals, DataStream):
     """A stream partitioned by key; its operators may use keyed state."""
 
     _is_keyed_stream = True
@@ -399,6 +404,11 @@ class KeyedStream(DataStream):
         # a sink after key_by gets the records, still partitioned by key (as in Flink)
         values = DataStream._one_input(self, "KeyedValues", stateless.KeyedValuesOperator)
         return values._sink(name, factory, committer)
+
+    def project(self, *field_indexes: int) -> DataStream:
+        values = DataStream._one_input(self, "KeyedValues", stateless.KeyedValuesOperator)
+        values._t.output_type = self._origin._t.output_type
+        return values.project(*field_indexes)
 
     def _keyed(self, name: str, factory: Callable[[], Any], output_type: Any = None) -> DataStream:
         return self._one_input(name, factory, keyed=True, output_type=output_type)
@@ -512,7 +522,7 @@ class KeyedStream(DataStream):
         return self._no_repartition("broadcast")
 
 
-class DataStreamSink:
+class DataStreamSink(OperatorHints):
     """The sink at the end of a stream (``print``, ``add_sink``, ``sink_to``)."""
 
     def __init__(self, transformation: Transformation) -> None:

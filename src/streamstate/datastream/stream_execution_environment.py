@@ -18,6 +18,7 @@ from streamstate.common.execution_config import ExecutionConfig
 from streamstate.common.job_client import JobClient
 from streamstate.common.job_execution_result import JobExecutionResult
 from streamstate.common.restart_strategy import RestartStrategyConfiguration
+from streamstate.datastream._environment_methods import EnvironmentMethods
 from streamstate.datastream._spark_sources import SparkSourcesMixin
 from streamstate.datastream.checkpoint_config import CheckpointConfig
 from streamstate.datastream.checkpointing_mode import CheckpointingMode
@@ -47,7 +48,7 @@ def _cli_defaults() -> Configuration:
     return Configuration({str(k): str(v) for k, v in values.items()})
 
 
-class StreamExecutionEnvironment(SparkSourcesMixin):
+class StreamExecutionEnvironment(SparkSourcesMixin, EnvironmentMethods):
     """Entry point of a job: sources, settings, ``execute``."""
 
     def __init__(self, configuration: Configuration | None = None, spark: Any = None) -> None:
@@ -112,7 +113,7 @@ class StreamExecutionEnvironment(SparkSourcesMixin):
 
     def get_parallelism(self) -> int:
         p = self._execution_config.get_parallelism()
-        return p if p > 0 else max(1, min(os.cpu_count() or 1, 8))
+        return p if p > 0 else self.get_default_local_parallelism()
 
     def set_max_parallelism(self, max_parallelism: int) -> StreamExecutionEnvironment:
         self._execution_config.set_max_parallelism(max_parallelism)
@@ -195,11 +196,19 @@ class StreamExecutionEnvironment(SparkSourcesMixin):
         return DataStream(self, t)
 
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
-        """A bounded stream of ``collection``'s elements, in order (parallelism 1); with a
-        ``Types.ROW``/``ROW_NAMED`` type info, tuples become :class:`Row` objects (PyFlink)."""
+        """A bounded stream of ``collection``'s elements, in order (parallelism 1).
+
+        With a ``type_info`` the elements are what PyFlink makes of them: each goes through
+        the type's serializer (``Types.FLOAT()`` rounds to 32 bits, ``SQL_TIMESTAMP`` /
+        ``SQL_DATE`` / ``BIG_DEC`` / ``INSTANT`` / arrays keep their Python types), tuples
+        become :class:`Row` objects for ``Types.ROW``/``ROW_NAMED``, a value that does not
+        fit the type is an ``OutputTypeError`` naming it, and ``get_type()`` is the type."""
         from streamstate.connectors.collection import CollectionSource
 
-        return self._source(CollectionSource(_as_rows(collection, type_info)), "Collection Source")
+        elements = _converted(_as_rows(collection, type_info), type_info)
+        ds = self._source(CollectionSource(elements), "Collection Source")
+        ds._t.output_type = type_info
+        return ds
 
     def from_sequence(self, start: int, end: int) -> DataStream:
         """The numbers ``start`` to ``end`` inclusive, read in parallel."""
@@ -443,6 +452,28 @@ def _source_function_wait_ms(configuration: Configuration, default: int) -> int:
         raise ConfigurationError(
             f"execution.epoch.source-function.max-wait-ms must be an integer, got {raw!r}"
         ) from e
+
+
+def _converted(elements: list[Any], type_info: Any) -> list[Any]:
+    """Each element after a round trip through ``type_info``'s serializer (PyFlink's
+    conversions; pickled types are left as they are)."""
+    from streamstate.common.typeinfo import PickledBytesTypeInfo
+    from streamstate.errors import OutputTypeError
+    from streamstate.runtime.serializers.registry import serializer_for
+
+    if type_info is None or isinstance(type_info, PickledBytesTypeInfo):
+        return elements
+    ser = serializer_for(type_info)
+    out = []
+    for i, e in enumerate(elements):
+        try:
+            out.append(ser.deserialize(ser.serialize(e)))
+        except (TypeError, ValueError, OverflowError, AttributeError, KeyError) as err:
+            raise OutputTypeError(
+                f"from_collection: element {i} ({e!r}, a {type(e).__name__}) does not fit "
+                f"the type {type_info!r}: {err}. Give values of that type, or no type_info"
+            ) from err
+    return out
 
 
 def _as_rows(collection: Iterable[Any], type_info: Any) -> list[Any]:

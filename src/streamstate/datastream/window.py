@@ -33,6 +33,11 @@ from streamstate.api.window import (
     Window,
     WindowAssigner,
 )
+from streamstate.api.window_serializers import (
+    CountWindowSerializer,
+    GlobalWindowSerializer,
+    TimeWindowSerializer,
+)
 from streamstate.common._unsupported import unsupported_attribute
 
 __all__ = [
@@ -42,11 +47,13 @@ __all__ = [
     "CountTrigger",
     "CountTumblingWindowAssigner",
     "CountWindow",
+    "CountWindowSerializer",
     "DynamicEventTimeSessionWindows",
     "DynamicProcessingTimeSessionWindows",
     "EventTimeSessionWindows",
     "EventTimeTrigger",
     "GlobalWindow",
+    "GlobalWindowSerializer",
     "GlobalWindows",
     "MergingWindowAssigner",
     "NeverTrigger",
@@ -57,6 +64,7 @@ __all__ = [
     "SlidingEventTimeWindows",
     "SlidingProcessingTimeWindows",
     "TimeWindow",
+    "TimeWindowSerializer",
     "Trigger",
     "TriggerResult",
     "TumblingEventTimeWindows",

@@ -49,6 +49,7 @@ class Partitioning(Enum):
     HASH = "hash"  # key_by: record goes to the subtask owning its key group
     REBALANCE = "rebalance"  # round robin
     BROADCAST = "broadcast"  # every record to every subtask
+    CUSTOM = "custom"  # partition_custom: the user's Partitioner picks the subtask
 
 
 _ids = itertools.count(1)
@@ -75,12 +76,24 @@ class Transformation:
     committer_factory: Any = None
     #: the declared type of the outputs (``map(f, output_type=Types.LONG())``): checked
     output_type: Any = None
+    #: what the API accepted but the plan does not act on (slot sharing group, chaining,
+    #: buffer timeout, description): kept for ``get_execution_plan`` and tests
+    hints: dict[str, Any] = field(default_factory=dict)
     id: int = field(default_factory=lambda: next(_ids))
 
     def default_uid(self, position: int) -> str:
         # Position-based, like Flink's generated operator ids: stable for the same program.
         slug = self.name.lower().replace(" ", "-")[:40]
         return f"{position:03d}-{slug}"
+
+
+@dataclass(frozen=True)
+class CustomPartitionSpec:
+    """How a ``partition_custom`` edge picks a subtask: ``partitioner.partition(key, n)``
+    of the key ``key_selector`` extracts."""
+
+    partitioner: Any
+    key_selector: Any
 
 
 @dataclass(frozen=True)
@@ -97,7 +110,8 @@ class Edge:
 
     dest_stage: int
     partitioning: Partitioning
-    keying: KeyingSpec | None = None
+    #: HASH: the keying; CUSTOM: the partitioner and its key selector
+    keying: KeyingSpec | CustomPartitionSpec | None = None
     #: which input of the destination stage's head operator this edge feeds (0 or 1)
     input: int = 0
     #: the side output (tag id) this edge carries; None: the node's main output
@@ -394,7 +408,7 @@ def _add_edges(
 ) -> None:
     for up_t, pt, keying in ins:
         up, tag = _producer(up_t)
-        if keying is not None and st.key_serializer is None:
+        if isinstance(keying, KeyingSpec) and st.key_serializer is None:
             st.key_serializer = keying.key_serializer
         up_stage = stages[stage_of[up.id]]
         eff = pt

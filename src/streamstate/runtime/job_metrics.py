@@ -15,6 +15,7 @@ from typing import Any
 
 from streamstate.runtime.job_status import EpochStats, FailureInfo, StageEpochStats
 from streamstate.runtime.protocol import SubtaskAck
+from streamstate.runtime.user_metrics import UserMetrics
 
 __all__ = ["EPOCH_HISTORY", "FAILURE_HISTORY", "JobMetrics"]
 
@@ -42,6 +43,8 @@ class JobMetrics:
         self.timings: dict[str, float] = {}
         self.epochs: deque[EpochStats] = deque(maxlen=EPOCH_HISTORY)
         self.failures: deque[FailureInfo] = deque(maxlen=FAILURE_HISTORY)
+        #: the functions' own metrics (RuntimeContext.get_metrics_group())
+        self.user = UserMetrics()
 
     def bump(self, name: str, n: int = 1) -> None:
         self.stats[name] = self.stats.get(name, 0) + n
@@ -57,6 +60,12 @@ class JobMetrics:
             self.timings[k] = self.timings.get(k, 0.0) + v
         for uid, n in ack.counts.items():
             self.counts[uid] = self.counts.get(uid, 0) + n
+        if ack.user_metrics:
+            self.user.absorb(stage, ack.subtask, dict(ack.user_metrics))
+
+    def user_metrics(self) -> dict[str, Any]:
+        """``metrics.<operator>.<group>.<name>`` -> value, summed over subtasks."""
+        return {f"metrics.{k}": v for k, v in self.user.values().items()}
 
     def epoch_finished(
         self,
@@ -106,6 +115,7 @@ class JobMetrics:
         acc.update({f"subtask-seconds.{k}": round(v, 3) for k, v in self.timings.items()})
         acc["subtask-workers"] = {k: sorted(v) for k, v in self.workers.items()}
         acc["latest-checkpoint"] = latest_checkpoint
+        acc.update(self.user_metrics())
         if self.failures:
             first = self.failures[0]
             # the cause of the first restart (later ones are often consequences of it)

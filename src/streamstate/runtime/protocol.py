@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a message changes shape; driver and workers must agree on it.
-PROTOCOL_VERSION = 3  # v3: EpochSpec.ending
+PROTOCOL_VERSION = 4  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics
 
 #: The destination index of acks that go back to the driver (leaf stages).
 DRIVER = -1
@@ -261,6 +261,8 @@ class SubtaskAck:
     #: epoch and the job go on, as in Flink)
     savepoint_error: str | None = None
     timings: SubtaskTimings = SubtaskTimings()
+    #: user metric identifier -> (kind, what changed this epoch): see api/metrics.py
+    user_metrics: Mapping[str, tuple[str, Any]] = field(default_factory=dict)
     #: keyed operator uid -> (state name, kind, queryable name or None) of its registered
     #: states (what the query server may answer, see runtime/queryable/)
     keyed_states: Mapping[str, tuple[tuple[str, str, str | None], ...]] = field(

@@ -18,8 +18,8 @@ from typing import Any
 
 import mmh3
 
-from streamstate.errors import KeySerializationError
-from streamstate.runtime.graph import Edge, Partitioning, Stage
+from streamstate.errors import KeySerializationError, OutputTypeError
+from streamstate.runtime.graph import CustomPartitionSpec, Edge, KeyingSpec, Partitioning, Stage
 from streamstate.runtime.operators.base import as_callable
 from streamstate.runtime.serializers.base import dumps_portable
 from streamstate.runtime.watermarks import ChannelWatermark
@@ -56,9 +56,13 @@ class EdgeWriter:
         self.cts: list[list[Any]] | None = None
         self.ets: list[Any] | None = None  # broadcast edges
         if edge.partitioning is Partitioning.HASH:
-            assert edge.keying is not None
+            assert isinstance(edge.keying, KeyingSpec)
             self.key_of = as_callable(edge.keying.key_selector, "get_key")
             self.ser = edge.keying.key_serializer.serialize
+        elif edge.partitioning is Partitioning.CUSTOM:
+            assert isinstance(edge.keying, CustomPartitionSpec)
+            self.key_of = as_callable(edge.keying.key_selector, "get_key")
+            self.partition = as_callable(edge.keying.partitioner, "partition")
 
     def add(self, batch: list[Any], timestamps: list[Any] | None = None) -> None:
         if timestamps is not None or self.ts is not None:
@@ -71,6 +75,8 @@ class EdgeWriter:
             self.buckets[self.index % self.p].extend(batch)
         elif part is Partitioning.BROADCAST:
             self.everyone.extend(batch)
+        elif part is Partitioning.CUSTOM:
+            self._add_custom(batch, None)
         else:
             p, b = self.p, self.buckets
             start = self.rr
@@ -101,6 +107,8 @@ class EdgeWriter:
             i = self.index % self.p
             self.buckets[i].extend(batch)
             self.ts[i].extend(timestamps)
+        elif part is Partitioning.CUSTOM:
+            self._add_custom(batch, timestamps)
         else:
             p, b, tl = self.p, self.buckets, self.ts
             start = self.rr
@@ -109,6 +117,22 @@ class EdgeWriter:
                 b[k].append(v)
                 tl[k].append(timestamps[j])
             self.rr = (start + len(batch)) % p
+
+    def _add_custom(self, batch: list[Any], timestamps: list[Any] | None) -> None:
+        """``partition_custom``: the partitioner picks each record's subtask."""
+        key_of, partition, p, b = self.key_of, self.partition, self.p, self.buckets
+        for j, v in enumerate(batch):
+            target = partition(key_of(v), p)
+            if type(target) is not int or not 0 <= target < p:
+                raise OutputTypeError(
+                    f"the Partitioner of {self.node_name!r} returned {target!r} for "
+                    f"{p} partitions: partition(key, num_partitions) must return an int "
+                    f"in [0, {p})"
+                )
+            b[target].append(v)
+            if timestamps is not None:
+                assert self.ts is not None
+                self.ts[target].append(timestamps[j])
 
     def _add_hash(self, batch: list[Any]) -> None:
         key_of, ser, mp, p = self.key_of, self.ser, self.mp, self.p

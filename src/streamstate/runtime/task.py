@@ -42,6 +42,7 @@ from streamstate.runtime.protocol import (
 )
 from streamstate.runtime.serializers.base import dumps_portable
 from streamstate.runtime.shuffle import ACK, DATA, WATERMARK, EdgeWriter, decode_input
+from streamstate.runtime.user_metrics import report_user_metrics
 from streamstate.runtime.versions import (
     commit_keyed_state,
     commit_operator_state,
@@ -417,6 +418,7 @@ def run_stage_partition(
                 t_restore, t_process, time.perf_counter() - t0 - t_restore - t_process
             ),
             keyed_states={uid: b.registered_states() for uid, b in inst.backends.items()},
+            user_metrics=report_user_metrics(inst.contexts),
         )
     except BaseException:
         # A half-processed instance must never serve a later epoch.

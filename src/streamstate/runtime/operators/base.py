@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamstate.api.functions import RuntimeContext
+from streamstate.api.metrics import MetricGroup, MetricRegistry
 from streamstate.errors import StateAccessError
 from streamstate.runtime.operators.outputs import outputs_not_iterable
 from streamstate.runtime.operators.timing import QueryOnlyTimerService
@@ -73,6 +74,8 @@ class OperatorContext(RuntimeContext):
         self.batch = False
         #: the job ends after this epoch's checkpoint (EpochSpec.ending)
         self.ending = False
+        #: the user metrics of this operator in this subtask (reported in every ack)
+        self.metric_registry = MetricRegistry()
 
     def get_task_name(self) -> str:
         return self.task_name
@@ -94,6 +97,9 @@ class OperatorContext(RuntimeContext):
 
     def get_job_parameter(self, key: str, default_value: str | None = None) -> str | None:
         return self.job_parameters.get(key, default_value)
+
+    def get_metrics_group(self) -> MetricGroup:
+        return MetricGroup(self.metric_registry, (self.task_name,))
 
     def _state(self, descriptor: Any) -> Any:
         if self.keyed_backend is None:
