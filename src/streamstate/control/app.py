@@ -15,6 +15,8 @@ Routes (Flink's REST names where they fit)::
     POST  /jobs/<id>/savepoints                {"target-directory", "cancel-job", "formatType"} (token)
     POST  /jobs/<id>/stop                      {"targetDirectory", "drain"} (token)
     GET   /jobs/<id>/savepoints/<trigger>      {"status": {"id"}, "operation": {...}}
+    GET   /jobs/<id>/state/<name>?key=..       queryable state (token): values as of the
+                                               last epoch (&as_of=checkpoint; &key_type=)
     GET   /metrics                             Prometheus text format
 """
 
@@ -29,12 +31,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from streamstate.control import views
+from streamstate.control.state_route import query_state
 from streamstate.errors import StreamStateError
 
 __all__ = ["STATIC_DIR", "build_app"]
@@ -223,6 +227,19 @@ def build_app(server: Any) -> Starlette:
             }
         )
 
+    async def state(request: Request) -> Response:
+        jid = request.path_params["jid"]
+        handle = server.job(jid)
+        if handle is None:
+            return _error(404, f"job {jid} is not known to this server")
+        # state values are data: reading them always needs the job's token
+        if (denied := guard(request, handle, True)) is not None:
+            return denied
+        status, doc = await run_in_threadpool(
+            query_state, jid, request.path_params["name"], request.query_params
+        )
+        return JSONResponse(doc, status_code=status)
+
     async def metrics(request: Request) -> Response:
         if (denied := guard(request, None, False)) is not None:
             return denied
@@ -247,6 +264,7 @@ def build_app(server: Any) -> Starlette:
         Route("/jobs/{jid}/savepoints", savepoints, methods=["POST"]),
         Route("/jobs/{jid}/savepoints/{tid}", savepoint_status),
         Route("/jobs/{jid}/stop", stop, methods=["POST"]),
+        Route("/jobs/{jid}/state/{name}", state),
         Route("/metrics", metrics),
     ]
     return Starlette(routes=routes)

@@ -41,6 +41,8 @@ class JobRecord:
     pid: int
     start_ms: int
     version: int = REGISTRY_VERSION
+    #: ``host:port`` of the queryable-state server answering for the job (None: off)
+    queryable_address: str | None = None
 
     def path(self) -> Path:
         return registry_dir() / f"{self.job_id}.json"

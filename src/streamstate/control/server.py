@@ -92,6 +92,9 @@ class JobHandle:
 
     def detach(self) -> None:
         """The job ended: its registry file goes; the server keeps showing it for a while."""
+        from streamstate.control.queryable import detach_queryable
+
+        detach_queryable(self.job_id)
         if self.record is not None:
             self.record.remove()
         if self.server is not None:
@@ -214,8 +217,12 @@ def attach_job(executor: Any, configuration: Mapping[str, str]) -> JobHandle | N
             e,
         )
         return None
+    from streamstate.control.queryable import attach_queryable
+
     token = settings.token or secrets.token_urlsafe(24)
-    handle = JobHandle(executor, {str(k): str(v) for k, v in configuration.items()}, token)
+    conf = {str(k): str(v) for k, v in configuration.items()}
+    handle = JobHandle(executor, conf, token)
+    queryable = attach_queryable(handle.job_id, token, conf)
     server.attach(handle)
     record = JobRecord(
         job_id=handle.job_id,
@@ -224,6 +231,7 @@ def attach_job(executor: Any, configuration: Mapping[str, str]) -> JobHandle | N
         token=token,
         pid=os.getpid(),
         start_ms=int(time.time() * 1000),
+        queryable_address=queryable,
     )
     try:
         record.write()
@@ -231,7 +239,8 @@ def attach_job(executor: Any, configuration: Mapping[str, str]) -> JobHandle | N
     except OSError as e:
         log.warning("could not write the job registry file %s: %s", record.path(), e)
     print(
-        f"streamstate: job {executor.job_name!r} ({handle.job_id}): {server.address}/",
+        f"streamstate: job {executor.job_name!r} ({handle.job_id}): {server.address}/"
+        + (f" (queryable state: {queryable})" if queryable else ""),
         file=sys.stderr,
         flush=True,
     )

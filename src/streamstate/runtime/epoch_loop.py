@@ -308,6 +308,7 @@ class EpochLoop:
                 "attempt": self.state.attempt,
                 "job_name": self.job_name,
                 "watermarks": self.state.watermark_property(),
+                "queryable": self.queryable.registrations(),
             },
             now_ms=now,
         )

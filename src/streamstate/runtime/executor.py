@@ -178,6 +178,7 @@ class JobExecutor:
         )
         # the restored cut answers queries at once (as of its epoch), until the next epoch
         epoch, attempt = self.state.epoch, self.state.attempt
+        self.queryable.restore_registrations(md.properties.get("queryable"))
         self.queryable.publish_epoch(epoch, attempt, self.state.versions.keyed)
         if not md.is_savepoint:
             self.queryable.publish_checkpoint(

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamstate.errors import (
+    ConfigurationError,
     StateMigrationError,
     StateNotAvailableYetError,
     StateNotQueryableError,
@@ -121,6 +122,31 @@ class QueryableStateService:
             with self._lock:
                 self._queryable = {**self._queryable, **queryable}
                 self._plain = {**self._plain, **plain}
+
+    def registrations(self) -> dict[str, list[Any]]:
+        """The registrations as JSON, kept in every checkpoint's properties so that a job
+        restored from it answers before its first epoch: ``{name: [uid, state, kind, q]}``."""
+        with self._lock:
+            out: dict[str, list[Any]] = {
+                n: [r.uid, r.state_name, r.kind, False] for n, r in self._plain.items()
+            }
+            out.update({n: [r.uid, r.state_name, r.kind, True] for n, r in self._queryable.items()})
+        return out
+
+    def restore_registrations(self, saved: Any) -> None:
+        """Take over what :meth:`registrations` recorded (operators this job still has)."""
+        if not isinstance(saved, dict):
+            return
+        queryable: dict[str, _Registered] = {}
+        plain: dict[str, _Registered] = {}
+        for name, entry in saved.items():
+            if not (isinstance(entry, list) and len(entry) == 4 and entry[0] in self.operators):
+                continue
+            reg = _Registered(str(entry[0]), str(entry[1]), str(entry[2]))
+            (queryable if entry[3] else plain)[str(name)] = reg
+        with self._lock:
+            self._queryable = {**queryable, **self._queryable}
+            self._plain = {**plain, **self._plain}
 
     def publish_epoch(
         self, epoch: int, attempt: int, lineages: Mapping[tuple[str, int], Lineage]
@@ -233,7 +259,7 @@ class QueryableStateService:
     ) -> QueryAnswer:
         """The values of ``keys`` in queryable state ``name``, all as of one snapshot."""
         if as_of not in AS_OF:
-            raise ValueError(f"as_of must be one of {AS_OF}, got {as_of!r}")
+            raise ConfigurationError(f"as_of must be one of {AS_OF}, got {as_of!r}")
         op, state_name, state_kind = self.resolve(name)
         if kind is not None and kind != state_kind:
             raise WrongKeyTypeError(

@@ -1,0 +1,238 @@
+"""The queryable-state client: point and batch lookups against a job's query server.
+
+A client holds one TCP connection (opened on first use, reopened once when the server
+dropped it) and sends one request at a time; share it between threads (requests are
+serialized) or give each thread its own client for parallel lookups. Every answer is as of
+one completed epoch (``as_of="epoch"``, the default) or checkpoint (``as_of="checkpoint"``)
+and says which: a batch never mixes two.
+
+Errors are typed (:mod:`streamstate.errors`): ``UnknownJobError``,
+``UnknownKvStateError``, ``StateNotQueryableError``, ``WrongKeyTypeError``,
+``StateNotAvailableYetError`` (starting or restarting: retry), ``ServerBusyError`` and
+``QueryableStateError`` for the rest (a connection that cannot be made, a time-out).
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import streamstate.errors as errors_module
+from streamstate.errors import QueryableStateError, UnknownJobError, WrongKeyTypeError
+from streamstate.runtime.queryable import wire
+from streamstate.runtime.serializers.key import default_key_serializer
+from streamstate.runtime.state.format.serializers import serializer_for_type_info
+
+__all__ = ["KvStateResponse", "KvStatesResponse", "QueryableStateClient"]
+
+
+@dataclass(frozen=True)
+class KvStatesResponse:
+    """The values of a batch (in the order of its keys; None: no value) and their cut."""
+
+    keys: list[Any]
+    values: list[Any]
+    as_of: str
+    epoch: int
+    attempt: int
+    checkpoint_id: int | None
+
+    def as_dict(self) -> dict[Any, Any]:
+        return dict(zip(self.keys, self.values, strict=True))
+
+
+@dataclass(frozen=True)
+class KvStateResponse:
+    """One key's value (ValueState: the value, ListState: a list, MapState: a dict,
+    Reducing/AggregatingState: the reduced value / result; None: no value) and its cut."""
+
+    value: Any
+    as_of: str
+    epoch: int
+    attempt: int
+    checkpoint_id: int | None
+
+    def get(self) -> Any:
+        """The value (Flink's ``ValueState.value()`` / ``ListState.get()`` ...)."""
+        return self.value
+
+
+def _error(header: dict[str, Any]) -> Exception:
+    cls = getattr(errors_module, str(header.get("error")), None)
+    message = str(header.get("message", "the query failed"))
+    if isinstance(cls, type) and issubclass(cls, errors_module.StreamStateError):
+        return cls(message)
+    return QueryableStateError(f"{header.get('error')}: {message}")
+
+
+class QueryableStateClient:
+    """Lookups against the query server at ``host:port`` (Flink's ``QueryableStateClient``).
+
+    ``token``: the job's bearer token; None reads it from the job's registry file
+    (``$STREAMSTATE_HOME/jobs/<job-id>.json``, readable by the job's user only) on the
+    first request for that job. ``timeout``: seconds per request (connect, send, answer).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 9069,
+        token: str | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.host, self.port, self.timeout = host, int(port), float(timeout)
+        self._token = token
+        self._tokens: dict[str, str] = {}
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_job(cls, job_id: str, timeout: float = 10.0) -> QueryableStateClient:
+        """A client of the server answering for ``job_id``, found in the job registry."""
+        record = _record(job_id)
+        if not record.queryable_address:
+            raise UnknownJobError(
+                f"job {job_id} serves no queryable state (queryable-state.enable: false, or "
+                f"rest.enabled: false)"
+            )
+        host, _, port = record.queryable_address.rpartition(":")
+        return cls(host.strip("[]"), int(port), record.token, timeout)
+
+    # -- lookups ----------------------------------------------------------------------------
+    def get_kv_state(
+        self,
+        job_id: str,
+        queryable_state_name: str,
+        key: Any,
+        key_type_info: Any,
+        state_descriptor: Any,
+        as_of: str = "epoch",
+    ) -> KvStateResponse:
+        """The value of ``key`` in queryable state ``queryable_state_name`` of ``job_id``.
+
+        ``key_type_info``: the job's key type (``key_by(..., key_type=...)``; None for a
+        job that declared none); ``state_descriptor``: a descriptor of the state's kind."""
+        r = self.get_kv_states(
+            job_id, queryable_state_name, [key], key_type_info, state_descriptor, as_of
+        )
+        return KvStateResponse(r.values[0], r.as_of, r.epoch, r.attempt, r.checkpoint_id)
+
+    def get_kv_states(
+        self,
+        job_id: str,
+        queryable_state_name: str,
+        keys: Sequence[Any],
+        key_type_info: Any,
+        state_descriptor: Any,
+        as_of: str = "epoch",
+    ) -> KvStatesResponse:
+        """The values of every key of ``keys``, all as of the same epoch (or checkpoint)."""
+        keys = list(keys)
+        ser = (
+            serializer_for_type_info(key_type_info)
+            if key_type_info is not None
+            else default_key_serializer()
+        )
+        try:
+            blobs = [ser.serialize(k) for k in keys]
+        except Exception as e:  # any serializer's refusal means the key is not of that type
+            raise WrongKeyTypeError(
+                f"a key cannot be serialized as {key_type_info!r}: {e}; pass the job's key "
+                f"type and keys of that type"
+            ) from e
+        header = {
+            "v": wire.WIRE_VERSION,
+            "job": job_id,
+            "token": self._token_for(job_id),
+            "name": queryable_state_name,
+            "kind": getattr(state_descriptor, "kind", None),
+            "as_of": as_of,
+            "key_type": ser.snapshot_configuration().to_dict(),
+        }
+        head, blobs_back = wire.decode(self._request(wire.encode(header, blobs)))
+        if not head.get("ok"):
+            raise _error(head)
+        values = pickle.loads(blobs_back[0])
+        return KvStatesResponse(
+            keys,
+            values,
+            str(head["as_of"]),
+            int(head["epoch"]),
+            int(head["attempt"]),
+            head.get("checkpoint_id"),
+        )
+
+    def shutdown(self) -> None:
+        """Close the connection (Flink's ``shutdownAndWait``)."""
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+
+    close = shutdown
+
+    def __enter__(self) -> QueryableStateClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _token_for(self, job_id: str) -> str:
+        if self._token is not None:
+            return self._token
+        token = self._tokens.get(job_id)
+        if token is None:
+            token = self._tokens[job_id] = _record(job_id).token
+        return token
+
+    def _connect(self) -> socket.socket:
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        except OSError as e:
+            raise QueryableStateError(
+                f"no queryable-state server answers at {self.host}:{self.port} ({e}); is the "
+                f"job running? (its address is in `streamstate list` and the job's log)"
+            ) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def _request(self, payload: bytes) -> bytes:
+        with self._lock:
+            for attempt in (0, 1):
+                if self._sock is None:
+                    self._sock = self._connect()
+                try:
+                    wire.send_frame(self._sock, payload)
+                    return wire.recv_frame(self._sock)
+                except TimeoutError:
+                    self._sock.close()
+                    self._sock = None
+                    raise QueryableStateError(
+                        f"the query server at {self.host}:{self.port} did not answer within "
+                        f"{self.timeout} s"
+                    ) from None
+                except (OSError, ConnectionError) as e:
+                    self._sock.close()
+                    self._sock = None
+                    if attempt:
+                        raise QueryableStateError(
+                            f"the connection to {self.host}:{self.port} failed: {e}"
+                        ) from None
+        raise AssertionError("unreachable")
+
+
+def _record(job_id: str) -> Any:
+    from streamstate.control.registry import list_jobs
+
+    for r in list_jobs():
+        if r.job_id == job_id:
+            return r
+    raise UnknownJobError(
+        f"job {job_id} is not in the job registry (not running, or started by another user "
+        f"or with another STREAMSTATE_HOME); pass host, port and token explicitly"
+    )
