@@ -40,7 +40,7 @@ def test_batch_word_count_prints_final_counts_only(capfd: pytest.CaptureFixture[
     result = env.execute("batch word count")
     out, err = capfd.readouterr()
     lines = sorted(line.split("> ", 1)[-1] for line in (out + err).splitlines() if line)
-    expected = sorted(str((w, n)) for w, n in Counter(WORDS).items())
+    expected = sorted(f"({w},{n})" for w, n in Counter(WORDS).items())  # a typed Tuple2
     assert lines == expected
     assert result.get_net_runtime() >= 0
 

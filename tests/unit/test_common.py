@@ -115,7 +115,7 @@ def test_row_named_and_positional() -> None:
     assert repr(r) == "Row(a=1, b='x')"
     assert Row(b=1, a=2).as_dict() == {"b": 1, "a": 2}  # keyword order is kept
     p = Row(1, 2)
-    assert p[1] == 2 and repr(p) == "Row(1, 2)"
+    assert p[1] == 2 and repr(p) == str(p) == "<Row(1, 2)>"  # PyFlink's repr
     assert p.get_field_names() is None
     with pytest.raises(TypeError):
         p.as_dict()

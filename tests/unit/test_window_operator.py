@@ -156,7 +156,7 @@ class FakeKeyed:
     def get_execution_environment(self) -> Any:
         return None
 
-    def _keyed(self, name: str, factory: Any) -> Any:
+    def _keyed(self, name: str, factory: Any, *types: Any) -> Any:
         self.factory = factory
 
         class _DS:

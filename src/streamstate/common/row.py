@@ -199,7 +199,7 @@ class Row:
         if self._fields is not None:
             body = ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self._values, strict=True))
             return f"Row({body})"
-        return "Row(" + ", ".join(repr(v) for v in self._values) + ")"
+        return "<Row(" + ", ".join(repr(v) for v in self._values) + ")>"  # PyFlink's form
 
 
 def _as_plain(obj: Any) -> Any:

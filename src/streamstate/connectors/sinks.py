@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from streamstate.common.java_strings import flink_string
 from streamstate.connectors.base import SinkCommitter
 from streamstate.runtime.operators.base import StreamOperator, close_function, open_function
 
@@ -26,10 +27,15 @@ class PrintSinkOperator(StreamOperator):
     subtask. A replayed epoch prints again (print is not exactly-once, as in Flink).
     """
 
-    def __init__(self, sink_identifier: str | None = None, to_stderr: bool = False) -> None:
+    def __init__(
+        self, sink_identifier: str | None = None, to_stderr: bool = False, type_info: Any = None
+    ) -> None:
         super().__init__()
         self.identifier = sink_identifier
         self.to_stderr = to_stderr
+        #: the stream's declared type: records print as PyFlink prints them (Java's
+        #: toString of the typed value; ``str(value)`` when untyped)
+        self.type_info = type_info
         self.lines: list[str] = []
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
@@ -41,10 +47,11 @@ class PrintSinkOperator(StreamOperator):
                 if prefix
                 else str(self.ctx.subtask_index + 1)
             )
+        ti = self.type_info
         if prefix:
-            self.lines.extend(f"{prefix}> {v}\n" for v in batch)
+            self.lines.extend(f"{prefix}> {flink_string(v, ti)}\n" for v in batch)
         else:
-            self.lines.extend(f"{v}\n" for v in batch)
+            self.lines.extend(f"{flink_string(v, ti)}\n" for v in batch)
         return []
 
     def sink_result(self) -> Any:

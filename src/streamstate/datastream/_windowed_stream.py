@@ -99,7 +99,7 @@ class _WindowedBase:
 
         fn = internal_window_function(window_function, True, self._all)
         desc = ReducingStateDescriptor(WINDOW_STATE_NAME, reduce_function)
-        return self._result(fn, desc, "Reduce")
+        return self._result(fn, desc, "Reduce", output_type, window_function is None)
 
     def aggregate(
         self,
@@ -113,7 +113,7 @@ class _WindowedBase:
 
         fn = internal_window_function(window_function, True, self._all)
         desc = AggregatingStateDescriptor(WINDOW_STATE_NAME, aggregate_function, accumulator_type)
-        return self._result(fn, desc, "Aggregate")
+        return self._result(fn, desc, "Aggregate", output_type)
 
     def apply(self, window_function: Any, output_type: Any = None) -> DataStream:
         """Evaluate ``window_function.apply`` over all elements of each window."""
@@ -121,7 +121,7 @@ class _WindowedBase:
 
         fn = internal_window_function(window_function, False, self._all)
         desc = ListStateDescriptor(WINDOW_STATE_NAME, None)
-        return self._result(fn, desc, "Apply")
+        return self._result(fn, desc, "Apply", output_type)
 
     def process(self, process_window_function: Any, output_type: Any = None) -> DataStream:
         """Evaluate ``process_window_function.process`` over all elements of each window."""
@@ -133,9 +133,16 @@ class _WindowedBase:
             expected = "ProcessAllWindowFunction" if self._all else "ProcessWindowFunction"
             raise TypeError(f"process() takes a {expected}, got {type(process_window_function)}")
         desc = ListStateDescriptor(WINDOW_STATE_NAME, None)
-        return self._result(fn, desc, "Process")
+        return self._result(fn, desc, "Process", output_type)
 
-    def _result(self, window_fn: Any, state_descriptor: Any, what: str) -> DataStream:
+    def _result(
+        self,
+        window_fn: Any,
+        state_descriptor: Any,
+        what: str,
+        output_type: Any = None,
+        preserves_type: bool = False,
+    ) -> DataStream:
         trigger = self._window_trigger
         if trigger is None:
             trigger = self._window_assigner.get_default_trigger(self.get_execution_environment())
@@ -150,7 +157,9 @@ class _WindowedBase:
         )
         factory()  # validate the configuration now, not on a worker
         name = f"{'AllWindow' if self._all else 'Window'}({self._window_assigner!r}, {what})"
-        ds = self._keyed_stream._keyed(name, factory)
+        ds = self._keyed_stream._keyed(
+            name, factory, output_type, preserves_type and output_type is None
+        )
         if self._all:
             ds._t.parallelism = 1
         return ds

@@ -23,6 +23,7 @@ from streamstate.runtime.graph import (
     Partitioning,
     Transformation,
     TransformationKind,
+    stream_type,
 )
 from streamstate.runtime.operators import keyed, stateless, timestamps
 
@@ -106,6 +107,7 @@ class DataStream(StreamMethods):
         factory: Callable[[], Any],
         keyed: bool = False,
         output_type: Any = None,
+        preserves_type: bool = False,
     ) -> DataStream:
         t = Transformation(
             TransformationKind.ONE_INPUT,
@@ -114,6 +116,7 @@ class DataStream(StreamMethods):
             payload=factory,
             keyed=keyed,
             output_type=output_type,
+            preserves_type=preserves_type,
         )
         return DataStream(self._env, t)
 
@@ -128,7 +131,9 @@ class DataStream(StreamMethods):
         )
 
     def filter(self, func: Any) -> DataStream:
-        return self._one_input("Filter", partial(_make, stateless.FilterOperator, func))
+        return self._one_input(
+            "Filter", partial(_make, stateless.FilterOperator, func), preserves_type=True
+        )
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
         return self._one_input(
@@ -152,6 +157,7 @@ class DataStream(StreamMethods):
         return self._one_input(
             "Timestamps/Watermarks",
             partial(_make, timestamps.TimestampsAndWatermarksOperator, watermark_strategy),
+            preserves_type=True,
         )
 
     def get_side_output(self, output_tag: Any) -> DataStream:
@@ -272,7 +278,8 @@ class DataStream(StreamMethods):
         PyFlink's local run does, epoch by epoch (a replayed epoch prints again)."""
         from streamstate.connectors.sinks import PrintCommitter, PrintSinkOperator
 
-        return self._sink("Print", partial(PrintSinkOperator, sink_identifier), PrintCommitter)
+        factory = partial(PrintSinkOperator, sink_identifier, type_info=stream_type(self._t))
+        return self._sink("Print", factory, PrintCommitter)
 
     def add_sink(self, sink_func: Any) -> DataStreamSink:
         """A ``SinkFunction`` (or a streamstate sink object with ``_sink_parts()``)."""
@@ -402,16 +409,28 @@ class KeyedStream(KeyedStreamRefusals, DataStream):
 
     def _sink(self, name: str, factory: Callable[[], Any], committer: Any = None) -> DataStreamSink:
         # a sink after key_by gets the records, still partitioned by key (as in Flink)
-        values = DataStream._one_input(self, "KeyedValues", stateless.KeyedValuesOperator)
+        values = DataStream._one_input(
+            self, "KeyedValues", stateless.KeyedValuesOperator, preserves_type=True
+        )
         return values._sink(name, factory, committer)
 
     def project(self, *field_indexes: int) -> DataStream:
-        values = DataStream._one_input(self, "KeyedValues", stateless.KeyedValuesOperator)
+        values = DataStream._one_input(
+            self, "KeyedValues", stateless.KeyedValuesOperator, preserves_type=True
+        )
         values._t.output_type = self._origin._t.output_type
         return values.project(*field_indexes)
 
-    def _keyed(self, name: str, factory: Callable[[], Any], output_type: Any = None) -> DataStream:
-        return self._one_input(name, factory, keyed=True, output_type=output_type)
+    def _keyed(
+        self,
+        name: str,
+        factory: Callable[[], Any],
+        output_type: Any = None,
+        preserves_type: bool = False,
+    ) -> DataStream:
+        return self._one_input(
+            name, factory, keyed=True, output_type=output_type, preserves_type=preserves_type
+        )
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
         return self._keyed(
@@ -425,7 +444,9 @@ class KeyedStream(KeyedStreamRefusals, DataStream):
         return self._keyed("FlatMap", partial(_make, keyed.KeyedFlatMapOperator, func), output_type)
 
     def filter(self, func: Any) -> DataStream:
-        return self._keyed("Filter", partial(_make, keyed.KeyedFilterOperator, func))
+        return self._keyed(
+            "Filter", partial(_make, keyed.KeyedFilterOperator, func), preserves_type=True
+        )
 
     def as_queryable_state(
         self, queryable_state_name: str, state_descriptor: Any = None
@@ -458,7 +479,11 @@ class KeyedStream(KeyedStreamRefusals, DataStream):
 
     def reduce(self, func: Any) -> DataStream:
         """Running reduction per key; emits the new reduced value for every record."""
-        return self._keyed("Keyed Reduce", partial(_make, keyed.StreamGroupedReduceOperator, func))
+        return self._keyed(
+            "Keyed Reduce",
+            partial(_make, keyed.StreamGroupedReduceOperator, func),
+            preserves_type=True,
+        )
 
     def _agg(self, kind: str, position_to_agg: int | str) -> DataStream:
         return self._keyed(
@@ -468,6 +493,7 @@ class KeyedStream(KeyedStreamRefusals, DataStream):
                 keyed.StreamGroupedReduceOperator,
                 keyed.field_aggregator(kind, position_to_agg),
             ),
+            preserves_type=True,
         )
 
     def sum(self, position_to_sum: int | str = 0) -> DataStream:
@@ -568,3 +594,4 @@ class _Prepared:
 
 if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
     __getattr__ = unsupported_attribute(__name__)
+

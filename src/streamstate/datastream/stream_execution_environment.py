@@ -191,8 +191,9 @@ class StreamExecutionEnvironment(SparkSourcesMixin, EnvironmentMethods):
         return self
 
     # -- sources ----------------------------------------------------------------
-    def _source(self, source: Any, name: str) -> DataStream:
-        t = Transformation(TransformationKind.SOURCE, name, payload=source)
+    def _source(self, source: Any, name: str, type_info: Any = None) -> DataStream:
+        # type_info: what print() formats the records by (a source's output is not checked)
+        t = Transformation(TransformationKind.SOURCE, name, payload=source, output_type=type_info)
         return DataStream(self, t)
 
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
@@ -206,9 +207,7 @@ class StreamExecutionEnvironment(SparkSourcesMixin, EnvironmentMethods):
         from streamstate.connectors.collection import CollectionSource
 
         elements = _converted(_as_rows(collection, type_info), type_info)
-        ds = self._source(CollectionSource(elements), "Collection Source")
-        ds._t.output_type = type_info
-        return ds
+        return self._source(CollectionSource(elements), "Collection Source", type_info)
 
     def from_sequence(self, start: int, end: int) -> DataStream:
         """The numbers ``start`` to ``end`` inclusive, read in parallel."""
@@ -230,7 +229,7 @@ class StreamExecutionEnvironment(SparkSourcesMixin, EnvironmentMethods):
                 f"from_source() takes a source such as FileSource or NumberSequenceSource, "
                 f"got {type(source).__name__}"
             )
-        ds = self._source(rt(), source_name)
+        ds = self._source(rt(), source_name, type_info)
         spec = getattr(watermark_strategy, "_spec", None)
         if spec is not None and (
             spec.out_of_orderness_ms is not None or spec.timestamp_assigner is not None
@@ -263,7 +262,9 @@ class StreamExecutionEnvironment(SparkSourcesMixin, EnvironmentMethods):
 
             wait = _source_function_wait_ms(self._configuration, DEFAULT_MAX_WAIT_MS)
             parallel = isinstance(source_func, ParallelSourceFunction)
-            return self._source(SourceFunctionSource(source_func, parallel, wait), source_name)
+            return self._source(
+                SourceFunctionSource(source_func, parallel, wait), source_name, type_info
+            )
         rt = getattr(source_func, "_runtime_source", None)
         src = rt() if rt is not None else source_func
         if not isinstance(src, Source):
@@ -271,7 +272,7 @@ class StreamExecutionEnvironment(SparkSourcesMixin, EnvironmentMethods):
                 f"add_source() takes a SourceFunction, a ParallelSourceFunction or a streamstate "
                 f"Source, got {type(source_func).__name__}"
             )
-        return self._source(src, source_name)
+        return self._source(src, source_name, type_info)
 
     # -- execution --------------------------------------------------------------
     def _add_sink(self, t: Transformation) -> None:

@@ -29,6 +29,7 @@ __all__ = [
     "Transformation",
     "TransformationKind",
     "build_plan",
+    "stream_type",
 ]
 
 
@@ -79,12 +80,28 @@ class Transformation:
     #: what the API accepted but the plan does not act on (slot sharing group, chaining,
     #: buffer timeout, description): kept for ``get_execution_plan`` and tests
     hints: dict[str, Any] = field(default_factory=dict)
+    #: the outputs have the input's type (filter, reduce, timestamps, ...): what
+    #: ``print()`` formats them by when no output_type is declared
+    preserves_type: bool = False
     id: int = field(default_factory=lambda: next(_ids))
 
     def default_uid(self, position: int) -> str:
         # Position-based, like Flink's generated operator ids: stable for the same program.
         slug = self.name.lower().replace(" ", "-")[:40]
         return f"{position:03d}-{slug}"
+
+
+def stream_type(t: Transformation) -> Any:
+    """The declared type of the records of ``t`` (None: not declared, i.e. pickled)."""
+    while t.output_type is None:
+        if (
+            t.kind in (TransformationKind.PARTITION, TransformationKind.UNION)
+            or t.preserves_type
+        ) and t.inputs:
+            t = t.inputs[0]
+        else:
+            return None
+    return t.output_type
 
 
 @dataclass(frozen=True)
