@@ -131,9 +131,8 @@ class DataStream(StreamMethods):
         )
 
     def filter(self, func: Any) -> DataStream:
-        return self._one_input(
-            "Filter", partial(_make, stateless.FilterOperator, func), preserves_type=True
-        )
+        op = partial(_make, stateless.FilterOperator, func)
+        return self._one_input("Filter", op, preserves_type=True)
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
         return self._one_input(
