@@ -593,4 +593,3 @@ class _Prepared:
 
 if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
     __getattr__ = unsupported_attribute(__name__)
-
