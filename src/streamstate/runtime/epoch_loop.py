@@ -162,7 +162,9 @@ class EpochLoop:
         epoch = state.epoch + 1
         full = pending is None and (epoch - state.last_full_epoch) >= self.settings.full_every
         finished = {
-            st.id: self._reads_to_end(st, state.source_states[source_uid(st)], notify_only)
+            st.id: reads_to_end(
+                st, state.source_states[source_uid(st)], notify_only, self.settings.epoch_records
+            )
             for st in self.plan.sources
         }
         savepoint = pending.target if pending is not None and pending.is_savepoint else None
@@ -218,18 +220,6 @@ class EpochLoop:
         )
         self.lifecycle.notify("on_epoch", stats)
         return stats.source_records
-
-    def _reads_to_end(self, st: Stage, source_state: Any, notify_only: bool) -> bool:
-        """The source is exhausted, or this epoch reads all it has left: the epoch ends
-        with its final watermark (timers then fire with the state of the same epoch, as
-        in Flink, where a small bounded job ends milliseconds after its last record)."""
-        if st.source.is_finished(source_state):
-            return True
-        if notify_only:
-            return False
-        return bool(
-            st.source.finishes_within(source_state, st.parallelism, self.settings.epoch_records)
-        )
 
     def _absorb(
         self, epoch: int, acks: Iterable[SubtaskAck], notify_only: bool = False
@@ -361,3 +351,13 @@ def acknowledge_checkpoint(
                     keyed=(kh,) if kh is not None else (),
                     operator=(oh,) if oh is not None else (),
                 )
+
+
+def reads_to_end(st: Stage, source_state: Any, notify_only: bool, budget: int) -> bool:
+    """The source is exhausted, or an epoch with ``budget`` records per reader reads all
+    it has left: that epoch ends with its final watermark (timers then fire with the
+    state of the same epoch, as in Flink, where a small bounded job ends milliseconds
+    after its last record)."""
+    if st.source.is_finished(source_state):
+        return True
+    return not notify_only and bool(st.source.finishes_within(source_state, st.parallelism, budget))
