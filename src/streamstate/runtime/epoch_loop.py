@@ -20,7 +20,6 @@ from streamstate.runtime.checkpoint.coordinator import PendingCheckpoint
 from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.job_state import source_uid
 from streamstate.runtime.protocol import SubtaskAck
-from streamstate.runtime.queryable.service import checkpoint_lineages
 from streamstate.runtime.savepoints import SavepointRequests
 
 log = logging.getLogger("streamstate")
@@ -227,9 +226,8 @@ class EpochLoop:
         """Fold the acks into the job state, metrics and sink committers; returns them by
         (stage, subtask)."""
         by, superseded = self.state.absorb(epoch, acks, notify_only)
-        # publish before the superseded files go, so a lookup moves on to files that exist
-        self.queryable.register_states(by.values())
-        self.queryable.publish_epoch(epoch, self.state.attempt, self.state.versions.keyed)
+        # published before the superseded files go, so a lookup moves on to files that exist
+        self.queryable.epoch_folded(epoch, self.state.attempt, self.state.versions.keyed, by)
         for a in by.values():
             self.metrics.absorb(a.stage, a)
         for st in self.plan.stages:
@@ -304,12 +302,7 @@ class EpochLoop:
         )
         self.notifications.append(("complete", pending.checkpoint_id))
         if not pending.is_savepoint:
-            self.queryable.publish_checkpoint(
-                pending.checkpoint_id,
-                epoch,
-                self.state.attempt,
-                checkpoint_lineages(self.coordinator.latest_completed, self.queryable.operators),
-            )
+            self.queryable.checkpoint_completed(self.coordinator.latest_completed, self.state)
         self.metrics.bump("savepoints" if pending.is_savepoint else "checkpoints")
         self.state.committed_epoch = epoch
         self._commit_all(epoch)

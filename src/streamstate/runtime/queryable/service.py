@@ -148,6 +148,26 @@ class QueryableStateService:
             self._queryable = {**queryable, **self._queryable}
             self._plain = {**plain, **self._plain}
 
+    def epoch_folded(
+        self,
+        epoch: int,
+        attempt: int,
+        lineages: Mapping[tuple[str, int], Lineage],
+        acks: Mapping[Any, SubtaskAck],
+    ) -> None:
+        """The driver folded epoch ``epoch``'s acks: learn registrations, publish it."""
+        self.register_states(acks.values())
+        self.publish_epoch(epoch, attempt, lineages)
+
+    def checkpoint_completed(self, md: Any, job_state: Any) -> None:
+        """Checkpoint ``md`` completed: it answers ``as_of="checkpoint"`` from now on."""
+        self.publish_checkpoint(
+            md.checkpoint_id,
+            int(md.properties.get("epoch", job_state.epoch)),
+            job_state.attempt,
+            checkpoint_lineages(md, self.operators),
+        )
+
     def publish_epoch(
         self, epoch: int, attempt: int, lineages: Mapping[tuple[str, int], Lineage]
     ) -> None:
