@@ -490,8 +490,11 @@ def test_compatibility() -> None:
     assert resolve_compatibility(snap, row(Types.LONG(), Types.STRING())) is as_is
     assert resolve_compatibility(snap, row(Types.LONG(), Types.INT())) is bad
     assert resolve_compatibility(snap, row(Types.LONG(), Types.PICKLED_BYTE_ARRAY())) is migrate
-    assert resolve_compatibility(snap, row(Types.LONG())) is bad
-    assert resolve_compatibility(snap, row(Types.LONG(), Types.STRING(), names=["a", "b"])) is bad
+    # schema evolution: a field removed, names given to a positional row -> migration
+    assert resolve_compatibility(snap, row(Types.LONG())) is migrate
+    assert (
+        resolve_compatibility(snap, row(Types.LONG(), Types.STRING(), names=["a", "b"])) is migrate
+    )
     nested = serializer_for(Types.MAP(Types.STRING(), Types.LIST(Types.LONG())))
     assert resolve_compatibility(nested.snapshot_configuration().to_dict(), nested) is as_is  # type: ignore[arg-type]
     assert Compatibility.INCOMPATIBLE.is_incompatible()

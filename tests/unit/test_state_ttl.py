@@ -30,7 +30,6 @@ from streamstate.errors import (
     ConfigurationError,
     StateAccessError,
     StateDescriptorConflictError,
-    StateMigrationError,
 )
 from streamstate.runtime.checkpoint.handles import ByteStreamStateHandle, KeyGroupsStateHandle
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_for_serialized_key
@@ -516,35 +515,47 @@ def test_disabled_update_type_means_no_ttl(be: Backend) -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(PRIMITIVES))
-def test_restoring_across_a_ttl_change_is_a_migration_error(be: Backend, kind: str) -> None:
-    make, write, _ = PRIMITIVES[kind]
+def test_enabling_and_disabling_ttl_on_restore_migrates_the_state(be: Backend, kind: str) -> None:
+    # Flink 2.x: TTL switched on or off across a restore migrates the state
+    make, write, read = PRIMITIVES[kind]
     s = be.b.get_partitioned_state(make())  # no TTL
     be.key("a")
     write(s, 1)
+    be.clock.set(5_000)
     nb = be.restored()
-    with pytest.raises(StateMigrationError, match="written without state TTL"):
-        nb.get_partitioned_state(with_ttl(make(), cfg()))
+    ns = nb.get_partitioned_state(with_ttl(make(), cfg()))  # TTL enabled: stamped "now"
+    nb.set_current_key("a", kg("a"))
+    assert read(ns) == (1 if kind != "aggregating" else read(s))
+    assert nb.snapshot().meta["states"][0]["value_serializer"]["name"] == "ttl"
+    assert nb.migrated_entries == {"s": 1}
+    be.clock.set(5_000 + 10_000)  # past the TTL of cfg() measured from the migration
+    assert read(ns) is None or kind == "aggregating"
     nb.dispose()
 
     be.b.dispose()
     be.b = be.fresh()
+    be.clock.set(0)
     s = be.b.get_partitioned_state(with_ttl(make(), cfg()))
     be.key("a")
     write(s, 1)
     nb = be.restored()
-    with pytest.raises(StateMigrationError, match="written with state TTL"):
-        nb.get_partitioned_state(make())
+    ns = nb.get_partitioned_state(make())  # TTL disabled: the user values stay
+    nb.set_current_key("a", kg("a"))
+    assert read(ns) == read(s)
+    assert nb.snapshot().meta["states"][0]["value_serializer"]["name"] != "ttl"
     nb.dispose()
 
 
-def test_pickle_typed_state_also_refuses_a_ttl_change(be: Backend) -> None:
-    # pickle is "compatible after migration" with everything, but not across TTL
-    s = be.b.get_partitioned_state(ValueStateDescriptor("v"))
+def test_changing_only_the_ttl_duration_is_compatible_as_is(be: Backend) -> None:
+    s = be.b.get_partitioned_state(with_ttl(ValueStateDescriptor("v", Types.LONG()), cfg()))
     be.key("a")
-    s.update(1)
+    s.update(7)
     nb = be.restored()
-    with pytest.raises(StateMigrationError, match="TTL"):
-        nb.get_partitioned_state(with_ttl(ValueStateDescriptor("v"), cfg()))
+    longer = StateTtlConfig.new_builder(Duration.of_seconds(3600)).build()
+    ns = nb.get_partitioned_state(with_ttl(ValueStateDescriptor("v", Types.LONG()), longer))
+    nb.set_current_key("a", kg("a"))
+    assert ns.value() == 7
+    assert nb.migrated_entries == {}
     nb.dispose()
 
 

@@ -28,7 +28,6 @@ from streamstate.datastream.state import (
     StateTtlConfig,
     ValueStateDescriptor,
 )
-from streamstate.errors import JobExecutionError, StateMigrationError
 from streamstate.runtime.state.registry import registered_keyed_backends
 from streamstate.runtime.state_reader import (
     describe_checkpoint,
@@ -49,9 +48,7 @@ def checkpoint_every_epoch() -> Any:
 
 def make_env(tmp_path: Any, name: str, max_records: int = 4, **conf: str) -> Any:
     """Checkpoints every epoch (with the ticking clock), retained, deterministic TTL clock."""
-    env = envs.make_env(
-        max_records=max_records, conf={"state.ttl.time-provider": CLOCK, **conf}
-    )
+    env = envs.make_env(max_records=max_records, conf={"state.ttl.time-provider": CLOCK, **conf})
     env.enable_checkpointing(1)
     cc = env.get_checkpoint_config()
     cc.set_checkpoint_storage_dir(str(tmp_path / name))
@@ -205,23 +202,21 @@ def test_state_reader_and_cli_unwrap_ttl_state(tmp_path: Any, capsys: Any) -> No
 
 
 @pytest.mark.parametrize("first,second", [(None, TTL_LONG), (TTL_LONG, None)])
-def test_restoring_a_job_across_a_ttl_change_fails_clearly(
+def test_restoring_a_job_across_a_ttl_change_migrates_its_state(
     tmp_path: Any, first: Any, second: Any
 ) -> None:
+    # Flink 2.x: enabling or disabling TTL on existing state migrates it on restore
     _, chk = run(make_env(tmp_path, "one"), ROWS, AllKindsTtl(first), uid="kinds")
     env = make_env(tmp_path, "two")
     env.set_restart_strategy(RestartStrategies.no_restart())
     env.set_restore_path(chk)
-    with pytest.raises(JobExecutionError) as info:
-        run(env, ROWS, AllKindsTtl(second), uid="kinds")
-    chain = []
-    e: BaseException | None = info.value
-    while e is not None and e not in chain:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    migration = [x for x in chain if isinstance(x, StateMigrationError)]
-    assert migration, chain
-    assert "TTL" in str(migration[0])
+    _, chk2 = run(env, [], AllKindsTtl(second), uid="kinds")
+    op = describe_checkpoint(chk2)["operators"]["kinds"]
+    assert op["ttl_states"] == (["a", "l", "m", "r", "v"] if second is not None else [])
+    assert read_keyed_state(chk2, "kinds", passthrough_descriptor("v", "value")) == {
+        "a": 3,
+        "b": 2,
+    }
 
 
 class ReadEarlyKeys(KeyedProcessFunction):

@@ -22,6 +22,12 @@ with a :class:`TypeSerializerSchemaCompatibility`:
   ``incompatible``.
 
 A composite is as compatible as its least compatible nested serializer.
+Records compare by field name (rows, dataclasses, Avro records): a field added,
+removed or moved -> ``compatible_after_migration``; a field whose type changed
+-> ``incompatible`` unless :func:`register_type_migration` declared how to
+convert it. Migration is eager: each restored value goes through
+:meth:`TypeSerializer.migrate` of the new serializer (``migrate_value``).
+
 Custom serializers subclass :class:`TypeSerializer`, give it a unique
 ``name`` and register a factory with
 ``streamstate.runtime.serializers.registry.register_serializer``; a
@@ -32,8 +38,9 @@ descriptor use it.
 from __future__ import annotations
 
 import struct
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -42,6 +49,7 @@ __all__ = [
     "TypeSerializer",
     "TypeSerializerSchemaCompatibility",
     "TypeSerializerSnapshot",
+    "register_type_migration",
 ]
 
 _LEN = struct.Struct(">I")
@@ -129,43 +137,140 @@ def _worst(a: _Compat, b: _Compat) -> _Compat:
     return a if a.value >= b.value else b
 
 
-def _compare(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot) -> _Compat:
+#: reads two snapshots of one serializer name: (compatibility, what changed / why not)
+SnapshotResolver = Callable[
+    [TypeSerializerSnapshot, TypeSerializerSnapshot], tuple[_Compat, list[str]]
+]
+_lock = threading.Lock()
+#: serializer name -> resolver comparing two of its snapshots (records: by field name)
+_RESOLVERS: dict[str, SnapshotResolver] = {}
+#: (old serializer name, new serializer name) -> conversion of one value
+_MIGRATIONS: dict[tuple[str, str], Callable[[Any], Any]] = {}
+
+
+def register_snapshot_resolver(name: str, resolver: SnapshotResolver) -> None:
+    """Compare snapshots of serializer ``name`` with ``resolver`` instead of by params
+    (used by record serializers, whose fields match by name)."""
+    with _lock:
+        _RESOLVERS[name] = resolver
+
+
+def _serializer_name(t: Any) -> str:
+    name = t if isinstance(t, str) else getattr(t, "serializer_name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(
+            f"expected a TypeInformation (e.g. Types.LONG()) or a serializer name, got {t!r}"
+        )
+    return name
+
+
+def register_type_migration(old_type: Any, new_type: Any, convert: Callable[[Any], Any]) -> None:
+    """Declare how a value of ``old_type`` becomes one of ``new_type`` on restore.
+
+    ``old_type`` / ``new_type``: type informations (``Types.LONG()``) or serializer
+    names. Without a registered migration a state (or a row / dataclass / Avro
+    field) whose type changed is ``incompatible``; with one it is
+    ``compatible_after_migration`` and every restored value goes through
+    ``convert`` once (``None`` stays ``None``). Register it in a module the job
+    imports on every worker (module level of the job script works).
+    """
+    if not callable(convert):
+        raise TypeError(f"convert must be callable, got {convert!r}")
+    with _lock:
+        _MIGRATIONS[(_serializer_name(old_type), _serializer_name(new_type))] = convert
+
+
+def registered_type_migration(old_name: str, new_name: str) -> Callable[[Any], Any] | None:
+    """The conversion registered for ``old_name`` -> ``new_name`` serializers, if any."""
+    return _MIGRATIONS.get((old_name, new_name))
+
+
+def compare_snapshots(
+    old: TypeSerializerSnapshot, new: TypeSerializerSnapshot
+) -> tuple[_Compat, list[str]]:
+    """The compatibility of state written under ``old`` with serializer ``new``, and
+    what changed (or why it cannot be read), one phrase per change."""
     if old.name != new.name:
-        if old.name == _TTL or new.name == _TTL:
-            return _Compat.INCOMPATIBLE
+        if (old.name, new.name) in _MIGRATIONS:
+            return _Compat.COMPATIBLE_AFTER_MIGRATION, [
+                f"{old.name} -> {new.name} (registered migration)"
+            ]
+        if old.name == _TTL or new.name == _TTL:  # TTL switched on or off: (un)wrap values
+            if old.name == _TTL:
+                result, why = compare_snapshots(as_snapshot(old.params["user"]), new)
+                why.insert(0, "state TTL disabled")
+            else:
+                result, why = compare_snapshots(old, as_snapshot(new.params["user"]))
+                why.insert(0, "state TTL enabled")
+            return _worst(result, _Compat.COMPATIBLE_AFTER_MIGRATION), why
         if old.name == _PICKLE or new.name == _PICKLE:
-            return _Compat.COMPATIBLE_AFTER_MIGRATION
-        return _Compat.INCOMPATIBLE
+            return _Compat.COMPATIBLE_AFTER_MIGRATION, [f"{old.name} -> {new.name}"]
+        return _Compat.INCOMPATIBLE, [
+            f"type changed from {old.name} to {new.name} and no migration is registered "
+            f"(streamstate.common.serializer.register_type_migration)"
+        ]
     if old.version > new.version:
-        return _Compat.INCOMPATIBLE
-    params = _compare_params(old.params, new.params)
+        return _Compat.INCOMPATIBLE, [
+            f"{old.name} was written by format version {old.version}, newer than this "
+            f"serializer's {new.version}"
+        ]
+    reasons: list[str] = []
+    resolver = _RESOLVERS.get(old.name)
+    if resolver is not None:
+        result, reasons = resolver(old, new)
+    else:
+        result = _compare_params(old.params, new.params, reasons)
+        if result.is_incompatible() and not reasons:
+            reasons.append(f"{old.name} parameters changed: {old.params} -> {new.params}")
     if old.version < new.version:
-        return _worst(params, _Compat.COMPATIBLE_AFTER_MIGRATION)
-    return params
+        reasons.append(f"{old.name} format version {old.version} -> {new.version}")
+        result = _worst(result, _Compat.COMPATIBLE_AFTER_MIGRATION)
+    return result, reasons
 
 
-def _as_snapshot(d: dict[str, Any]) -> TypeSerializerSnapshot:
+def _compare(old: TypeSerializerSnapshot, new: TypeSerializerSnapshot) -> _Compat:
+    return compare_snapshots(old, new)[0]
+
+
+def as_snapshot(d: dict[str, Any]) -> TypeSerializerSnapshot:
+    """The snapshot of a nested serializer (its ``nested_snapshot`` form in params)."""
     return TypeSerializerSnapshot(d[NESTED_SNAPSHOT_KEY], int(d["version"]), d.get("params", {}))
 
 
-def _compare_params(old: Any, new: Any) -> _Compat:
+def _compare_params(old: Any, new: Any, reasons: list[str]) -> _Compat:
     if isinstance(old, dict) and isinstance(new, dict):
         if NESTED_SNAPSHOT_KEY in old and NESTED_SNAPSHOT_KEY in new:
-            return _compare(_as_snapshot(old), _as_snapshot(new))
+            result, why = compare_snapshots(as_snapshot(old), as_snapshot(new))
+            reasons.extend(why)
+            return result
         if old.keys() != new.keys():
             return _Compat.INCOMPATIBLE
         result = _Compat.COMPATIBLE_AS_IS
         for k in old:
-            result = _worst(result, _compare_params(old[k], new[k]))
+            result = _worst(result, _compare_params(old[k], new[k], reasons))
         return result
     if isinstance(old, list | tuple) and isinstance(new, list | tuple):
         if len(old) != len(new):
             return _Compat.INCOMPATIBLE
         result = _Compat.COMPATIBLE_AS_IS
         for o, n in zip(old, new, strict=True):
-            result = _worst(result, _compare_params(o, n))
+            result = _worst(result, _compare_params(o, n, reasons))
         return result
     return _Compat.COMPATIBLE_AS_IS if old == new else _Compat.INCOMPATIBLE
+
+
+def migrate_value(old: TypeSerializer, new: TypeSerializer, value: Any) -> Any:
+    """``value``, read with ``old``, in the form ``new`` writes: a registered type
+    migration if the serializer changed, else ``new.migrate(value, old)``."""
+    if value is None:
+        return None
+    if old.name == _TTL and new.name != _TTL:  # TTL disabled: the user value of a TtlValue
+        return migrate_value(old.user, new, value[0])  # type: ignore[attr-defined]  # the TTL serializer wraps a user serializer
+    if old.name != new.name:
+        convert = _MIGRATIONS.get((old.name, new.name))
+        if convert is not None:
+            return convert(value)
+    return new.migrate(value, old)
 
 
 class TypeSerializer(ABC):
@@ -188,6 +293,13 @@ class TypeSerializer(ABC):
         """A serializer usable from another thread: serializers are immutable, so ``self``;
         a subclass holding mutable buffers returns a fresh copy."""
         return self
+
+    def migrate(self, value: Any, old: TypeSerializer) -> Any:
+        """``value`` as read by ``old`` (the serializer that wrote a restored state),
+        converted to what this serializer writes (schema evolution, called once per
+        restored value when the serializers differ). The default returns ``value``;
+        record serializers map fields by name, containers migrate their elements."""
+        return value
 
     def serialize_many(self, values: Sequence[Any]) -> bytes:
         """One blob for many values; inverse of :meth:`deserialize_many`."""

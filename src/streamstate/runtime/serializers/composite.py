@@ -19,7 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from streamstate.common.row import Row, RowKind
-from streamstate.common.serializer import NESTED_SNAPSHOT_KEY  # marks nested snapshots
+from streamstate.common.serializer import (
+    NESTED_SNAPSHOT_KEY,  # marks nested snapshots
+    migrate_value,
+)
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.serializers.basic import (
     FieldSerializer,
@@ -35,7 +38,11 @@ __all__ = [
     "RowSerializer",
     "TupleSerializer",
     "as_field_serializer",
+    "migrate_fields",
     "nested_snapshot",
+    "read_fields",
+    "record_values",
+    "write_fields",
 ]
 
 
@@ -71,6 +78,54 @@ def as_field_serializer(serializer: TypeSerializer) -> FieldSerializer:
     return _Framed(serializer)
 
 
+def record_values(value: Any, old: TypeSerializer) -> dict[str, tuple[Any, TypeSerializer | None]]:
+    """Field name -> (value, serializer ``old`` wrote it with) of a restored record
+    ``value`` (a Row, dataclass instance, dict or tuple), for a record serializer's
+    :meth:`~TypeSerializer.migrate`. ``old`` describes its fields when it is a record
+    serializer (``record_names`` / ``fields``), else (pickle) the value alone does."""
+    names: list[str] | None = getattr(old, "record_names", None)
+    sers: Sequence[TypeSerializer] = getattr(old, "fields", ()) if names is not None else ()
+    by_name = dict(zip(names or (), sers, strict=False))
+    if isinstance(value, Row):
+        row_names = value._fields if value._fields is not None else names
+        if row_names is None:
+            row_names = [f"f{i}" for i in range(len(value._values))]
+        pairs: Any = zip(row_names, value._values, strict=False)
+    elif isinstance(value, Mapping):
+        pairs = value.items()
+    elif isinstance(value, tuple | list):
+        pairs = zip(names or [f"f{i}" for i in range(len(value))], value, strict=False)
+    elif names is not None:
+        pairs = ((n, getattr(value, n, None)) for n in names)
+    elif hasattr(value, "__dataclass_fields__"):
+        pairs = ((n, getattr(value, n)) for n in value.__dataclass_fields__)
+    else:
+        raise TypeError(f"cannot read the fields of {type(value).__name__} {value!r}")
+    return {n: (v, by_name.get(n)) for n, v in pairs}
+
+
+def migrate_fields(
+    names: Sequence[str],
+    fields: Sequence[TypeSerializer],
+    value: Any,
+    old: TypeSerializer,
+    default: Any = None,
+) -> list[Any]:
+    """The values of fields ``names`` (serializers ``fields``) of a restored record:
+    matched by name and migrated; a field the record lacks gets ``default(name)``
+    (``None`` without one)."""
+    got = record_values(value, old)
+    out: list[Any] = []
+    for n, f in zip(names, fields, strict=True):
+        hit = got.get(n)
+        if hit is None:
+            out.append(default(n) if default is not None else None)
+        else:
+            v, of = hit
+            out.append(v if of is None else migrate_value(of, f, v))
+    return out
+
+
 def _check_serializer(s: Any, what: str) -> TypeSerializer:
     if not isinstance(s, TypeSerializer):
         raise TypeError(f"{what} must be a TypeSerializer, got {type(s).__name__}")
@@ -90,7 +145,7 @@ def _bitmap(values: Sequence[Any]) -> bytearray:
     return bits
 
 
-def _write_fields(
+def write_fields(
     fields: Sequence[FieldSerializer], values: Sequence[Any], out: bytearray, what: str
 ) -> None:
     out += _bitmap(values)
@@ -102,7 +157,7 @@ def _write_fields(
                 raise _same_kind(e)(f"{what} field {i}: {e}") from None
 
 
-def _read_fields(
+def read_fields(
     fields: Sequence[FieldSerializer], data: bytes | memoryview, pos: int
 ) -> tuple[list[Any], int]:
     n = len(fields)
@@ -136,6 +191,10 @@ class RowSerializer(FieldSerializer):
         if self.names is not None and len(self.names) != len(self.fields):
             raise ValueError(f"{len(self.names)} names for {len(self.fields)} row fields")
         self._nested = tuple(as_field_serializer(f) for f in self.fields)
+        #: field names, ``f0``, ``f1``, ... for positional rows (schema evolution)
+        self.record_names = (
+            list(self.names) if self.names is not None else [f"f{i}" for i in range(len(fields))]
+        )
         self.expected = (
             f"a Row/tuple/list of {len(self.fields)} fields"
             if self.names is None
@@ -176,14 +235,35 @@ class RowSerializer(FieldSerializer):
             )
         return list(values), kind
 
+    def migrate(self, value: Any, old: TypeSerializer) -> Any:
+        kind = value.get_row_kind() if isinstance(value, Row) else RowKind.INSERT
+        olds: Sequence[TypeSerializer] | None = getattr(old, "fields", None)
+        if olds is not None and (self.names is None or getattr(old, "names", None) is None):
+            # a positional row on either side: fields match by position
+            if isinstance(value, Row | tuple | list):
+                vals = list(value._values if isinstance(value, Row) else value)
+            else:
+                vals = [v for v, _ in record_values(value, old).values()]
+            new = [
+                migrate_value(olds[i], f, vals[i]) if i < len(vals) and i < len(olds) else None
+                for i, f in enumerate(self.fields)
+            ]
+        else:
+            new = migrate_fields(self.record_names, self.fields, value, old)
+        row = Row(*new)
+        if self.names is not None:
+            row._fields = list(self.names)
+        row.set_row_kind(kind)
+        return row
+
     def write(self, value: Any, out: bytearray) -> None:
         values, kind = self._values(value)
         out.append(kind.value)
-        _write_fields(self._nested, values, out, "row")
+        write_fields(self._nested, values, out, "row")
 
     def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
         kind = data[pos]
-        values, pos = _read_fields(self._nested, data, pos + 1)
+        values, pos = read_fields(self._nested, data, pos + 1)
         row = Row(*values)
         if self.names is not None:
             row._fields = list(self.names)
@@ -208,6 +288,14 @@ class TupleSerializer(FieldSerializer):
     def _params(self) -> dict[str, Any]:
         return {"fields": [nested_snapshot(f) for f in self.fields]}
 
+    def migrate(self, value: Any, old: TypeSerializer) -> Any:
+        olds = getattr(old, "fields", None)
+        if olds is None or len(olds) != len(self.fields) or not isinstance(value, tuple):
+            return value
+        return tuple(
+            migrate_value(o, n, v) for o, n, v in zip(olds, self.fields, value, strict=True)
+        )
+
     def write(self, value: Any, out: bytearray) -> None:
         if not isinstance(value, tuple | list | Row):
             raise TypeError(
@@ -220,12 +308,12 @@ class TupleSerializer(FieldSerializer):
         if not self._nested:
             out.append(0)  # so that () is not b"" (None)
             return
-        _write_fields(self._nested, list(value), out, "tuple")
+        write_fields(self._nested, list(value), out, "tuple")
 
     def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
         if not self._nested:
             return (), pos + 1
-        values, pos = _read_fields(self._nested, data, pos)
+        values, pos = read_fields(self._nested, data, pos)
         return tuple(values), pos
 
     def __repr__(self) -> str:
@@ -254,6 +342,10 @@ class ListSerializer(FieldSerializer):
 
     def _params(self) -> dict[str, Any]:
         return {"element": nested_snapshot(self.element)}
+
+    def migrate(self, value: Any, old: TypeSerializer) -> Any:
+        o = getattr(old, "element", old)
+        return [migrate_value(o, self.element, v) for v in value]
 
     def write(self, value: Any, out: bytearray) -> None:
         values = _check_sequence(self, value)
@@ -342,6 +434,13 @@ class MapSerializer(FieldSerializer):
 
     def _params(self) -> dict[str, Any]:
         return {"key": nested_snapshot(self.key), "value": nested_snapshot(self.value)}
+
+    def migrate(self, value: Any, old: TypeSerializer) -> Any:
+        ok, ov = getattr(old, "key", old), getattr(old, "value", old)
+        return {
+            migrate_value(ok, self.key, k): migrate_value(ov, self.value, v)
+            for k, v in value.items()
+        }
 
     def write(self, value: Any, out: bytearray) -> None:
         if not isinstance(value, Mapping):

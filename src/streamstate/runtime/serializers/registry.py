@@ -16,6 +16,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from streamstate.common.serializer import register_snapshot_resolver
 from streamstate.common.typeinfo import TypeInformation
 from streamstate.errors import ConfigurationError, StateMigrationError
 from streamstate.runtime.serializers import basic, temporal
@@ -33,6 +34,7 @@ from streamstate.runtime.serializers.composite import (
     TupleSerializer,
 )
 from streamstate.runtime.serializers.key import default_key_serializer
+from streamstate.runtime.serializers.records import DataclassSerializer, resolve_record
 from streamstate.runtime.serializers.ttl import TTL_SERIALIZER_NAME, TtlSerializer
 
 __all__ = [
@@ -214,6 +216,12 @@ def _register_builtins() -> None:
     register_serializer("primitive_array", lambda p: PrimitiveArraySerializer(p["element"]))
     register_serializer("map", lambda p: MapSerializer(p["key"], p["value"]))
     register_serializer(TTL_SERIALIZER_NAME, lambda p: TtlSerializer(p.get("user")))
+    register_serializer(
+        "dataclass",
+        lambda p: DataclassSerializer(p["class"], p["names"], p["fields"], p.get("cls")),
+    )
+    register_snapshot_resolver("row", resolve_record)
+    register_snapshot_resolver("dataclass", resolve_record)
 
 
 _register_builtins()

@@ -22,16 +22,30 @@ from __future__ import annotations
 
 import struct
 import sys
+import time
 from array import array
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from streamstate.common.serializer import migrate_value
 from streamstate.common.typeinfo import TypeInformation
 from streamstate.runtime.serializers.base import PickleSerializer, TypeSerializer
 from streamstate.runtime.serializers.composite import nested_snapshot
 
-__all__ = ["TTL_SERIALIZER_NAME", "TtlSerializer", "TtlTypeInfo", "TtlValue", "is_ttl_snapshot"]
+__all__ = [
+    "MIGRATION_TIMESTAMP",
+    "TTL_SERIALIZER_NAME",
+    "TtlSerializer",
+    "TtlTypeInfo",
+    "TtlValue",
+    "is_ttl_snapshot",
+]
+
+#: the TTL timestamp a value gets when TTL is enabled on restored state (the
+#: migrating backend sets its TTL clock's time; unset: the wall clock)
+MIGRATION_TIMESTAMP: ContextVar[int | None] = ContextVar("ttl_migration_timestamp", default=None)
 
 #: registry name of :class:`TtlSerializer` (recorded in checkpoints)
 TTL_SERIALIZER_NAME = "ttl"
@@ -92,6 +106,15 @@ class TtlSerializer(TypeSerializer):
 
     def _params(self) -> dict[str, Any]:
         return {"user": nested_snapshot(self.user)}
+
+    def migrate(self, value: Any, old: TypeSerializer) -> Any:
+        if old.name == TTL_SERIALIZER_NAME:
+            user, ts = self._check(value)
+            return TtlValue(migrate_value(old.user, self.user, user), ts)  # type: ignore[attr-defined]  # a TTL serializer
+        now = MIGRATION_TIMESTAMP.get()  # TTL enabled: the value was last accessed now
+        if now is None:
+            now = int(time.time() * 1000)
+        return TtlValue(migrate_value(old, self.user, value), now)
 
     @staticmethod
     def _check(value: Any) -> tuple[Any, int]:

@@ -121,6 +121,8 @@ class KeyedStateBackend(ABC):
         #: state name -> (descriptor registered first, its handle)
         self._handles: dict[str, tuple[StateDescriptor, State]] = {}
         self._disposed = False
+        #: state name -> entries migrated to a new schema at restore (job metrics)
+        self.migrated_entries: dict[str, int] = {}
 
     def run_snapshot_cleanups(self) -> None:
         """Run the registered snapshot cleanups (a backend's ``snapshot`` calls this first)."""

@@ -24,6 +24,7 @@ backends.
 from __future__ import annotations
 
 import json
+import logging
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from enum import Enum
@@ -37,6 +38,7 @@ from streamstate.api.state import (
     OperatorStateStore,
     ReadOnlyBroadcastState,
 )
+from streamstate.common.serializer import migrate_value
 from streamstate.errors import (
     CorruptCheckpointError,
     StateAccessError,
@@ -44,9 +46,14 @@ from streamstate.errors import (
     StateMigrationError,
     StateSerializationError,
 )
-from streamstate.runtime.serializers.base import TypeSerializerSnapshot
+from streamstate.runtime.serializers.base import TypeSerializer, TypeSerializerSnapshot
 from streamstate.runtime.serializers.registry import restore_serializer, serializer_for
-from streamstate.runtime.state.format.serializers import check_serializer_compatibility
+from streamstate.runtime.state.format.serializers import (
+    check_serializer_compatibility,
+    describe_schema,
+)
+
+log = logging.getLogger("streamstate.migration")
 
 __all__ = [
     "FORMAT_VERSION",
@@ -209,6 +216,8 @@ class DefaultOperatorStateStore(OperatorStateStore):
         #: restored but not (yet) registered: name -> (mode, values or dict, serializer snaps)
         self._restored: dict[str, tuple[OperatorStateMode, Any, list[dict[str, Any]]]] = {}
         self.restored = False
+        #: operator state name -> entries migrated to a new schema at restore (job metrics)
+        self.migrated_entries: dict[str, int] = {}
 
     # -- registration -----------------------------------------------------------------
     def get_list_state(self, state_descriptor: ListStateDescriptor) -> ListState:
@@ -263,13 +272,14 @@ class DefaultOperatorStateStore(OperatorStateStore):
                 f"{restored[0].value} state ({_API[restored[0]]}()) and is now requested with "
                 f"{_API[mode]}(): the mode of a state cannot change"
             )
+        data = restored[1] if restored is not None else None
         if restored is not None:
             try:
-                self._check_compatible(name, descriptor, mode, restored[2])
+                sers = self._check_compatible(name, descriptor, mode, restored[2])
+                data = self._migrate(name, mode, restored[2], sers, data)
             except StateMigrationError:
                 self._restored[name] = restored  # nothing registered: the checkpoint stays
                 raise
-        data = restored[1] if restored is not None else None
         if mode is OperatorStateMode.BROADCAST:
             state: Any = HeapBroadcastState(name, data)
         else:
@@ -277,9 +287,46 @@ class DefaultOperatorStateStore(OperatorStateStore):
         self._states[name] = _Entry(name, mode, descriptor, state)
         return state
 
+    def _migrate(
+        self,
+        name: str,
+        mode: OperatorStateMode,
+        snaps: list[dict[str, Any]],
+        sers: list[TypeSerializer],
+        data: Any,
+    ) -> Any:
+        """Restored ``data`` (decoded with ``snaps``) converted for the new ``sers``."""
+        olds = [restore_serializer(TypeSerializerSnapshot.from_dict(s)) for s in snaps]
+        if all(o == n for o, n in zip(olds, sers, strict=True)):
+            return data
+        try:
+            if mode is OperatorStateMode.BROADCAST:
+                (ok, ov), (nk, nv) = olds, sers
+                data = {migrate_value(ok, nk, k): migrate_value(ov, nv, v) for k, v in data.items()}
+            else:
+                data = [migrate_value(olds[0], sers[0], v) for v in data]
+        except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as e:
+            raise StateMigrationError(
+                f"operator {self.operator_name!r}: operator state {name!r} could not be "
+                f"migrated from {[describe_schema(o) for o in olds]} to "
+                f"{[describe_schema(n) for n in sers]}: {type(e).__name__}: {e}. Nothing was "
+                f"written; the checkpoint is unchanged."
+            ) from e
+        if [o.snapshot_configuration() for o in olds] != [n.snapshot_configuration() for n in sers]:
+            self.migrated_entries[name] = len(data)
+            log.info(
+                "operator %r: operator state %r migrated, %d entries: %s -> %s",
+                self.operator_name,
+                name,
+                len(data),
+                [describe_schema(o) for o in olds],
+                [describe_schema(n) for n in sers],
+            )
+        return data
+
     def _check_compatible(
         self, name: str, descriptor: Any, mode: OperatorStateMode, snaps: list[dict[str, Any]]
-    ) -> None:
+    ) -> list[TypeSerializer]:
         """The descriptor's serializers can take over restored state ``name`` (written with
         ``snaps``): as is or after migration (the restored values are already decoded and
         are re-encoded with the new serializers at the next snapshot)."""
@@ -301,6 +348,7 @@ class DefaultOperatorStateStore(OperatorStateStore):
                 check_serializer_compatibility(name, role, ser, snap)
             except StateMigrationError as e:
                 raise StateMigrationError(f"operator {self.operator_name!r}: {e}") from None
+        return sers
 
     def broadcast_state_read_only(self, descriptor: MapStateDescriptor) -> ReadOnlyBroadcastState:
         """The read-only view of broadcast state ``descriptor`` (non-broadcast side)."""

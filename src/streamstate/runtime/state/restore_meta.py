@@ -104,9 +104,11 @@ def registered_handle(
 
 def check_migration(
     operator_name: str, holder: Any, descriptor: StateDescriptor, sers: StateSerializers
-) -> None:
+) -> list[str]:
     """A restored state registered as ``descriptor`` keeps its kind, and its value (and
-    map key) serializer is compatible with the checkpoint's."""
+    map key) serializer is compatible with the checkpoint's (``StateMigrationError``
+    naming the operator, the state, both schemas and the field or reason); returns
+    what changed."""
     if holder.kind != descriptor.kind:
         raise StateMigrationError(
             f"operator {operator_name!r}: state {holder.name!r} was restored as "
@@ -115,12 +117,18 @@ def check_migration(
         )
     meta = holder.restored_meta
     if meta is None:
-        return
-    check_serializer_compatibility(holder.name, "value", sers.value, meta["value_serializer"])
-    if sers.user_key is not None and "user_key_serializer" in meta:
-        check_serializer_compatibility(
-            holder.name, "map key", sers.user_key, meta["user_key_serializer"]
+        return []
+    try:
+        changes = check_serializer_compatibility(
+            holder.name, "value", sers.value, meta["value_serializer"]
         )
+        if sers.user_key is not None and "user_key_serializer" in meta:
+            changes += check_serializer_compatibility(
+                holder.name, "map key", sers.user_key, meta["user_key_serializer"]
+            )
+    except StateMigrationError as e:
+        raise StateMigrationError(f"operator {operator_name!r}: {e}") from None
+    return changes
 
 
 def check_restore_first(operator_name: str, registered: Collection[str]) -> None:
@@ -162,11 +170,16 @@ def resolve_states(
     holders: Mapping[str, H],
     registered: Collection[str],
     create: Callable[[str, str, StateSerializers], H],
+    migrate: Callable[[H, StateSerializers], None] | None = None,
 ) -> list[tuple[H, StateSerializers]]:
     """Per state id of a checkpoint: (holder to fill, serializers to read with).
 
     A state without a holder gets one from ``create(name, kind, write_serializers)``
     (which records it in ``holders``), with ``restored_meta`` set to its meta. A
+    holder restored with other value serializers (a delta written after a schema
+    change, on top of a base written before it) is converted with ``migrate(holder,
+    serializers)`` first (a no-op when nothing changed), so a holder always holds
+    objects of its serializers. A
     kind differing from a holder's is ``StateMigrationError`` for a ``registered``
     state, else ``CorruptCheckpointError`` (two handles disagree)."""
     out: list[tuple[H, StateSerializers]] = []
@@ -202,6 +215,12 @@ def resolve_states(
             raise CorruptCheckpointError(
                 f"state {name!r} is {holder.kind} state in one handle and {kind} in another"
             )
+        elif migrate is not None and name not in registered:
+            write_sers = StateSerializers(
+                key_serializer, holder.serializers.namespace, read_sers.value, read_sers.user_key
+            )
+            migrate(holder, write_sers)
+            holder.restored_meta = sm
         out.append((holder, read_sers))
     return out
 

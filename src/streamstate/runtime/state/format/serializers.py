@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from streamstate.common.serializer import NESTED_SNAPSHOT_KEY, compare_snapshots
 from streamstate.errors import StateMigrationError
 from streamstate.runtime.serializers.base import TypeSerializer, TypeSerializerSnapshot
-from streamstate.runtime.serializers.compat import resolve_compatibility
 from streamstate.runtime.serializers.registry import restore_serializer as _registry_restore
 from streamstate.runtime.serializers.registry import serializer_for
 from streamstate.runtime.serializers.ttl import TTL_SERIALIZER_NAME
@@ -23,6 +23,7 @@ __all__ = [
     "STATE_KINDS",
     "StateSerializers",
     "check_serializer_compatibility",
+    "describe_schema",
     "restore_serializer",
     "serializer_for_type_info",
 ]
@@ -80,8 +81,36 @@ def restore_serializer(snapshot: dict[str, Any], state_name: str) -> TypeSeriali
         raise StateMigrationError(f"state {state_name!r}: {e}") from e
 
 
+def _schema(name: str, params: dict[str, Any]) -> str:
+    def nested(d: Any) -> str:
+        if isinstance(d, dict) and NESTED_SNAPSHOT_KEY in d:
+            return _schema(d[NESTED_SNAPSHOT_KEY], d.get("params", {}))
+        return repr(d)
+
+    if "fields" in params and isinstance(params["fields"], list):
+        names = params.get("names") or [f"f{i}" for i in range(len(params["fields"]))]
+        inner = ", ".join(
+            f"{n}: {nested(f)}" for n, f in zip(names, params["fields"], strict=False)
+        )
+        label = params.get("class") or params.get("record") or name
+        return f"{label}({inner})"
+    parts = [nested(v) for v in params.values() if isinstance(v, dict) and NESTED_SNAPSHOT_KEY in v]
+    return f"{name}<{', '.join(parts)}>" if parts else name
+
+
+def describe_schema(serializer: Any) -> str:
+    """A one-line schema of a serializer (or snapshot / its dict form):
+    ``long``, ``list<string>``, ``mod:Cls(x: long, y: double)``."""
+    snap = serializer
+    if isinstance(snap, TypeSerializer):
+        snap = snap.snapshot_configuration()
+    elif isinstance(snap, dict):
+        snap = TypeSerializerSnapshot.from_dict(snap)
+    return _schema(snap.name, snap.params)
+
+
 def _describe(snapshot: TypeSerializerSnapshot) -> str:
-    return f"{snapshot.name!r} (version {snapshot.version}, params {snapshot.params})"
+    return describe_schema(snapshot)
 
 
 def check_serializer_compatibility(
@@ -90,42 +119,35 @@ def check_serializer_compatibility(
     new: TypeSerializer,
     old_snapshot: dict[str, Any],
     require_as_is: bool = False,
-) -> None:
-    """Raise ``StateMigrationError`` if ``new`` cannot take over state written by ``old``.
+) -> list[str]:
+    """Raise ``StateMigrationError`` if ``new`` cannot take over state written by ``old``;
+    else return what changed (empty: nothing).
 
-    Uses :func:`streamstate.runtime.serializers.compat.resolve_compatibility`:
-    "compatible after migration" is accepted (the heap backend reads with the
-    recorded serializer and writes with the new one) unless ``require_as_is``
-    (used for keys: their bytes decide the key group, so they must not change).
+    "Compatible after migration" is accepted (restore converts every value once,
+    ``runtime/state/migration.py``) unless ``require_as_is`` (used for keys: their
+    bytes decide the key group, so they must not change).
     """
     old = TypeSerializerSnapshot.from_dict(old_snapshot)
     old_ttl, new_ttl = old.name == TTL_SERIALIZER_NAME, new.name == TTL_SERIALIZER_NAME
-    if old_ttl != new_ttl:
-        if old_ttl:
-            raise StateMigrationError(
-                f"state {state_name!r} was written with state TTL (its values carry expiration "
-                f"timestamps), but the new descriptor has no TTL. Enable TTL on the descriptor "
-                f"(descriptor.enable_time_to_live(StateTtlConfig.new_builder(ttl).build())), "
-                f"or give the state a new name."
-            )
-        raise StateMigrationError(
-            f"state {state_name!r} was written without state TTL, but the new descriptor "
-            f"enables TTL; state cannot switch TTL on across a restore (as in Flink). Remove "
-            f"enable_time_to_live() from the descriptor, or give the state a new name."
-        )
-    result = resolve_compatibility(old, new)
+    if old_ttl != new_ttl and require_as_is:
+        raise StateMigrationError(f"state {state_name!r}: the {role} serializer cannot carry TTL")
+    result, reasons = compare_snapshots(old, new.snapshot_configuration())
     ok = result.is_compatible_as_is() if require_as_is else not result.is_incompatible()
     if ok:
-        return
+        return reasons
     new_desc = _describe(new.snapshot_configuration())
+    why = "; ".join(reasons) or "the serializers differ"
     if require_as_is:
         raise StateMigrationError(
             f"state {state_name!r}: the checkpoint's {role} serializer {_describe(old)} and the "
-            f"job's {role} serializer {new_desc} do not produce the same bytes, so keys would "
-            f"land in other key groups. Keep the key type (key_by's key_type) of the checkpoint."
+            f"job's {role} serializer {new_desc} do not produce the same bytes ({why}), so keys "
+            f"would land in other key groups. Keep the key type (key_by's key_type) of the "
+            f"checkpoint."
         )
     raise StateMigrationError(
-        f"state {state_name!r}: the {role} serializer {new_desc} of the new descriptor cannot "
-        f"read data written by the restored {role} serializer {_describe(old)}. Use a type "
-        f"information compatible with the checkpoint, or a new state name."
+        f"state {state_name!r}: the {role} serializer of the new descriptor cannot read data "
+        f"written by the restored one: old schema {_describe(old)}, new schema {new_desc}; "
+        f"{why}. Use a type compatible with the checkpoint (add, remove or reorder fields, "
+        f"or register a conversion with "
+        f"streamstate.common.serializer.register_type_migration), or a new state name."
     )

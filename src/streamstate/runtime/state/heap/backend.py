@@ -31,6 +31,7 @@ from streamstate.runtime.state.format.serializers import StateSerializers
 from streamstate.runtime.state.heap.entries import HeapStateEntries
 from streamstate.runtime.state.heap.states import STATE_CLASSES
 from streamstate.runtime.state.heap.table import StateTable
+from streamstate.runtime.state.migration import migrate_heap_table, migrate_holder, needs_migration
 from streamstate.runtime.state.registry import register_keyed_backend
 
 __all__ = ["HeapKeyedStateBackend"]
@@ -99,6 +100,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             table = self._new_table(name, kind, sers)
         else:  # restored (or created by a delta) and not yet registered
             rm.check_migration(self.operator_name, table, descriptor, sers)
+            if needs_migration(table.serializers, sers):
+                migrate_holder(self, table, sers, migrate_heap_table)
             table.serializers = sers
         created = STATE_CLASSES[kind](self, table, descriptor)
         assert isinstance(created, State)  # every heap state class also derives from a State
@@ -159,7 +162,13 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             self._tables,
             self._handles,
             self._new_table,
+            self._migrate_restored,
         )
+
+    def _migrate_restored(self, table: StateTable, sers: StateSerializers) -> None:
+        """A delta written after a schema change: bring the restored base along first."""
+        if needs_migration(table.serializers, sers):
+            migrate_holder(self, table, sers, migrate_heap_table)
 
     def _new_table(self, name: str, kind: str, sers: StateSerializers) -> StateTable:
         table = self._tables[name] = StateTable(name, kind, self._n, sers)

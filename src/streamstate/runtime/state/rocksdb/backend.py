@@ -64,6 +64,7 @@ from streamstate.runtime.state.rocksdb.incremental import (
     restore_incremental,
     snapshot_incremental,
 )
+from streamstate.runtime.state.rocksdb.migration import migrate_restored
 from streamstate.runtime.state.rocksdb.options import build_options
 from streamstate.runtime.state.rocksdb.states import (
     STATE_CLASSES,
@@ -239,10 +240,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             col = self._column(name, kind, sers)
         else:  # restored (or created by a delta) and not yet registered
             rm.check_migration(self.operator_name, col, descriptor, sers)
-            old_meta = {**col.serializers.to_meta(), "namespace_serializer": None}
-            if old_meta != {**sers.to_meta(), "namespace_serializer": None}:
-                migrate_column(self, col, sers)
-            col.serializers = sers
+            migrate_restored(self, col, sers)
         state: Any = STATE_CLASSES[kind](self, col, descriptor)
         self._raw_states.append(state)
         return state  # type: ignore[no-any-return]  # the TTL factory returns the State it was given
@@ -317,6 +315,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             self._columns,
             self._handles,
             self._column,
+            lambda col, sers: migrate_restored(self, col, sers),
         )
 
     def apply_delta(self, data: bytes) -> None:
@@ -396,32 +395,3 @@ def write_batch(backend: Any, cf: Any, batch: list[tuple[bytes, bytes | None]]) 
                 put(k, v)
     except Exception as e:
         raise backend._io_error("write", e) from e
-
-
-def migrate_column(
-    backend: RocksDBKeyedStateBackend, col: StateColumn, new: StateSerializers
-) -> None:
-    """Rewrite every stored value of ``col`` from its serializers to ``new``."""
-    old = col.serializers
-    for cf in (col.cf, col.ns_cf):
-        if cf is None:
-            continue
-        batch: list[tuple[bytes, bytes | None]] = []
-        for rk, v in list(col._scan(b"", None, cf)):
-            if col.kind == "map":
-                kb = col.prefix_of(rk)
-                uk = old.user_key.deserialize(rk[len(kb) : len(rk) - 4])  # type: ignore[union-attr]  # map state always has a user-key serializer
-                ukb = new.user_key.serialize(uk)  # type: ignore[union-attr]  # map state always has a user-key serializer
-                batch.append((rk, None))
-                batch.append(
-                    (
-                        kb + ukb + _U32.pack(len(ukb)),
-                        new.value.serialize(old.value.deserialize(v)),
-                    )
-                )
-            else:
-                obj = col.decode(v)
-                col.serializers = new
-                batch.append((rk, col.encode(obj)))
-                col.serializers = old
-        backend._apply(col, batch, cf)
