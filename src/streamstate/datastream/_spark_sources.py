@@ -33,3 +33,37 @@ class SparkSourcesMixin:
         ds = self._source(source, source_name)
         ds._t.output_type = type_info_of(df.schema)
         return ds
+
+    def from_spark_stream(
+        self,
+        streaming_df: Any,
+        checkpoint_location: str | None = None,
+        bounded: bool = False,
+        retained_versions: int = 10,
+        source_name: str = "Spark Stream Source",
+    ) -> DataStream:
+        """A stream fed by a Structured Streaming DataFrame (``spark.readStream``: files,
+        ``rate``, Kafka when its connector is on the classpath, ...), rows as :class:`Row`
+        objects with the schema's ``Types.ROW_NAMED`` as type info.
+
+        Before an epoch, once the previous micro-batch was read, the driver runs the query
+        for one ``availableNow`` trigger and stages its micro-batch (one split per
+        partition). The Spark offsets live in a versioned copy of the query's checkpoint
+        under ``checkpoint_location`` (default a new local temp dir: give a durable one to
+        restore in another process); streamstate's checkpoints name the version, so a
+        restore resumes exactly at the checkpointed offsets. ``bounded=True`` ends the job
+        when a trigger finds no new data (Spark's ``availableNow``); else it runs until
+        cancelled. ``retained_versions``: how many trigger versions to keep (a restore
+        needs its checkpoint's version)."""
+        from streamstate.spark.dataframes import default_staging_dir, type_info_of
+        from streamstate.spark.stream_source import SparkStreamSource
+
+        source = SparkStreamSource(
+            streaming_df,
+            checkpoint_location or default_staging_dir("stream"),
+            bounded=bounded,
+            retained_versions=retained_versions,
+        )
+        ds = self._source(source, source_name)
+        ds._t.output_type = type_info_of(streaming_df.schema)
+        return ds

@@ -1,0 +1,173 @@
+"""``env.from_spark_stream(streaming_df)``: a Structured Streaming query feeds a job.
+
+Spark keeps a streaming source's offsets in the query's checkpoint location (its
+``offsets/``, ``commits/`` and source logs). This source runs the query one trigger at
+a time on the driver (``trigger(availableNow=True)``, ``foreachBatch``), each trigger
+starting from a *copy* of the checkpoint location the previous trigger ended with:
+
+* ``discover`` (driver, before an epoch), when every staged row was read: copy the
+  current Spark checkpoint version into a new version directory, run one trigger on
+  it; ``foreachBatch`` stages each micro-batch's partitions as staged rows files
+  (``connectors/staged.py``), one split per partition;
+* the enumerator state, stored in streamstate's checkpoints, names the Spark
+  checkpoint version, the staged splits and their read positions, and the Spark
+  offsets (``endOffset`` of each source, for people reading ``_metadata``);
+* a restore continues reading the checkpointed splits at their positions, then runs
+  the next trigger from the checkpointed version: Spark plans the next micro-batch
+  from exactly the offsets the checkpoint recorded. Output of triggers after the
+  checkpoint was rolled back with the epochs that read it, so nothing is lost or
+  duplicated (end to end exactly-once needs an exactly-once sink too).
+
+Versions (and their staged rows) beyond the last ``retained_versions`` are deleted.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from streamstate.connectors.base import Source
+from streamstate.connectors.staged import read_staged_rows
+from streamstate.errors import ConfigurationError
+
+__all__ = ["SparkStreamSource"]
+
+
+def _fs(path: str) -> tuple[Any, str]:
+    import fsspec
+
+    fs, p = fsspec.core.url_to_fs(path)
+    return fs, p
+
+
+class SparkStreamSource(Source):
+    """Reads a streaming DataFrame trigger by trigger (see module doc)."""
+
+    def __init__(
+        self,
+        df: Any,
+        checkpoint_location: str,
+        bounded: bool = False,
+        retained_versions: int = 10,
+        query_name: str | None = None,
+    ) -> None:
+        if not getattr(df, "isStreaming", False):
+            raise ConfigurationError(
+                "from_spark_stream() takes a streaming DataFrame (spark.readStream...); "
+                "use from_dataframe() for a batch DataFrame"
+            )
+        if retained_versions < 1:
+            raise ConfigurationError(f"retained_versions must be >= 1, got {retained_versions}")
+        self.df = df
+        self.root = checkpoint_location.rstrip("/")
+        self.bounded = bounded
+        self.retained_versions = retained_versions
+        self.query_name = query_name
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "df"}  # driver only
+
+    # -- driver -----------------------------------------------------------------------------
+    def create_enumerator_state(self, parallelism: int) -> Any:
+        return {"version": None, "versions": [], "splits": [], "offsets": None, "drained": False}
+
+    def restore_enumerator_state(self, state: Any, parallelism: int) -> Any:
+        version = state.get("version")
+        if version is not None:
+            fs, p = _fs(version)
+            if not fs.exists(p):
+                raise ConfigurationError(
+                    f"the checkpoint resumes the Spark stream from {version!r}, which is gone: "
+                    f"pass the same checkpoint_location to from_spark_stream() and raise "
+                    f"retained_versions (kept: {self.retained_versions}) to restore older "
+                    f"checkpoints"
+                )
+        return {**state, "drained": False}
+
+    def discover(self, state: Any, now_ms: int) -> Any:
+        if any(pos < n for _, n, pos in state["splits"]):
+            return state  # rows of the last trigger still to read: no new micro-batch yet
+        if state.get("drained") and self.bounded:
+            return state
+        return self._trigger(state)
+
+    def _trigger(self, state: Any) -> Any:
+        from streamstate.spark.dataframes import stage_dataframe
+
+        vid = f"v-{uuid.uuid4().hex[:12]}"
+        version = f"{self.root}/{vid}"
+        fs, vp = _fs(version)
+        if state["version"] is not None:
+            _, old = _fs(state["version"])
+            fs.copy(old, vp, recursive=True)
+        else:
+            fs.makedirs(vp, exist_ok=True)
+        staged_dir = f"{self.root}/staged/{vid}"
+        splits: list[list[Any]] = []
+
+        def stage(batch_df: Any, batch_id: int) -> None:
+            staged = stage_dataframe(batch_df, f"{staged_dir}/{batch_id}")
+            splits.extend([path, n, 0] for path, n in staged if n > 0)
+
+        writer = (
+            self.df.writeStream.foreachBatch(stage)
+            .option("checkpointLocation", f"{version}/spark")
+            .trigger(availableNow=True)
+        )
+        if self.query_name:
+            writer = writer.queryName(self.query_name)
+        query = writer.start()
+        query.awaitTermination()
+        offsets = state["offsets"]
+        progress = query.lastProgress
+        if progress:
+            offsets = [s.get("endOffset") for s in progress.get("sources", [])]
+        versions = [*state["versions"], version]
+        for gone in versions[: -self.retained_versions]:
+            self._delete_version(gone)
+        return {
+            "version": version,
+            "versions": versions[-self.retained_versions :],
+            "splits": splits,
+            "offsets": offsets,
+            "drained": not splits,
+        }
+
+    def _delete_version(self, version: str) -> None:
+        fs, p = _fs(version)
+        vid = version.rsplit("/", 1)[-1]
+        for d in (p, _fs(f"{self.root}/staged/{vid}")[1]):
+            if fs.exists(d):
+                fs.rm(d, recursive=True)
+
+    def plan_epoch(self, state: Any, parallelism: int) -> list[Any]:
+        plans: list[list[Any]] = [[] for _ in range(parallelism)]
+        for i, (path, count, pos) in enumerate(state["splits"]):
+            if pos < count:
+                plans[i % parallelism].append([i, path, pos, count])
+        return plans
+
+    def apply_progress(self, state: Any, progress: list[Any]) -> Any:
+        splits = [list(s) for s in state["splits"]]
+        for reader in progress:
+            for i, end in reader or []:
+                splits[i][2] = end
+        return {**state, "splits": splits}
+
+    def is_finished(self, state: Any) -> bool:
+        return bool(
+            self.bounded and state.get("drained") and all(pos >= n for _, n, pos in state["splits"])
+        )
+
+    # -- worker -----------------------------------------------------------------------------
+    def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
+        out: list[Any] = []
+        progress = []
+        for i, path, pos, count in assignment:
+            if budget <= 0:
+                break
+            end = min(count, pos + budget)
+            out.extend(read_staged_rows(path)[pos:end])
+            budget -= end - pos
+            progress.append([i, end])
+        return out, progress

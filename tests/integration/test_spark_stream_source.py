@@ -1,0 +1,98 @@
+"""env.from_spark_stream: a Structured Streaming file source feeds a job, exactly once."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streamstate.common import Row, Types
+from streamstate.datastream import CheckpointingMode, ExternalizedCheckpointCleanup
+from streamstate.runtime.state_reader import list_checkpoints
+from streamstate.testing import FailOnce, TickingClock, use_default_clock
+from tests.integration.jobs import CountPerKey, make_env
+
+pytestmark = pytest.mark.spark
+
+
+def _write(indir, n_file, rows=50):
+    path = indir / f"in-{n_file}.json"
+    lines = [json.dumps({"id": n_file * rows + i, "key": f"k{i % 7}"}) for i in range(rows)]
+    tmp = indir / f".in-{n_file}.tmp"
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.rename(path)
+
+
+def _stream(spark, indir):
+    return (
+        spark.readStream.schema("id long, key string")
+        .option("maxFilesPerTrigger", 2)
+        .json(str(indir))
+    )
+
+
+def _env(spark, tmp_path, name, **conf):
+    env = make_env(spark, epoch_records=20, **conf)
+    env.enable_checkpointing(2500, CheckpointingMode.EXACTLY_ONCE)
+    cc = env.get_checkpoint_config()
+    cc.set_checkpoint_storage_dir(str(tmp_path / f"chk-{name}"))
+    cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
+    return env
+
+
+def _count_job(spark, tmp_path, indir, name, failure=None):
+    env = _env(spark, tmp_path, name)
+    ds = env.from_spark_stream(_stream(spark, indir), str(tmp_path / f"spark-{name}"), bounded=True)
+    assert ds._t.output_type == Types.ROW_NAMED(["id", "key"], [Types.LONG(), Types.STRING()])
+    ds = ds.map(lambda r: (r.key, r.id))
+    if failure is not None:
+        ds = ds.map(failure).name("fail-once")
+    job = ds.key_by(lambda v: v[0]).process(CountPerKey())
+    with use_default_clock(TickingClock(start_ms=1000)):
+        return list(job.execute_and_collect(name))
+
+
+def test_replay_after_failure_equals_the_failure_free_run(spark, tmp_path):
+    indir = tmp_path / "in"
+    indir.mkdir()
+    for f in range(4):
+        _write(indir, f)
+    base = _count_job(spark, tmp_path, indir, "base")
+    fail = FailOnce(str(tmp_path), epoch=3, subtask=0, after_records=5)
+    faulty = _count_job(spark, tmp_path, indir, "faulty", fail)
+    assert (tmp_path / "fail-once.failed").exists()
+    assert len(base) == 200
+    assert sorted(faulty) == sorted(base)
+
+
+def _ids_job(spark, tmp_path, indir, name, restore=None, max_epochs=None):
+    conf = {} if max_epochs is None else {"execution.epoch.max-epochs": str(max_epochs)}
+    env = _env(spark, tmp_path, name, **conf)
+    if restore is not None:
+        env.set_restore_path(restore)
+    ds = env.from_spark_stream(
+        _stream(spark, indir), str(tmp_path / "spark"), bounded=max_epochs is None
+    )
+    with use_default_clock(TickingClock(start_ms=1000)):
+        out = list(ds.execute_and_collect(name))
+    assert all(isinstance(r, Row) for r in out)
+    return [r.id for r in out]
+
+
+def test_restore_resumes_at_the_checkpointed_offsets(spark, tmp_path):
+    indir = tmp_path / "in"
+    indir.mkdir()
+    for f in range(2):
+        _write(indir, f)
+    # the first job stops after 2 epochs (+ its final checkpoint), mid-way through the first
+    # trigger's 100 rows
+    first = _ids_job(spark, tmp_path, indir, "first", max_epochs=2)
+    assert 0 < len(first) < 100
+    (latest,) = sorted(
+        (c for c in list_checkpoints(str(tmp_path / "chk-first")) if c.valid),
+        key=lambda c: c.checkpoint_id,
+    )[-1:]
+    for f in range(2, 4):
+        _write(indir, f)  # new files arrive while no job runs
+    second = _ids_job(spark, tmp_path, indir, "second", restore=latest.path)
+    assert sorted(first + second) == list(range(200))
