@@ -13,6 +13,10 @@ Modes: ``"raise"`` raises :class:`InjectedFailure` (a user-code error);
 ``"exit"`` kills the Python worker process with ``os._exit`` (a crash; never
 use it with the in-process runner, it would kill the test itself).
 
+``crash_once(marker_dir, name, mode)`` is the same "once" as a call to put anywhere
+(e.g. in a sink subclass right after its pre-commit): the first call with that name
+exits the process (``"exit"``) or raises; every later call, in any process, returns.
+
 ``TickingClock`` and ``use_default_clock`` inject a deterministic driver clock
 (also per environment: ``env.set_clock(TickingClock())``).
 """
@@ -32,12 +36,37 @@ __all__ = [
     "InjectedFailure",
     "KeyedFunctionHarness",
     "TickingClock",
+    "crash_once",
     "use_default_clock",
 ]
 
 
 class InjectedFailure(RuntimeError):
     """The failure a test asked for."""
+
+
+def _first_time(marker: str) -> bool:
+    """True for the first caller of ``marker`` across processes (an ``O_EXCL`` file)."""
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def crash_once(marker_dir: str, name: str, mode: str = "exit") -> None:
+    """Fail the first time this is called with ``name`` (in any process): ``"exit"`` ends
+    the process with ``os._exit(17)`` (a crashed worker), ``"raise"`` raises
+    :class:`InjectedFailure`. Later calls return. ``marker_dir`` must be reachable by every
+    process that may call it."""
+    if mode not in ("raise", "exit"):
+        raise ValueError(f"mode must be 'raise' or 'exit', got {mode!r}")
+    if not _first_time(os.path.join(marker_dir, f"{name}.failed")):
+        return
+    if mode == "exit":
+        os._exit(17)
+    raise InjectedFailure(f"injected failure {name!r}")
 
 
 class FailOnce(MapFunction):
@@ -74,12 +103,7 @@ class FailOnce(MapFunction):
         self._seen += 1
         if epoch != self.epoch or self._seen <= self.after_records:
             return False
-        try:
-            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return False
-        os.close(fd)
-        return True
+        return _first_time(self.marker)
 
     def map(self, value: Any) -> Any:
         if self._should_fail():
