@@ -126,10 +126,14 @@ class _ContinuousTrigger(Trigger):
         raise NotImplementedError
 
     def register_next_fire_timestamp(
-        self, time: int, window: TimeWindow, ctx: Trigger.TriggerContext, state: Any
+        self,
+        time: int,
+        window: TimeWindow,
+        ctx: Trigger.TriggerContext,
+        fire_timestamp_state: Any,
     ) -> None:
         nxt = min(time + self.interval, window.max_timestamp())
-        state.add(nxt)
+        fire_timestamp_state.add(nxt)
         self._register(nxt, ctx)
 
     def can_merge(self) -> bool:

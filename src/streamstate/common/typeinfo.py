@@ -13,7 +13,10 @@ serializer through the serializer registry.
 
 from __future__ import annotations
 
+import calendar
 import dataclasses
+import datetime as _dt
+import time
 import types as _types
 import typing
 from abc import ABC, abstractmethod
@@ -58,6 +61,19 @@ class TypeInformation(ABC):
     def serializer_params(self) -> dict[str, Any]:
         """Arguments of the serializer factory; nested type infos appear as type infos."""
         return {}
+
+    def need_conversion(self) -> bool:
+        """Whether values have an internal form other than themselves (PyFlink's
+        ``TypeInformation`` protocol; the SQL date/time types do)."""
+        return False
+
+    def to_internal_type(self, obj: Any) -> Any:
+        """The internal form of a Python value (PyFlink's): itself unless overridden."""
+        return obj
+
+    def from_internal_type(self, obj: Any) -> Any:
+        """The Python value of an internal form (inverse of :meth:`to_internal_type`)."""
+        return obj
 
     def __str__(self) -> str:
         return self.__repr__()
@@ -142,8 +158,60 @@ class SqlTimeTypeInfo(TypeInformation):
     def serializer_name(self) -> str:
         return "sql_" + self.time_type.name.lower()
 
+    def need_conversion(self) -> bool:
+        return True
+
+    def to_internal_type(self, obj: Any) -> Any:
+        """PyFlink's internal forms: a date is days since 1970-01-01, a time microseconds
+        of the day, a timestamp microseconds since the epoch (a naive one in local time)."""
+        if obj is None:
+            return None
+        return _SQL_TO_INTERNAL[self.time_type](obj)
+
+    def from_internal_type(self, obj: Any) -> Any:
+        if obj is None:
+            return None
+        return _SQL_FROM_INTERNAL[self.time_type](obj)
+
     def __repr__(self) -> str:
         return f"Types.SQL_{self.time_type.name}()"
+
+
+_EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
+
+
+def _timestamp_to_micros(ts: _dt.datetime) -> int:
+    seconds = (
+        calendar.timegm(ts.utctimetuple()) if ts.tzinfo is not None else time.mktime(ts.timetuple())
+    )
+    return int(seconds) * 10**6 + ts.microsecond
+
+
+def _time_to_micros(t: _dt.time) -> int:
+    return ((t.hour * 60 + t.minute) * 60 + t.second) * 10**6 + t.microsecond
+
+
+def _micros_to_time(us: int) -> _dt.time:
+    seconds, micros = divmod(us, 10**6)
+    minutes, sec = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    return _dt.time(hours, minute, sec, micros)
+
+
+def _micros_to_timestamp(us: int) -> _dt.datetime:
+    return _dt.datetime.fromtimestamp(us // 10**6).replace(microsecond=us % 10**6)
+
+
+_SQL_TO_INTERNAL: dict[SqlTimeType, Any] = {
+    SqlTimeType.DATE: lambda d: d.toordinal() - _EPOCH_ORDINAL,
+    SqlTimeType.TIME: _time_to_micros,
+    SqlTimeType.TIMESTAMP: _timestamp_to_micros,
+}
+_SQL_FROM_INTERNAL: dict[SqlTimeType, Any] = {
+    SqlTimeType.DATE: lambda days: _dt.date.fromordinal(days + _EPOCH_ORDINAL),
+    SqlTimeType.TIME: _micros_to_time,
+    SqlTimeType.TIMESTAMP: _micros_to_timestamp,
+}
 
 
 @dataclass(frozen=True, repr=False)
@@ -456,12 +524,12 @@ class Types:
         return ObjectArrayTypeInfo(element_type)
 
     @staticmethod
-    def LIST(element_type: TypeInformation) -> TypeInformation:
-        return ListTypeInfo(element_type)
+    def LIST(element_type_info: TypeInformation) -> TypeInformation:
+        return ListTypeInfo(element_type_info)
 
     @staticmethod
-    def MAP(key_type: TypeInformation, value_type: TypeInformation) -> TypeInformation:
-        return MapTypeInfo(key_type, value_type)
+    def MAP(key_type_info: TypeInformation, value_type_info: TypeInformation) -> TypeInformation:
+        return MapTypeInfo(key_type_info, value_type_info)
 
     @staticmethod
     def DATACLASS(

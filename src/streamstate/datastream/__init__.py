@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING
 
 from streamstate.common._unsupported import install_unsupported, unsupported_attribute
+from streamstate.datastream.async_data_stream import AsyncDataStream
 from streamstate.datastream.checkpoint_config import CheckpointConfig, ExternalizedCheckpointCleanup
 from streamstate.datastream.checkpoint_storage import (
     CheckpointStorage,
@@ -28,6 +29,9 @@ from streamstate.datastream.externalized_checkpoint_retention import (
 from streamstate.datastream.functions import (
     AggregateFunction,
     AllWindowFunction,
+    AsyncFunction,
+    AsyncRetryPredicate,
+    AsyncRetryStrategy,
     BroadcastProcessFunction,
     CheckpointedFunction,
     CheckpointListener,
@@ -105,6 +109,10 @@ __all__ = [
     "AggregateFunction",
     "AllWindowFunction",
     "AllWindowedStream",
+    "AsyncDataStream",
+    "AsyncFunction",
+    "AsyncRetryPredicate",
+    "AsyncRetryStrategy",
     "BroadcastConnectedStream",
     "BroadcastProcessFunction",
     "BroadcastStream",

@@ -100,25 +100,27 @@ class BroadcastStream:
     operator keeps (``DataStream.broadcast(descriptor, ...)``).
     """
 
-    def __init__(self, stream: DataStream, descriptors: tuple[Any, ...]) -> None:
+    def __init__(
+        self, input_stream: DataStream, broadcast_state_descriptors: tuple[Any, ...]
+    ) -> None:
         from streamstate.datastream.state import MapStateDescriptor
 
-        for d in descriptors:
+        for d in broadcast_state_descriptors:
             if not isinstance(d, MapStateDescriptor):
                 raise ConfigurationError(
                     f"broadcast() takes MapStateDescriptors for the broadcast state, got "
                     f"{type(d).__name__}"
                 )
-        names = [d.name for d in descriptors]
+        names = [d.name for d in broadcast_state_descriptors]
         if len(set(names)) != len(names):
             raise ConfigurationError(f"broadcast() got two descriptors with one name: {names}")
-        self._stream = stream
-        self._env = stream._env
-        self.broadcast_state_descriptors = tuple(descriptors)
+        self._stream = input_stream
+        self._env = input_stream._env
+        self.broadcast_state_descriptors = tuple(broadcast_state_descriptors)
         self._t = Transformation(
             TransformationKind.PARTITION,
             "Broadcast",
-            [stream._t],
+            [input_stream._t],
             partitioning=Partitioning.BROADCAST,
         )
 
@@ -126,7 +128,13 @@ class BroadcastStream:
 class BroadcastConnectedStream:
     """A (keyed or non-keyed) stream connected with a :class:`BroadcastStream`."""
 
-    def __init__(self, non_broadcast: DataStream, broadcast_stream: BroadcastStream) -> None:
+    def __init__(
+        self,
+        non_broadcast_stream: DataStream,
+        broadcast_stream: BroadcastStream,
+        broadcast_state_descriptors: Any = None,
+    ) -> None:
+        non_broadcast = non_broadcast_stream
         if non_broadcast._env is not broadcast_stream._env:
             raise ConfigurationError("connect() needs streams of the same environment")
         self.non_broadcast_stream = non_broadcast

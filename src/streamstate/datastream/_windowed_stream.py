@@ -168,6 +168,10 @@ class _WindowedBase:
 class WindowedStream(_WindowedBase):
     """A keyed stream split into windows per key; evaluated per (key, window)."""
 
+    def get_input_type(self) -> Any:
+        """The type of the windowed records (``Types.PICKLED_BYTE_ARRAY()`` if undeclared)."""
+        return self._keyed_stream._origin.get_type()
+
 
 class AllWindowedStream(_WindowedBase):
     """A non-keyed stream split into windows (one subtask evaluates them)."""

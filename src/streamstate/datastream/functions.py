@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from streamstate.api.async_functions import (
+    AsyncFunction,
+    AsyncFunctionDescriptor,
+    AsyncRetryPredicate,
+    AsyncRetryStrategy,
+)
 from streamstate.api.checkpointing import (
     CheckpointedFunction,
     CheckpointListener,
@@ -50,6 +56,10 @@ from streamstate.connectors.two_phase_commit import TwoPhaseCommitSinkFunction
 __all__ = [
     "AggregateFunction",
     "AllWindowFunction",
+    "AsyncFunction",
+    "AsyncFunctionDescriptor",
+    "AsyncRetryPredicate",
+    "AsyncRetryStrategy",
     "BaseBroadcastProcessFunction",
     "BroadcastProcessFunction",
     "CheckpointListener",
