@@ -173,3 +173,22 @@ def test_connector_base_classes():
     with pytest.raises(ConfigurationError, match="runtime source"):
         Source(object())
     assert DeliveryGuarantee.EXACTLY_ONCE.value == "exactly-once"
+
+
+def test_sql_types_internal_forms_are_pyflinks():
+    import datetime
+
+    from streamstate.common import Types
+
+    assert not Types.INT().need_conversion() and Types.INT().to_internal_type(3) == 3
+    date = Types.SQL_DATE()
+    assert date.need_conversion()
+    assert date.to_internal_type(datetime.date(1970, 1, 11)) == 10
+    assert date.from_internal_type(10) == datetime.date(1970, 1, 11)
+    t = Types.SQL_TIME()
+    assert t.to_internal_type(datetime.time(0, 0, 1, 5)) == 1_000_005
+    ts = Types.SQL_TIMESTAMP()
+    aware = datetime.datetime(1970, 1, 1, 0, 0, 2, 7, tzinfo=datetime.UTC)
+    assert ts.to_internal_type(aware) == 2_000_007
+    naive = datetime.datetime(2024, 5, 6, 7, 8, 9, 10)
+    assert ts.from_internal_type(ts.to_internal_type(naive)) == naive

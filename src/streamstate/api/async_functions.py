@@ -86,7 +86,11 @@ class AsyncRetryStrategy(ABC, Generic[OUT]):
     ) -> AsyncRetryStrategy[Any]:
         _positive(max_attempts=max_attempts, backoff_time_millis=backoff_time_millis)
         return _Backoff(
-            max_attempts, backoff_time_millis, backoff_time_millis, 1.0, result_predicate,
+            max_attempts,
+            backoff_time_millis,
+            backoff_time_millis,
+            1.0,
+            result_predicate,
             exception_predicate,
         )
 
@@ -106,7 +110,11 @@ class AsyncRetryStrategy(ABC, Generic[OUT]):
             multiplier=multiplier,
         )
         return _Backoff(
-            max_attempts, initial_delay, max_retry_delay, multiplier, result_predicate,
+            max_attempts,
+            initial_delay,
+            max_retry_delay,
+            multiplier,
+            result_predicate,
             exception_predicate,
         )
 

@@ -14,6 +14,7 @@ from typing import Any
 from streamstate.errors import OutputTypeError
 
 __all__ = [
+    "BulkWriterFactory",
     "ByteArraySchema",
     "DeserializationSchema",
     "Encoder",
@@ -118,3 +119,14 @@ class RowFieldExtractorSchema(SerializationSchema):
                 f"be bytes, got {type(value).__name__}: convert it to bytes first"
             )
         return bytes(value)
+
+
+class BulkWriterFactory:
+    """Writes records into part files in bulk (Flink's ``BulkWriter.Factory``), for
+    ``FileSink.for_bulk_format``; built by ``ParquetBulkWriters.for_row_type``."""
+
+    def __init__(self, part_format: Any) -> None:
+        self._format = part_format
+
+    def _part_format(self) -> Any:
+        return self._format

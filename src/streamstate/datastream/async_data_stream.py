@@ -50,7 +50,12 @@ class AsyncDataStream:
         output_type: Any = None,
     ) -> DataStream:
         return _wait(
-            data_stream, async_function, timeout, async_retry_strategy, capacity, output_type,
+            data_stream,
+            async_function,
+            timeout,
+            async_retry_strategy,
+            capacity,
+            output_type,
             _UNORDERED,
         )
 
@@ -75,7 +80,12 @@ class AsyncDataStream:
         output_type: Any = None,
     ) -> DataStream:
         return _wait(
-            data_stream, async_function, timeout, async_retry_strategy, capacity, output_type,
+            data_stream,
+            async_function,
+            timeout,
+            async_retry_strategy,
+            capacity,
+            output_type,
             _ORDERED,
         )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from streamstate.common._unsupported import unsupported_attribute
+from streamstate.common.serialization import BulkWriterFactory
 from streamstate.connectors.buckets import (
     BasePathBucketAssigner,
     BucketAssigner,
@@ -394,17 +395,6 @@ class FileSink(Sink):
 
 #: the builder's name before PyFlink's nested ``FileSink.RowFormatBuilder``
 FileSinkBuilder = FileSink.RowFormatBuilder
-
-
-class BulkWriterFactory:
-    """Writes records into part files in bulk (Flink's ``BulkWriter.Factory``); built by
-    ``ParquetBulkWriters.for_row_type``."""
-
-    def __init__(self, part_format: Any) -> None:
-        self._format = part_format
-
-    def _part_format(self) -> Any:
-        return self._format
 
 
 if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors

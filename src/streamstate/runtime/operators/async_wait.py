@@ -93,7 +93,7 @@ class AsyncWaitOperator(StreamOperator):
                 )
             except TimeoutError:
                 return self._as_list(self.fn.timeout(value))
-            except Exception as e:  # noqa: BLE001 - retried when the strategy says so, else re-raised
+            except Exception as e:
                 if on_error is not None and on_error(e) and strategy.can_retry(attempt):
                     await self._backoff(strategy, attempt)
                     attempt += 1
