@@ -13,10 +13,7 @@ serializer through the serializer registry.
 
 from __future__ import annotations
 
-import calendar
 import dataclasses
-import datetime as _dt
-import time
 import types as _types
 import typing
 from abc import ABC, abstractmethod
@@ -25,6 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from streamstate.common import _sql_time
 from streamstate.common._unsupported import unsupported_attribute
 from streamstate.errors import ConfigurationError
 
@@ -166,52 +164,15 @@ class SqlTimeTypeInfo(TypeInformation):
         of the day, a timestamp microseconds since the epoch (a naive one in local time)."""
         if obj is None:
             return None
-        return _SQL_TO_INTERNAL[self.time_type](obj)
+        return _sql_time.TO_INTERNAL[self.time_type.name](obj)
 
     def from_internal_type(self, obj: Any) -> Any:
         if obj is None:
             return None
-        return _SQL_FROM_INTERNAL[self.time_type](obj)
+        return _sql_time.FROM_INTERNAL[self.time_type.name](obj)
 
     def __repr__(self) -> str:
         return f"Types.SQL_{self.time_type.name}()"
-
-
-_EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
-
-
-def _timestamp_to_micros(ts: _dt.datetime) -> int:
-    seconds = (
-        calendar.timegm(ts.utctimetuple()) if ts.tzinfo is not None else time.mktime(ts.timetuple())
-    )
-    return int(seconds) * 10**6 + ts.microsecond
-
-
-def _time_to_micros(t: _dt.time) -> int:
-    return ((t.hour * 60 + t.minute) * 60 + t.second) * 10**6 + t.microsecond
-
-
-def _micros_to_time(us: int) -> _dt.time:
-    seconds, micros = divmod(us, 10**6)
-    minutes, sec = divmod(seconds, 60)
-    hours, minute = divmod(minutes, 60)
-    return _dt.time(hours, minute, sec, micros)
-
-
-def _micros_to_timestamp(us: int) -> _dt.datetime:
-    return _dt.datetime.fromtimestamp(us // 10**6).replace(microsecond=us % 10**6)
-
-
-_SQL_TO_INTERNAL: dict[SqlTimeType, Any] = {
-    SqlTimeType.DATE: lambda d: d.toordinal() - _EPOCH_ORDINAL,
-    SqlTimeType.TIME: _time_to_micros,
-    SqlTimeType.TIMESTAMP: _timestamp_to_micros,
-}
-_SQL_FROM_INTERNAL: dict[SqlTimeType, Any] = {
-    SqlTimeType.DATE: lambda days: _dt.date.fromordinal(days + _EPOCH_ORDINAL),
-    SqlTimeType.TIME: _micros_to_time,
-    SqlTimeType.TIMESTAMP: _micros_to_timestamp,
-}
 
 
 @dataclass(frozen=True, repr=False)
