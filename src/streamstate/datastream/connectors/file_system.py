@@ -20,7 +20,12 @@ from streamstate.connectors.buckets import (
     BucketAssigner,
     DateTimeBucketAssigner,
 )
-from streamstate.datastream.connectors.base import Sink, Source
+from streamstate.datastream.connectors.base import (
+    Sink,
+    Source,
+    StreamTransformer,
+    SupportsPreprocessing,
+)
 from streamstate.errors import ConfigurationError
 
 __all__ = [
@@ -29,13 +34,16 @@ __all__ = [
     "BulkWriterFactory",
     "DateTimeBucketAssigner",
     "DefaultRollingPolicy",
+    "FileEnumeratorProvider",
     "FileSink",
     "FileSource",
     "FileSourceBuilder",
+    "FileSplitAssignerProvider",
     "OnCheckpointRollingPolicy",
     "OutputFileConfig",
     "RollingPolicy",
     "StreamFormat",
+    "StreamingFileSink",
 ]
 
 
@@ -198,8 +206,52 @@ class FileSourceBuilder:
         self._monitor_ms = None
         return self
 
+    def set_file_enumerator(self, file_enumerator: FileEnumeratorProvider) -> FileSourceBuilder:
+        """Accepted and kept: every file is one split (read by one reader from its start),
+        whichever enumerator; hidden files (``.``/``_``) are skipped, as Flink's do."""
+        self._enumerator = _check_kind(file_enumerator, FileEnumeratorProvider)
+        return self
+
+    def set_split_assigner(self, split_assigner: FileSplitAssignerProvider) -> FileSourceBuilder:
+        """Accepted and kept: splits go to the readers round robin (no host locality)."""
+        self._assigner = _check_kind(split_assigner, FileSplitAssignerProvider)
+        return self
+
     def build(self) -> FileSource:
         return FileSource(self._format, self._paths, self._monitor_ms)
+
+
+def _check_kind(provider: Any, cls: type) -> Any:
+    if not isinstance(provider, cls):
+        raise ConfigurationError(f"expected a {cls.__name__}, got {type(provider).__name__}")
+    return provider
+
+
+class FileEnumeratorProvider:
+    """How a FileSource lists and splits its files (PyFlink's providers). Here every
+    file is one split whichever provider is set (``docs/pyflink-compat.md``)."""
+
+    def __init__(self, j_file_enumerator_provider: Any = "non-splittable") -> None:
+        self.kind = str(j_file_enumerator_provider)
+
+    @staticmethod
+    def default_splittable_file_enumerator() -> FileEnumeratorProvider:
+        return FileEnumeratorProvider("splittable")
+
+    @staticmethod
+    def default_non_splittable_file_enumerator() -> FileEnumeratorProvider:
+        return FileEnumeratorProvider("non-splittable")
+
+
+class FileSplitAssignerProvider:
+    """How a FileSource hands splits to readers. Here: round robin, always."""
+
+    def __init__(self, j_file_split_assigner: Any = "locality-aware") -> None:
+        self.kind = str(j_file_split_assigner)
+
+    @staticmethod
+    def locality_aware_split_assigner() -> FileSplitAssignerProvider:
+        return FileSplitAssignerProvider("locality-aware")
 
 
 class FileSource(Source):
@@ -239,7 +291,7 @@ def _check_config(output_file_config: Any) -> OutputFileConfig:
     return output_file_config
 
 
-class FileSink(Sink):
+class FileSink(Sink, SupportsPreprocessing):
     """Exactly-once file sink (Flink's ``FileSink``): records go into buckets (sub-
     directories chosen by a ``BucketAssigner``, hourly ``DateTimeBucketAssigner`` by
     default) under the base path; part files roll by the ``RollingPolicy`` and become
@@ -278,6 +330,11 @@ class FileSink(Sink):
             )
         return FileSink.BulkFormatBuilder(base_path, writer_factory)
 
+    def get_transformer(self) -> StreamTransformer | None:
+        """None: there is no compaction step to put before the sink (PyFlink returns one
+        only when compaction is enabled, which streamstate does not support)."""
+        return None
+
     def _sink_parts(self) -> tuple[str, Any, Any]:
         from functools import partial
 
@@ -299,7 +356,10 @@ class FileSink(Sink):
             lambda exactly_once: FileCommitter(base, prefix),
         )
 
-    class RowFormatBuilder:
+    class BaseBuilder:
+        """The base of FileSink's builders (PyFlink's ``FileSink.BaseBuilder``)."""
+
+    class RowFormatBuilder(BaseBuilder):
         """Builder of a row-format FileSink (``FileSink.for_row_format``)."""
 
         def __init__(self, base_path: str, encoder: Any) -> None:
@@ -349,7 +409,7 @@ class FileSink(Sink):
                 self._assigner,
             )
 
-    class BulkFormatBuilder:
+    class BulkFormatBuilder(BaseBuilder):
         """Builder of a bulk-format FileSink (``FileSink.for_bulk_format``)."""
 
         def __init__(self, base_path: str, writer_factory: BulkWriterFactory) -> None:
@@ -391,6 +451,45 @@ class FileSink(Sink):
                 OnCheckpointRollingPolicy(),
                 self._assigner,
             )
+
+
+class StreamingFileSink(FileSink):
+    """Flink's older file sink, for ``ds.add_sink(...)``: the same exactly-once part
+    files as :class:`FileSink` (built the same way, ``StreamingFileSink.for_row_format``)."""
+
+    @staticmethod
+    def for_row_format(
+        base_path: str, encoder: Any
+    ) -> StreamingFileSink.DefaultRowFormatBuilder:
+        return StreamingFileSink.DefaultRowFormatBuilder(base_path, encoder)
+
+    @staticmethod
+    def for_bulk_format(
+        base_path: str, writer_factory: Any
+    ) -> StreamingFileSink.DefaultBulkFormatBuilder:
+        FileSink.for_bulk_format(base_path, writer_factory)  # the same checks
+        return StreamingFileSink.DefaultBulkFormatBuilder(base_path, writer_factory)
+
+    @staticmethod
+    def _of(sink: FileSink) -> StreamingFileSink:
+        return StreamingFileSink(
+            sink.base_path,
+            sink.part_format,
+            sink.output_file_config,
+            sink.rolling_policy,
+            sink.bucket_assigner,
+        )
+
+    class BaseBuilder(FileSink.BaseBuilder):
+        """The base of StreamingFileSink's builders."""
+
+    class DefaultRowFormatBuilder(FileSink.RowFormatBuilder, BaseBuilder):
+        def build(self) -> StreamingFileSink:
+            return StreamingFileSink._of(super().build())
+
+    class DefaultBulkFormatBuilder(FileSink.BulkFormatBuilder, BaseBuilder):
+        def build(self) -> StreamingFileSink:
+            return StreamingFileSink._of(super().build())
 
 
 #: the builder's name before PyFlink's nested ``FileSink.RowFormatBuilder``
