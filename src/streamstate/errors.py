@@ -101,7 +101,12 @@ class SourceNotResumableError(StreamStateError, RuntimeError):
 
 
 class StateMigrationError(StreamStateError):
-    """Restored state is incompatible with the descriptor it is restored into."""
+    """Restored state is incompatible with the descriptor it is restored into, or its
+    migration to the descriptor's schema failed. A restart cannot cure it (the same
+    checkpoint is restored again), so the job fails whatever the restart strategy."""
+
+    #: the executor fails the job instead of asking the restart strategy
+    suppresses_restarts = True
 
 
 class StateSizeExceededError(StreamStateError):
@@ -205,6 +210,14 @@ class TaskFailure(StreamStateError, RuntimeError):
         self.error_type = error_type
         self.remote_traceback = remote_traceback
         super().__init__(f"{error_type}: {message}\n\nworker traceback:\n{remote_traceback}")
+
+    @property
+    def suppresses_restarts(self) -> bool:
+        """Whether the worker's error is a streamstate error no restart can cure."""
+        name = self.error_type.rsplit(".", 1)[-1]
+        if self.error_type not in (name, f"streamstate.errors.{name}"):
+            return False
+        return bool(getattr(globals().get(name), "suppresses_restarts", False))
 
 
 class UnsupportedFeatureError(StreamStateError, NotImplementedError):

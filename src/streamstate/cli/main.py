@@ -331,8 +331,13 @@ def _cmd_describe(args: argparse.Namespace, out: TextIO) -> int:
                 for n, k in op["keyed_states"].items()
             )
             w(f"    keyed state: {states}\n")
+            for n, roles in op.get("serializers", {}).items():
+                key = roles.get("key", {}).get("schema", "?")
+                w(f"      {n}: {roles.get('value', {}).get('schema', '?')} (key {key})\n")
         if op["operator_state_handles"]:
             w(f"    operator state handles: {op['operator_state_handles']}\n")
+            for n, sers in op.get("operator_serializers", {}).items():
+                w(f"      {n}: {', '.join(x['schema'] for x in sers)}\n")
     w(f"Source positions ({len(info['source_offsets'])}):\n")
     for uid, pos in sorted(info["source_offsets"].items()):
         w(f"  {uid}: {json.dumps(pos, sort_keys=True, default=repr)}\n")

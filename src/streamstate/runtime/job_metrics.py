@@ -2,7 +2,8 @@
 
 They become the accumulators of the :class:`~streamstate.common.JobExecutionResult`
 (``records-in.<uid>``, ``epochs``, ``checkpoints``, ``restarts``, ``cache_hits``,
-``cache_misses``, ``state_restores_<path>``, ``subtask-seconds.<phase>``,
+``cache_misses``, ``state_restores_<path>``, ``state_migrated_entries`` and
+``state_migrated_entries.<uid>.<state>`` (schema migration), ``subtask-seconds.<phase>``,
 ``subtask-workers``) and, while the job runs, what the control plane shows (the last
 :data:`EPOCH_HISTORY` epochs and :data:`FAILURE_HISTORY` failures).
 """
@@ -62,6 +63,9 @@ class JobMetrics:
             self.counts[uid] = self.counts.get(uid, 0) + n
         if ack.user_metrics:
             self.user.absorb(stage, ack.subtask, dict(ack.user_metrics))
+        for state, n in ack.migrated.items():  # schema migration at restore
+            self.bump("state_migrated_entries", n)
+            self.bump(f"state_migrated_entries.{state}", n)
 
     def user_metrics(self) -> dict[str, Any]:
         """``metrics.<operator>.<group>.<name>`` -> value, summed over subtasks."""

@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a message changes shape; driver and workers must agree on it.
-PROTOCOL_VERSION = 4  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics
+PROTOCOL_VERSION = 5  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated
 
 #: The destination index of acks that go back to the driver (leaf stages).
 DRIVER = -1
@@ -268,3 +268,5 @@ class SubtaskAck:
     keyed_states: Mapping[str, tuple[tuple[str, str, str | None], ...]] = field(
         default_factory=dict
     )
+    #: "<operator uid>.<state name>" -> entries migrated to a new schema this epoch
+    migrated: Mapping[str, int] = field(default_factory=dict)

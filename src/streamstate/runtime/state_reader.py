@@ -61,7 +61,8 @@ from streamstate.runtime.checkpoint.storage import (
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_for_serialized_key
 from streamstate.runtime.serializers.ttl import is_ttl_snapshot
 from streamstate.runtime.state import ttl
-from streamstate.runtime.state.format.serializers import restore_serializer
+from streamstate.runtime.state.format.serializers import describe_schema, restore_serializer
+from streamstate.runtime.state.operator import operator_snapshot_serializers
 from streamstate.runtime.state.registry import create_keyed_backend
 
 __all__ = [
@@ -142,6 +143,41 @@ def _state_metas(handles: list[KeyGroupsStateHandle]) -> dict[str, dict[str, Any
                 )
             out.setdefault(str(sm["name"]), sm)
     return out
+
+
+_ROLES = (
+    ("key", "key_serializer"),
+    ("namespace", "namespace_serializer"),
+    ("value", "value_serializer"),
+    ("user_key", "user_key_serializer"),
+)
+
+
+def _keyed_schemas(metas: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """State name -> role -> {"schema": one line, "snapshot": the recorded snapshot}."""
+    return {
+        name: {
+            role: {"schema": describe_schema(m[field]), "snapshot": m[field]}
+            for role, field in _ROLES
+            if isinstance(m.get(field), dict)
+        }
+        for name, m in sorted(metas.items())
+    }
+
+
+def _operator_schemas(ops: OperatorSubtaskStates) -> dict[str, Any]:
+    """Operator state name -> [{"schema", "snapshot"}] per serializer, from the first
+    subtask that has operator state (every subtask records the same serializers)."""
+    out: dict[str, Any] = {}
+    for s in ops.subtasks:
+        for oh in s.operator:
+            for name, snaps in operator_snapshot_serializers(oh.read()).items():
+                out.setdefault(
+                    name, [{"schema": describe_schema(sn), "snapshot": sn} for sn in snaps]
+                )
+        if out:
+            break
+    return dict(sorted(out.items()))
 
 
 def _handle_name(h: KeyGroupsStateHandle) -> str:
@@ -324,8 +360,11 @@ def describe_checkpoint(path_or_metadata: str | CheckpointMetadata) -> dict[str,
     "is_savepoint", "format_version", "epoch", "operators": {uid: {"parallelism",
     "max_parallelism", "key_groups_with_state", "state_bytes", "keyed_states": {name: kind},
     "ttl_states" (names of keyed states written with TTL),
-    "operator_state_handles"}}, "source_offsets", "sinks", "properties"}``.
-    State files are not read (the metadata is enough), so this is cheap.
+    "operator_state_handles", "serializers": {state: {role: {"schema", "snapshot"}}} (role:
+    key, namespace, value, user_key), "operator_serializers": {state: [{"schema",
+    "snapshot"}]}}}, "source_offsets", "sinks", "properties"}``. Keyed state files are not
+    read (the metadata is enough); operator state serializers come from the header of one
+    subtask's operator state files, so this stays cheap.
     """
     if isinstance(path_or_metadata, CheckpointMetadata):
         md, path = path_or_metadata, None
@@ -365,6 +404,8 @@ def describe_checkpoint(path_or_metadata: str | CheckpointMetadata) -> dict[str,
                 if is_ttl_snapshot(m.get("value_serializer", {}))
             ),
             "operator_state_handles": n_op,
+            "serializers": _keyed_schemas(_state_metas(handles)),
+            "operator_serializers": _operator_schemas(ops),
         }
     return {
         "path": path.rsplit("/", 1)[0] if path else None,

@@ -42,6 +42,7 @@ from streamstate.runtime.protocol import (
 )
 from streamstate.runtime.serializers.base import dumps_portable
 from streamstate.runtime.shuffle import ACK, DATA, WATERMARK, EdgeWriter, decode_input
+from streamstate.runtime.state.migration import drain_migrated
 from streamstate.runtime.user_metrics import report_user_metrics
 from streamstate.runtime.versions import (
     commit_keyed_state,
@@ -418,6 +419,7 @@ def run_stage_partition(
                 t_restore, t_process, time.perf_counter() - t0 - t_restore - t_process
             ),
             keyed_states={uid: b.registered_states() for uid, b in inst.backends.items()},
+            migrated=drain_migrated(inst.backends, inst.op_stores),
             user_metrics=report_user_metrics(inst.contexts),
         )
     except BaseException:

@@ -28,6 +28,7 @@ from streamstate.runtime.state.format.serializers import StateSerializers, descr
 
 __all__ = [
     "MigrationFailed",
+    "drain_migrated",
     "migrate_heap_table",
     "migrate_holder",
     "migrate_object",
@@ -159,3 +160,17 @@ def migrate_holder(
     holder.serializers = new
     if needs_rewrite(old, new):  # else only restored objects were rebuilt (same schema)
         record_migration(backend, holder.name, n, old, new)
+
+
+def drain_migrated(*owners: dict[str, Any]) -> dict[str, int]:
+    """``"<uid>.<state>" -> entries`` migrated by the keyed backends / operator state
+    stores of ``owners`` (uid -> backend or store) since the last call (then reset)."""
+    out: dict[str, int] = {}
+    for by_uid in owners:
+        for uid, owner in by_uid.items():
+            counts = getattr(owner, "migrated_entries", None)
+            if counts:
+                for state, n in counts.items():
+                    out[f"{uid}.{state}"] = out.get(f"{uid}.{state}", 0) + n
+                counts.clear()
+    return out

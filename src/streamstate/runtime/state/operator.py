@@ -62,6 +62,7 @@ __all__ = [
     "ReadOnlyBroadcastStateView",
     "decode_operator_snapshot",
     "operator_snapshot_modes",
+    "operator_snapshot_serializers",
     "redistribute",
 ]
 
@@ -445,6 +446,18 @@ def operator_snapshot_modes(data: bytes, where: str = "<operator state>") -> dic
     try:
         return {str(st["name"]): OperatorStateMode(st["mode"]).value for st in header}
     except (KeyError, TypeError, ValueError) as e:
+        raise CorruptCheckpointError(f"{where} is damaged: {type(e).__name__}: {e}") from e
+
+
+def operator_snapshot_serializers(
+    data: bytes, where: str = "<operator state>"
+) -> dict[str, list[dict[str, Any]]]:
+    """name -> recorded serializer snapshots (element; or map key and value) of one
+    subtask's snapshot, from its header alone."""
+    header, _ = _header(data, where)
+    try:
+        return {str(st["name"]): list(st["serializers"]) for st in header}
+    except (KeyError, TypeError) as e:
         raise CorruptCheckpointError(f"{where} is damaged: {type(e).__name__}: {e}") from e
 
 
