@@ -21,8 +21,15 @@ from typing import Any
 from streamstate.api.checkpointing import CheckpointedFunction
 from streamstate.api.functions import SinkFunction
 from streamstate.connectors.two_phase_commit import TwoPhaseCommitSinkFunction
+from streamstate.connectors.write_ahead import CheckpointCommitter, GenericWriteAheadSink
+from streamstate.errors import ConfigurationError
 
-__all__ = ["PostgresBatchSink", "PostgresTwoPhaseCommitSink"]
+__all__ = [
+    "PostgresBatchSink",
+    "PostgresCheckpointCommitter",
+    "PostgresTwoPhaseCommitSink",
+    "PostgresWriteAheadSink",
+]
 
 
 def _connect(url: str, user: str | None, password: str | None) -> Any:
@@ -164,4 +171,100 @@ class PostgresBatchSink(_Connected, SinkFunction, CheckpointedFunction):
         self.rows = []
 
     def close(self) -> None:
+        self._disconnect()
+
+
+class PostgresCheckpointCommitter(_Connected, CheckpointCommitter):
+    """A write-ahead sink's commit records in a PostgreSQL table (default
+    ``streamstate_checkpoint_commits``): per (job, operator, subtask) the highest checkpoint
+    written (a sink writes its checkpoints in order, so every lower one is written too)."""
+
+    def __init__(
+        self,
+        url: str,
+        user: str | None = None,
+        password: str | None = None,
+        table: str = "streamstate_checkpoint_commits",
+    ) -> None:
+        if not table.replace("_", "").replace(".", "").isalnum():
+            raise ConfigurationError(f"table must be a plain SQL identifier, got {table!r}")
+        self.url, self.user, self.password, self.table = (
+            url.removeprefix("jdbc:"),
+            user,
+            password,
+            table,
+        )
+
+    def create_resource(self) -> None:
+        self._connection().execute(
+            f"CREATE TABLE IF NOT EXISTS {self.table} (job_id TEXT NOT NULL, "
+            f"operator_id TEXT NOT NULL, subtask INT NOT NULL, checkpoint_id BIGINT NOT NULL, "
+            f"PRIMARY KEY (job_id, operator_id, subtask))"
+        )
+
+    def close(self) -> None:
+        self._disconnect()
+
+    def commit_checkpoint(
+        self, subtask_idx: int, checkpoint_id: int, connection: Any = None
+    ) -> None:
+        """Record the commit; with ``connection``, inside that connection's open transaction
+        (write the values and the record atomically: a failure between them is impossible)."""
+        conn = connection if connection is not None else self._connection()
+        conn.execute(
+            f"INSERT INTO {self.table} (job_id, operator_id, subtask, checkpoint_id) "
+            f"VALUES (%s, %s, %s, %s) ON CONFLICT (job_id, operator_id, subtask) DO UPDATE "
+            f"SET checkpoint_id = GREATEST({self.table}.checkpoint_id, EXCLUDED.checkpoint_id)",
+            (self.job_id, self.operator_id, subtask_idx, checkpoint_id),
+        )
+
+    def is_checkpoint_committed(self, subtask_idx: int, checkpoint_id: int) -> bool:
+        row = (
+            self._connection()
+            .execute(
+                f"SELECT checkpoint_id FROM {self.table} WHERE job_id = %s AND operator_id = %s "
+                f"AND subtask = %s",
+                (self.job_id, self.operator_id, subtask_idx),
+            )
+            .fetchone()
+        )
+        return row is not None and checkpoint_id <= row[0]
+
+
+class PostgresWriteAheadSink(_Connected, GenericWriteAheadSink):
+    """Exactly-once without prepared transactions: a write-ahead sink that writes a
+    checkpoint's rows and its commit record (``PostgresCheckpointCommitter`` on the same
+    database) in one transaction, once the checkpoint completed."""
+
+    def __init__(
+        self,
+        sql: str,
+        url: str,
+        user: str | None = None,
+        password: str | None = None,
+        committer: PostgresCheckpointCommitter | None = None,
+        batch_size: int = 5000,
+    ) -> None:
+        url = url.removeprefix("jdbc:")
+        GenericWriteAheadSink.__init__(
+            self, committer or PostgresCheckpointCommitter(url, user, password)
+        )
+        self.sql, self.url, self.user, self.password = sql, url, user, password
+        self.batch_size = batch_size
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_conn"}
+
+    def send_values(self, values: list[Any], checkpoint_id: int, timestamp: int) -> bool:
+        conn = self._connection()
+        committer = self.committer
+        assert isinstance(committer, PostgresCheckpointCommitter)
+        with conn.transaction(), conn.cursor() as cur:
+            for i in range(0, len(values), self.batch_size):
+                cur.executemany(self.sql, [_params(v) for v in values[i : i + self.batch_size]])
+            committer.commit_checkpoint(self._sending_subtask, checkpoint_id, connection=conn)
+        return True
+
+    def close(self) -> None:
+        GenericWriteAheadSink.close(self)
         self._disconnect()
