@@ -63,7 +63,22 @@ def load_manifest() -> dict[str, Any]:
 
 def load_exclusions() -> dict[str, dict[str, dict[str, str]]]:
     data = tomllib.loads(EXCLUSIONS.read_text())
-    return {"unsupported": data.get("unsupported", {}), "different": data.get("different", {})}
+    return {
+        "unsupported": data.get("unsupported", {}),
+        "different": data.get("different", {}),
+        "unsupported_modules": data.get("unsupported_modules", {}),
+    }
+
+
+def module_problems() -> list[str]:
+    """Unsupported PyFlink modules whose streamstate counterpart exists after all."""
+    problems = []
+    for name in load_exclusions()["unsupported_modules"]:
+        rel = Path(*name.replace("pyflink", "streamstate", 1).split("."))
+        base = ROOT / "src" / rel
+        if base.with_suffix(".py").exists() or (base / "__init__.py").exists():
+            problems.append(f"{name}: listed as an unsupported module but src/{rel} exists")
+    return problems
 
 
 def _resolve(module: str, name: str) -> tuple[bool, Any]:
@@ -294,6 +309,18 @@ def render(entries: list[Entry]) -> str:
         if e.status == UNSUPPORTED and e.name in excl["unsupported"]:
             info = excl["unsupported"][e.name]
             lines.append(f"| `{e.name}` | {_cell(info['reason'])} | {_cell(info['instead'])} |")
+    lines += [
+        "",
+        "## PyFlink modules not supported",
+        "",
+        "Importing one of these (`streamstate.table`, "
+        "`streamstate.datastream.connectors.kafka`, ...) raises `UnsupportedFeatureError`.",
+        "",
+        "| module | why | what to do instead |",
+        "|---|---|---|",
+    ]
+    for name, info in sorted(excl["unsupported_modules"].items()):
+        lines.append(f"| `{name}` | {_cell(info['reason'])} | {_cell(info['instead'])} |")
     lines += ["", "## Supported", ""]
     by_owner: dict[str, list[str]] = {}
     for e in entries:

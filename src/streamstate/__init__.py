@@ -6,3 +6,9 @@ Public API lives in the modules that mirror PyFlink: :mod:`streamstate.common`,
 """
 
 __version__ = "0.1.0"
+
+from streamstate.common._unsupported import install_module_finder as _install_module_finder
+
+# `import streamstate.table` (PyFlink's Table API) and the other PyFlink modules with no
+# counterpart here raise UnsupportedFeatureError naming what to use instead
+_install_module_finder()

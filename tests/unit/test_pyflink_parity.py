@@ -7,15 +7,10 @@ what to do instead; docs/pyflink-compat.md is generated from both and must be cu
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tools import pyflink_compat as compat
 
-#: names PyFlink has that are neither supported nor excluded yet (a ratchet: it may only
-#: shrink; an entry that became supported must be removed)
-KNOWN_GAPS_FILE = Path(__file__).parent.parent / "parity" / "known_gaps.txt"
 #: share of PyFlink's names supported (plainly or with a different meaning), in percent
 SUPPORTED_FLOOR = 95.0
 
@@ -25,24 +20,21 @@ def entries() -> list[compat.Entry]:
     return compat.compare()
 
 
-def _known_gaps() -> set[str]:
-    if not KNOWN_GAPS_FILE.exists():
-        return set()
-    return {ln.strip() for ln in KNOWN_GAPS_FILE.read_text().splitlines() if ln.strip()}
-
-
 def test_every_pyflink_name_is_supported_or_excluded(entries):
-    defects = {
-        e.name: f"{e.status}: {e.detail}"
+    defects = [
+        f"{e.name}: {e.status}: {e.detail}"
         for e in entries
         if e.status in (compat.MISSING, compat.SIGNATURE, compat.STALE)
-    }
-    new = {n: d for n, d in defects.items() if n not in _known_gaps()}
-    assert not new, "support these PyFlink names or exclude them with a reason:\n" + "\n".join(
-        f"{n}: {d}" for n, d in sorted(new.items())
+    ]
+    assert not defects, "support these PyFlink names or exclude them with a reason:\n" + (
+        "\n".join(sorted(defects))
     )
-    fixed = _known_gaps() - set(defects)
-    assert not fixed, f"no longer gaps, remove from {KNOWN_GAPS_FILE.name}: {sorted(fixed)}"
+
+
+def test_unsupported_modules_have_no_counterpart_and_say_why():
+    assert compat.module_problems() == []
+    for name, info in compat.load_exclusions()["unsupported_modules"].items():
+        assert name.startswith("pyflink.") and info["reason"].strip() and info["instead"].strip()
 
 
 def test_supported_share_reaches_the_floor(entries):

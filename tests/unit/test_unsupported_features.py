@@ -36,3 +36,12 @@ def test_names_pyflink_does_not_have_stay_attribute_errors():
     assert not hasattr(StreamExecutionEnvironment, "no_such_method")
     with pytest.raises(ImportError):
         from streamstate.datastream import NoSuchThing  # noqa: F401
+
+
+def test_unsupported_pyflink_modules_raise_typed_error_on_import():
+    with pytest.raises(UnsupportedFeatureError, match="Kafka connector is Java"):
+        from streamstate.datastream.connectors.kafka import KafkaSource  # noqa: F401
+    with pytest.raises(UnsupportedFeatureError, match="Table API"):
+        import streamstate.table.expressions
+    with pytest.raises(ModuleNotFoundError):
+        import streamstate.no_such_module  # noqa: F401

@@ -11,23 +11,75 @@ of ``AttributeError``.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
+import sys
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any, NoReturn
 
 from streamstate.errors import UnsupportedFeatureError
 
-__all__ = ["UnsupportedMember", "install_unsupported", "unsupported_attribute", "unsupported_names"]
+__all__ = [
+    "UnsupportedMember",
+    "install_module_finder",
+    "install_unsupported",
+    "unsupported_attribute",
+    "unsupported_modules",
+    "unsupported_names",
+]
 
 
 @cache
+def _tables() -> Mapping[str, Mapping[str, Mapping[str, str]]]:
+    text = resources.files("streamstate.common").joinpath("pyflink_compat.toml").read_text()
+    tables: dict[str, Mapping[str, Mapping[str, str]]] = tomllib.loads(text)
+    return tables
+
+
 def unsupported_names() -> Mapping[str, Mapping[str, str]]:
     """``Name`` / ``Class.member`` -> ``{"reason", "instead"}`` (read once)."""
-    text = resources.files("streamstate.common").joinpath("pyflink_compat.toml").read_text()
-    table: dict[str, Mapping[str, str]] = tomllib.loads(text).get("unsupported", {})
-    return table
+    return _tables().get("unsupported", {})
+
+
+def unsupported_modules() -> Mapping[str, Mapping[str, str]]:
+    """PyFlink module (``pyflink.table``, ``pyflink.datastream.connectors.kafka``, ...) ->
+    ``{"reason", "instead"}``: modules with no streamstate counterpart."""
+    return _tables().get("unsupported_modules", {})
+
+
+class _UnsupportedModuleFinder(importlib.abc.MetaPathFinder):
+    """Last on ``sys.meta_path``: importing the streamstate counterpart of an unsupported
+    PyFlink module (or a submodule of it) raises UnsupportedFeatureError instead of
+    ModuleNotFoundError."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith("streamstate."):
+            return None
+        pyflink = "pyflink" + fullname[len("streamstate") :]
+        table = unsupported_modules()
+        for name in (pyflink, *_parents(pyflink)):
+            info = table.get(name)
+            if info is not None:
+                raise UnsupportedFeatureError(
+                    f"module {name}", info.get("reason", ""), info.get("instead", "")
+                )
+        return None
+
+
+def _parents(module: str) -> list[str]:
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts) - 1, 1, -1)]
+
+
+def install_module_finder() -> None:
+    """Put the finder of unsupported PyFlink modules last on ``sys.meta_path`` (once)."""
+    if not any(isinstance(f, _UnsupportedModuleFinder) for f in sys.meta_path):
+        sys.meta_path.append(_UnsupportedModuleFinder())
 
 
 def _error(name: str) -> UnsupportedFeatureError:
