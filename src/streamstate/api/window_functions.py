@@ -27,6 +27,8 @@ IN = TypeVar("IN")
 OUT = TypeVar("OUT")
 KEY = TypeVar("KEY")
 W = TypeVar("W")
+#: the window type of a window function's Context (``Context[TimeWindow]``, as PyFlink's)
+W2 = TypeVar("W2")
 
 
 class WindowFunction(Function, Generic[IN, OUT, KEY, W]):
@@ -43,7 +45,7 @@ class AllWindowFunction(Function, Generic[IN, OUT, W]):
     def apply(self, window: Any, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
 
 
-class _WindowContext(ABC):
+class _WindowContext(ABC, Generic[W2]):
     @abstractmethod
     def window(self) -> Any:
         """The window being evaluated."""
@@ -70,7 +72,7 @@ class _WindowContext(ABC):
 class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
     """Evaluated over one keyed window, with a context (window, time, per-window state)."""
 
-    class Context(_WindowContext):
+    class Context(_WindowContext[W2]):
         """The context of :meth:`ProcessWindowFunction.process` and ``clear``."""
 
     @abstractmethod
@@ -85,7 +87,7 @@ class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
 class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
     """Evaluated over one non-keyed window (``window_all``), with a context."""
 
-    class Context(_WindowContext):
+    class Context(_WindowContext[W2]):
         """The context of :meth:`ProcessAllWindowFunction.process` and ``clear``."""
 
     @abstractmethod

@@ -31,6 +31,7 @@ from streamstate.errors import (
 from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_for_serialized_key
 from streamstate.runtime.serializers.base import TypeSerializer
+from streamstate.runtime.state.float_state import with_value_conversion
 from streamstate.runtime.state.ttl import create_state as create_state_with_ttl
 from streamstate.runtime.state.ttl_clock import SystemTtlTimeProvider, TtlTimeProvider
 
@@ -181,7 +182,9 @@ class KeyedStateBackend(ABC):
         self._check_alive()
         entry = self._handles.get(descriptor.name)
         if entry is None:  # created here, not in a helper: TTL warnings name the caller
-            created = create_state_with_ttl(self, descriptor, self._create_raw)
+            created = with_value_conversion(
+                descriptor, create_state_with_ttl(self, descriptor, self._create_raw)
+            )
             self._handles[descriptor.name] = (descriptor, created)
             return created
         if entry[0] is descriptor:  # the same descriptor again: cheap

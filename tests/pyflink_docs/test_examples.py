@@ -1,0 +1,189 @@
+"""PyFlink's example programs (flink-python/pyflink/examples/datastream), unchanged but
+for the imports, against what Flink prints (``expected.py``, computed without
+streamstate). Most run on the in-process runner; a few on Spark local[2]."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+from tests.pyflink_docs.conftest import Run
+from tests.pyflink_docs.expected import f32, java_tuple, running, sessions, sliding, tumbling
+
+HINT = "Printing result to stdout. Use --output to specify output path."
+HI = [1, 2, 3, 4, 5, 8, 9, 15]  # the timestamps of the windowing examples' ('hi', t)
+
+
+def _float_state_sums(pairs: list[tuple[str, float]]) -> dict[str, float]:
+    """Sum per key with every input and every state value a float32 (Types.FLOAT())."""
+    sums: dict[str, float] = {}
+    for k, v in pairs:
+        sums[k] = f32(sums.get(k, 0) + f32(v))
+    return sums
+
+
+EVENTS = [
+    (1000, "Alice", 110.1),
+    (4000, "Bob", 30.2),
+    (3000, "Alice", 20.0),
+    (2000, "Bob", 53.1),
+    (5000, "Alice", 13.1),
+    (3000, "Bob", 3.1),
+    (7000, "Bob", 16.1),
+    (10000, "Alice", 20.1),
+]
+
+
+def _event_time_timer_expected() -> list[str]:
+    # the bounded job reads all 8 records before the watermark moves: every timer
+    # (2 s after each record, one per key and timestamp) reads the key's final sum,
+    # well within the 1 s processing-time TTL
+    sums = _float_state_sums([(k, v) for _, k, v in EVENTS])
+    timers = {(k, t + 2000) for t, k, _ in EVENTS}
+    return sorted(str((k, sums[k])) for k, _ in timers)
+
+
+def test_event_time_timer_with_ttl(run_program: Run) -> None:
+    out = run_program("event_time_timer", "event_timer_timer_demo")
+    assert sorted(out) == _event_time_timer_expected()
+
+
+def test_event_time_timer_with_ttl_on_spark(run_program: Run) -> None:
+    # on Spark an epoch takes seconds: the TTL state must not expire between the
+    # records and the timers of the same (small, bounded) job
+    out = run_program("event_time_timer", "event_timer_timer_demo", runner="spark")
+    assert sorted(out) == _event_time_timer_expected()
+
+
+def test_state_access(run_program: Run) -> None:
+    data = [
+        ("Alice", 110.1),
+        ("Bob", 30.2),
+        ("Alice", 20.0),
+        ("Bob", 53.1),
+        ("Alice", 13.1),
+        ("Bob", 3.1),
+        ("Bob", 16.1),
+        ("Alice", 20.1),
+    ]
+    out = run_program("state_access", "state_access_demo")
+    expected = [str(p) for p in running(data, lambda a, b: a + b)]
+    assert sorted(out) == sorted(expected)
+    for key in ("Alice", "Bob"):  # per key, in input order
+        assert [x for x in out if key in x] == [x for x in expected if key in x]
+
+
+def test_basic_operations(run_program: Run) -> None:
+    infos = {
+        1: {"name": "Flink", "tel": 123, "addr": {"country": "Germany", "city": "Berlin"}},
+        2: {"name": "hello", "tel": 135, "addr": {"country": "China", "city": "Shanghai"}},
+        3: {"name": "world", "tel": 124, "addr": {"country": "USA", "city": "NewYork"}},
+        4: {"name": "PyFlink", "tel": 32, "addr": {"country": "China", "city": "Hangzhou"}},
+    }
+
+    def bumped(i: int) -> str:
+        return str((i, json.dumps({**infos[i], "tel": infos[i]["tel"] + 1})))
+
+    by_country = [(d["addr"]["country"], d["tel"]) for d in infos.values()]
+    expected = [
+        *(bumped(i) for i in infos),
+        bumped(1),
+        *(str(p) for p in running(by_country, lambda a, b: a + b)),
+    ]
+    assert run_program("basic_operations", "basic_operations") == expected
+
+
+def test_process_json_data(run_program: Run) -> None:
+    out = run_program("process_json_data", "process_json_data")
+    assert sorted(out) == sorted(
+        [
+            str(
+                (2, {"name": "hello", "tel": 136, "addr": {"country": "China", "city": "Shanghai"}})
+            ),
+            str(
+                (
+                    4,
+                    {
+                        "name": "PyFlink",
+                        "tel": 33,
+                        "addr": {"country": "China", "city": "Hangzhou"},
+                    },
+                )
+            ),
+        ]
+    )
+
+
+def test_word_count_in_batch_mode_prints_final_counts(run_program: Run) -> None:
+    from tests.pyflink_docs.programs.word_count import word_count_data
+
+    out = run_program("word_count", "word_count", args=(None, None))
+    assert out[:3] == [
+        "Executing word_count example with default input data set.",
+        "Use --input to specify file input.",
+        HINT,
+    ]
+    counts = Counter(w for line in word_count_data for w in line.split())
+    assert sorted(out[3:]) == sorted(java_tuple(w, n) for w, n in counts.items())
+
+
+def test_word_count_in_batch_mode_on_spark(run_program: Run) -> None:
+    from tests.pyflink_docs.programs.word_count import word_count_data
+
+    out = run_program("word_count", "word_count", args=(None, None), runner="spark")
+    counts = Counter(w for line in word_count_data for w in line.split())
+    assert sorted(out[3:]) == sorted(java_tuple(w, n) for w, n in counts.items())
+
+
+def _windows(rows: list[tuple[int, int, int]]) -> list[str]:
+    return [java_tuple("hi", s, e, n) for s, e, n in rows]
+
+
+def test_tumbling_time_window(run_program: Run) -> None:
+    out = run_program("windowing.tumbling_time_window")
+    assert out == [HINT, *_windows(tumbling(HI, 5))]
+
+
+def test_sliding_time_window(run_program: Run) -> None:
+    out = run_program("windowing.sliding_time_window")
+    assert out == [HINT, *_windows(sliding(HI, 5, 2))]
+
+
+def test_session_with_gap_window(run_program: Run) -> None:
+    out = run_program("windowing.session_with_gap_window")
+    assert out == [HINT, *_windows(sessions([1, 2, 3, 4, 8, 9, 15], lambda t: 5))]
+
+
+def test_session_with_dynamic_gap_window(run_program: Run) -> None:
+    out = run_program("windowing.session_with_dynamic_gap_window")
+    # the gap of an element is its own timestamp value (element[1])
+    assert out == [HINT, *_windows(sessions([1, 2, 3, 4, 9, 9, 15], lambda t: t))]
+
+
+def test_tumbling_count_window(run_program: Run) -> None:
+    data = [(1, "hi"), (2, "hello"), (3, "hi"), (4, "hello"), (5, "hi"), (6, "hello"), (6, "hello")]
+    per_key: dict[str, list[int]] = {}
+    for v, k in data:
+        per_key.setdefault(k, []).append(v)
+    # a count window of 3 fires at every 3rd element of its key; the rest never fires
+    expected = [
+        java_tuple(k, sum(vs[i : i + 3]))
+        for k, vs in per_key.items()
+        for i in range(0, len(vs) - len(vs) % 3, 3)
+    ]
+    out = run_program("windowing.tumbling_count_window")
+    assert out[0] == HINT and sorted(out[1:]) == sorted(expected)
+
+
+def test_tumbling_time_window_with_continuous_trigger(run_program: Run) -> None:
+    # ContinuousEventTimeTrigger.of(5 ms) on 10 ms windows: window [0, 10) registers
+    # timers at 5 (first element 1 -> 0 + 5) and 9 (its max timestamp), each firing all
+    # 7 elements (all are read before the final watermark); [10, 20) only at 19
+    out = run_program("windowing.tumbling_time_window_with_continuous_trigger")
+    assert out == [HINT, *_windows([(0, 10, 7), (0, 10, 7), (10, 20, 1)])]
+
+
+def test_print_prefix_is_stripped_only_when_present(run_program: Run) -> None:
+    out = run_program("state_access", "state_access_demo", strip=False)
+    assert all(re.match(r"^\d+> \(", line) for line in out)  # parallelism > 1: "n> "
