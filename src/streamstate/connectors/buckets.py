@@ -50,6 +50,10 @@ class BucketAssignerContext:
 class BucketAssigner:
     """Decides the bucket (a relative directory, ``""`` = the base path) of each record."""
 
+    #: False when the bucket depends only on the context's processing time (constant within
+    #: an epoch): the sink then asks once per batch instead of once per record
+    per_record = True
+
     def get_bucket_id(self, element: Any, context: BucketAssignerContext) -> str:
         raise NotImplementedError(
             f"{type(self).__name__} must implement get_bucket_id(element, context) -> str"
@@ -71,6 +75,8 @@ class BucketAssigner:
 
 
 class BasePathBucketAssigner(BucketAssigner):
+    per_record = False
+
     def get_bucket_id(self, element: Any, context: BucketAssignerContext) -> str:
         return ""
 
@@ -128,6 +134,8 @@ def _zone(timezone_id: str | None) -> tzinfo | None:
 
 class DateTimeBucketAssigner(BucketAssigner):
     """Buckets by processing time: ``<base>/<formatted time>/`` (Flink's default assigner)."""
+
+    per_record = False
 
     def __init__(self, format_str: str = "yyyy-MM-dd--HH", timezone_id: str | None = None) -> None:
         if not isinstance(format_str, str) or not format_str:

@@ -207,6 +207,9 @@ class FileSinkOperator(StreamOperator):
         part_size = self.rules.part_size if not self.format.bulk else None
         encode = None if self.format.bulk else self.format.encode
         parts = self.open_parts
+        if batch and not self.assigner.per_record:
+            self._write_one_bucket(batch, get_bucket(batch[0], context), now)
+            return
         for i, v in enumerate(batch):
             if timestamps is not None:
                 context._timestamp = timestamps[i]
@@ -225,6 +228,30 @@ class FileSinkOperator(StreamOperator):
                 part.buf.append(row)
                 part.size += len(row)
             part.last = now
+
+    def _write_one_bucket(self, batch: list[Any], bucket: str, now: int) -> None:
+        """The whole batch into one bucket (the assigner looks at time only)."""
+        part = self.open_parts.get(bucket)
+        if part is None:
+            part = self.open_parts[bucket] = self._new_part(bucket, now)
+        part.last = now
+        if self.format.bulk:
+            part.buf.extend(batch)
+            part.size += len(batch)
+            return
+        rows = list(map(self.format.encode, batch))
+        total = sum(map(len, rows))
+        limit = self.rules.part_size
+        if limit is None or part.size + total <= limit:
+            part.buf.extend(rows)
+            part.size += total
+            return
+        for row in rows:  # rolls within the batch: row by row
+            if part.size and part.size + len(row) > limit:
+                self._roll(part)
+                part = self.open_parts[bucket] = self._new_part(bucket, now)
+            part.buf.append(row)
+            part.size += len(row)
 
     # -- parts -----------------------------------------------------------------------------
     def _new_part(self, bucket: str, now: int) -> _Part:

@@ -96,18 +96,19 @@ class ParquetPartFormat:
     def _table(self, rows: list[Any]) -> Any:
         pa = _pa()
         names = self.names
+        cols: list[Any]
         if rows and isinstance(rows[0], dict):
             cols = [[r.get(n) for r in rows] for n in names]
         else:
-            cols = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in names]
+            cols = list(zip(*rows, strict=True)) if rows else [() for _ in names]
         if len(cols) != len(names):
             raise ConfigurationError(
                 f"ParquetBulkWriters: records have {len(cols)} fields, the row type "
                 f"{self.row_type!r} has {len(names)}"
             )
+        schema = self._schema()
         return pa.Table.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(cols, self._schema(), strict=True)],
-            schema=self._schema(),
+            [pa.array(c, type=f.type) for c, f in zip(cols, schema, strict=True)], schema=schema
         )
 
     def write_segment(self, url: str, rows: list[Any]) -> None:
