@@ -49,6 +49,7 @@ __all__ = [
     "TypeSerializer",
     "TypeSerializerSchemaCompatibility",
     "TypeSerializerSnapshot",
+    "VersionedState",
     "register_type_migration",
 ]
 
@@ -340,3 +341,46 @@ class TypeSerializer(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+class VersionedState:
+    """The upgrade hook of pickle-based state (no type information, or
+    ``Types.PICKLED_BYTE_ARRAY()``): a mixin for classes whose instances live in state
+    and whose attributes change between versions of a job.
+
+    Set ``__state_version__`` (an int, bumped with every change) and override
+    :meth:`upgrade_state`. Pickling records the version with the attributes
+    (``__getstate__``); unpickling state written by an older version calls
+    ``upgrade_state(attributes, from_version)`` once per older version, in order,
+    before the attributes are set (``__setstate__``); state of a *newer* version than
+    the class raises ``ValueError``. Classes with their own ``__getstate__`` /
+    ``__setstate__`` follow the same pattern: put a version into what ``__getstate__``
+    returns and convert in ``__setstate__``. The upgrade runs when a value is
+    unpickled: at restore on the heap backend, at its first read on RocksDB, and the
+    value is written in the new form by the next write or snapshot.
+    """
+
+    __state_version__: int = 1
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"__state_version__": type(self).__state_version__, **self.__dict__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        version = int(state.pop("__state_version__", 0))
+        current = type(self).__state_version__
+        if version > current:
+            raise ValueError(
+                f"{type(self).__qualname__} state of version {version} is newer than the class "
+                f"(version {current}); run the newer job version or restore an older checkpoint"
+            )
+        while version < current:
+            state = type(self).upgrade_state(state, version)
+            version += 1
+        self.__dict__.update(state)
+
+    @classmethod
+    def upgrade_state(cls, state: dict[str, Any], from_version: int) -> dict[str, Any]:
+        """The attributes of version ``from_version + 1`` from those of ``from_version``
+        (default: unchanged; attributes added later then fall back to class attributes)."""
+        return state

@@ -14,6 +14,7 @@ serializer through the serializer registry.
 from __future__ import annotations
 
 import dataclasses
+import json
 import types as _types
 import typing
 from abc import ABC, abstractmethod
@@ -29,6 +30,7 @@ from streamstate.errors import ConfigurationError
 __all__ = [
     "BasicArrayTypeInfo",
     "BasicType",
+    "AvroTypeInfo",
     "BasicTypeInfo",
     "DataclassTypeInfo",
     "InstantTypeInfo",
@@ -496,12 +498,37 @@ class Types:
     def DATACLASS(
         cls: type, field_types: Mapping[str, TypeInformation] | None = None
     ) -> TypeInformation:
-        """Instances of the dataclass ``cls`` (streamstate's counterpart of Flink's POJO
-        type): one typed field per dataclass field, by name. Field types come from the
-        annotations (``int`` -> LONG, ``float`` -> DOUBLE, ``str``, ``bool``, ``bytes``,
-        ``X | None`` -> X, ``list[X]``, ``dict[K, V]``, nested dataclasses; anything
-        else pickled) unless ``field_types`` names them."""
+        """Instances of the dataclass ``cls`` (Flink's POJO type): typed fields by name, from
+        the annotations (``int`` -> LONG, ``float`` -> DOUBLE, ``str``, ``bool``, ``bytes``,
+        ``X | None``, ``list[X]``, ``dict[K, V]``, dataclasses; else pickled) or
+        ``field_types``."""
         return DataclassTypeInfo.of(cls, field_types)
+
+    @staticmethod
+    def AVRO(schema: str | Mapping[str, Any]) -> TypeInformation:
+        """Avro values (records as dicts) of ``schema`` (JSON text or dict), by fastavro."""
+        return AvroTypeInfo(schema)
+
+
+@dataclass(frozen=True, repr=False, init=False)
+class AvroTypeInfo(TypeInformation):
+    """Avro values of one schema (kept as sorted-key JSON text)."""
+
+    schema: str
+    serializer_name = "avro"  # type: ignore[assignment]  # a constant in place of the property
+
+    def __init__(self, schema: str | Mapping[str, Any]) -> None:
+        try:
+            raw = json.loads(schema) if isinstance(schema, str) else dict(schema)
+        except (ValueError, TypeError) as e:
+            raise ConfigurationError(f"Types.AVRO takes an Avro schema (JSON or dict): {e}") from e
+        object.__setattr__(self, "schema", json.dumps(raw, sort_keys=True, separators=(",", ":")))
+
+    def serializer_params(self) -> dict[str, Any]:
+        return {"schema": self.schema}
+
+    def __repr__(self) -> str:
+        return f"Types.AVRO({self.schema})"
 
 
 @dataclass(frozen=True, repr=False)
@@ -510,6 +537,7 @@ class DataclassTypeInfo(TypeInformation):
 
     cls: type
     fields: tuple[tuple[str, TypeInformation], ...]
+    serializer_name = "dataclass"  # type: ignore[assignment]  # a constant in place of the property
 
     @staticmethod
     def of(
@@ -517,30 +545,24 @@ class DataclassTypeInfo(TypeInformation):
     ) -> DataclassTypeInfo:
         if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
             raise TypeError(f"Types.DATACLASS takes a dataclass, got {cls!r}")
-        given = dict(field_types or {})
+        given, names = dict(field_types or {}), [f.name for f in dataclasses.fields(cls)]
         try:
             hints = typing.get_type_hints(cls)
         except (NameError, TypeError):  # unresolvable annotations: pickle those fields
             hints = {}
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(given) - set(names))
-        if unknown:
+        if unknown := sorted(set(given) - set(names)):
             raise ConfigurationError(f"{cls.__qualname__} has no fields {unknown}")
-        fields = tuple(
-            (n, _check_type_info(given[n], n) if n in given else _hint_type_info(hints.get(n)))
-            for n in names
+        g, h = _check_type_info, _hint_type_info
+        return DataclassTypeInfo(
+            cls, tuple((n, g(given[n], n) if n in given else h(hints.get(n))) for n in names)
         )
-        return DataclassTypeInfo(cls, fields)
-
-    @property
-    def serializer_name(self) -> str:
-        return "dataclass"
 
     def serializer_params(self) -> dict[str, Any]:
+        path, names = f"{self.cls.__module__}:{self.cls.__qualname__}", [n for n, _ in self.fields]
         return {
-            "class": f"{self.cls.__module__}:{self.cls.__qualname__}",
+            "class": path,
             "cls": self.cls,
-            "names": [n for n, _ in self.fields],
+            "names": names,
             "fields": [t for _, t in self.fields],
         }
 
@@ -548,13 +570,8 @@ class DataclassTypeInfo(TypeInformation):
         return f"Types.DATACLASS({self.cls.__qualname__})"
 
 
-_HINTS: dict[Any, Any] = {
-    int: Types.LONG,
-    float: Types.DOUBLE,
-    str: Types.STRING,
-    bool: Types.BOOLEAN,
-    bytes: lambda: Types.PRIMITIVE_ARRAY(Types.BYTE()),
-}
+_HINTS: dict[Any, Any] = {int: Types.LONG, float: Types.DOUBLE, str: Types.STRING}
+_HINTS.update({bool: Types.BOOLEAN, bytes: lambda: Types.PRIMITIVE_ARRAY(Types.BYTE())})
 
 
 def _hint_type_info(hint: Any) -> TypeInformation:

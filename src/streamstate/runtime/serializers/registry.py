@@ -20,6 +20,7 @@ from streamstate.common.serializer import register_snapshot_resolver
 from streamstate.common.typeinfo import TypeInformation
 from streamstate.errors import ConfigurationError, StateMigrationError
 from streamstate.runtime.serializers import basic, temporal
+from streamstate.runtime.serializers.avro import AvroSerializer, resolve_avro
 from streamstate.runtime.serializers.base import (
     PickleSerializer,
     TypeSerializer,
@@ -220,6 +221,8 @@ def _register_builtins() -> None:
         "dataclass",
         lambda p: DataclassSerializer(p["class"], p["names"], p["fields"], p.get("cls")),
     )
+    register_serializer("avro", lambda p: AvroSerializer(p["schema"]))
+    register_snapshot_resolver("avro", resolve_avro)
     register_snapshot_resolver("row", resolve_record)
     register_snapshot_resolver("dataclass", resolve_record)
 
