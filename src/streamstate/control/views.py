@@ -194,9 +194,16 @@ def prometheus_metrics(jobs: list[Any]) -> list[Metric]:
         "Duration of the latest epoch",
         labels=labels,
     )
+    user = GaugeMetricFamily(
+        "streamstate_user_metric",
+        "The functions' metrics (RuntimeContext.get_metrics_group()), summed over subtasks",
+        labels=[*labels, "metric"],
+    )
     for job in jobs:
         ex = job.executor
         lv = [ex.job_id, ex.job_name]
+        for name, value in _user_samples(ex.metrics.user_metrics()):
+            user.add_metric([*lv, name], value)
         stats = dict(ex.metrics.stats)
         epochs.add_metric(lv, stats.get("epochs", 0))
         restarts.add_metric(lv, stats.get("restarts", 0))
@@ -213,4 +220,16 @@ def prometheus_metrics(jobs: list[Any]) -> list[Metric]:
         recent = list(ex.metrics.epochs)[-1:]
         if recent:
             epoch_dur.add_metric(lv, recent[0].duration_ms / 1000.0)
-    return [epochs, restarts, records, ckpts, running, last_dur, last_size, epoch_dur]
+    return [epochs, restarts, records, ckpts, running, last_dur, last_size, epoch_dur, user]
+
+
+def _user_samples(values: dict[str, Any]) -> list[tuple[str, float]]:
+    """Numeric samples: a counter, meter or gauge as is; a distribution as
+    ``<name>.count`` / ``.sum`` / ``.min`` / ``.max`` / ``.mean``; other gauges skipped."""
+    out: list[tuple[str, float]] = []
+    for name, value in values.items():
+        parts = value.items() if isinstance(value, dict) else [("", value)]
+        for suffix, v in parts:
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.append((f"{name}.{suffix}" if suffix else name, float(v)))
+    return out

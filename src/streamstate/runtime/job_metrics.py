@@ -69,7 +69,12 @@ class JobMetrics:
 
     def user_metrics(self) -> dict[str, Any]:
         """``metrics.<operator>.<group>.<name>`` -> value, summed over subtasks."""
-        return {f"metrics.{k}": v for k, v in self.user.values().items()}
+        for _ in range(3):  # readers on other threads (REST, JobClient) copy while we fold
+            try:
+                return {f"metrics.{k}": v for k, v in self.user.values().items()}
+            except RuntimeError:
+                continue
+        return {}
 
     def epoch_finished(
         self,
