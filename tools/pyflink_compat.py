@@ -268,8 +268,8 @@ def render(entries: list[Entry]) -> str:
         "     src/streamstate/common/pyflink_compat.toml; do not edit by hand -->",
         "",
         f"Measured against PyFlink {manifest['pyflink_version']}'s DataStream-side public "
-        "surface (`pyflink.common`, `pyflink.datastream`, the file-system and number-sequence "
-        "connectors): every class, function, method, property and enum member, "
+        "surface (`pyflink.common`, `pyflink.datastream`, `pyflink.metrics`, the file-system "
+        "and number-sequence connectors): every class, function, method, property and enum member, "
         f"{total} names. A PyFlink job ports by replacing `pyflink` with `streamstate` in "
         "its imports when it uses only supported names.",
         "",

@@ -192,3 +192,20 @@ def test_sql_types_internal_forms_are_pyflinks():
     assert ts.to_internal_type(aware) == 2_000_007
     naive = datetime.datetime(2024, 5, 6, 7, 8, 9, 10)
     assert ts.from_internal_type(ts.to_internal_type(naive)) == naive
+
+
+def test_flink_pipeline_keys_set_the_execution_config():
+    env = make_env(
+        parallelism=1,
+        conf={
+            "pipeline.global-job-parameters": "suffix:!,region:eu",
+            "pipeline.auto-generate-uids": "false",
+            "pipeline.auto-watermark-interval": "50 ms",
+        },
+    )
+    cfg = env.get_config()
+    assert cfg.get_global_job_parameters() == {"suffix": "!", "region": "eu"}
+    assert not cfg.has_auto_generated_uids_enabled()
+    assert cfg.get_auto_watermark_interval() == 50
+    with pytest.raises(ConfigurationError, match="k1:v1"):
+        make_env(conf={"pipeline.global-job-parameters": "novalue"})

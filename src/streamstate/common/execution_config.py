@@ -21,6 +21,11 @@ __all__ = ["ExecutionConfig"]
 
 #: PyFlink's default auto-watermark interval (ms)
 DEFAULT_AUTO_WATERMARK_INTERVAL = 200
+GLOBAL_JOB_PARAMETERS = "pipeline.global-job-parameters"
+AUTO_GENERATE_UIDS = "pipeline.auto-generate-uids"
+OBJECT_REUSE = "pipeline.object-reuse"
+AUTO_WATERMARK_INTERVAL = "pipeline.auto-watermark-interval"
+
 #: Flink's upper bound of the max parallelism (runtime/keygroups.py has the same)
 UPPER_BOUND_MAX_PARALLELISM = 1 << 15
 
@@ -203,6 +208,26 @@ class ExecutionConfig:
         """Always empty: there is no Kryo."""
         return {}
 
+    def apply_configuration(self, conf: Any) -> None:
+        """Flink's keys behind these settings: ``pipeline.global-job-parameters``
+        (``k1:v1,k2:v2``), ``pipeline.auto-generate-uids``, ``pipeline.object-reuse``,
+        ``pipeline.auto-watermark-interval``."""
+        params = conf.get_string(GLOBAL_JOB_PARAMETERS, None)
+        if params is not None:
+            self.set_global_job_parameters(parse_map(GLOBAL_JOB_PARAMETERS, params))
+        for key, flag in (
+            (AUTO_GENERATE_UIDS, "auto_generated_uids"),
+            (OBJECT_REUSE, "object_reuse"),
+        ):
+            raw = conf.get_string(key, None)
+            if raw is not None:
+                self._set(flag, _parse_bool(key, raw))
+        interval = conf.get_string(AUTO_WATERMARK_INTERVAL, None)
+        if interval is not None:
+            from streamstate.common.configuration import parse_duration_ms
+
+            self.set_auto_watermark_interval(parse_duration_ms(interval))
+
     def _set(self, flag: str, value: bool) -> ExecutionConfig:
         self._flags[flag] = value
         return self
@@ -212,3 +237,21 @@ class ExecutionConfig:
 
     def __hash__(self) -> int:
         return id(self)
+
+
+def _parse_bool(key: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigurationError(f"{key} must be true or false, got {raw!r}")
+    return value == "true"
+
+
+def parse_map(key: str, raw: str) -> dict[str, str]:
+    """Flink's map syntax, ``k1:v1,k2:v2`` (a value may contain ``:``)."""
+    out: dict[str, str] = {}
+    for part in (p for p in raw.split(",") if p.strip()):
+        k, sep, v = part.partition(":")
+        if not sep or not k.strip():
+            raise ConfigurationError(f"{key} is a map 'k1:v1,k2:v2', got {raw!r}")
+        out[k.strip()] = v.strip()
+    return out

@@ -99,6 +99,12 @@ def _choice(*accepted: str) -> Validator:
     return check
 
 
+def _map(key: str, raw: str) -> None:
+    from streamstate.common.execution_config import parse_map
+
+    parse_map(key, raw)
+
+
 def _any(key: str, raw: str) -> None:
     if not raw.strip():
         raise ConfigurationError(f"{key} is empty")
@@ -199,6 +205,9 @@ KNOWN_KEYS: dict[str, Validator] = {
     "queryable-state.proxy.query-threads": _int(1),
     "queryable-state.cache.max-entries": _int(1),
     "execution.runner.spark.quiet": _bool,
+    # ExecutionConfig (common/execution_config.py)
+    "pipeline.global-job-parameters": _map,
+    "pipeline.auto-generate-uids": _bool,
 }
 
 #: Flink keys accepted for portability that change nothing here -> why

@@ -90,6 +90,7 @@ class StreamExecutionEnvironment(SparkSourcesMixin, EnvironmentMethods):
         mp = co.max_parallelism_from_configuration(conf)
         if mp is not None:
             self.set_max_parallelism(mp)
+        self._execution_config.apply_configuration(conf)
         rp = co.state_recovery_path_from_configuration(conf)
         if rp is not None:
             self._recovery_path = rp
