@@ -1,4 +1,12 @@
-"""Run the keyed count on a given master and print a JSON report (used by test_local_cluster)."""
+"""Run the keyed count on a given master once per configuration and print a JSON report
+per run (used by test_local_cluster).
+
+    python cluster_job.py MASTER CHECKPOINT_DIR HOSTS:PLACEMENT:BACKEND ...
+
+HOSTS and PLACEMENT are ``true``/``false`` (``execution.runner.spark.subtask-hosts``,
+``execution.runner.spark.preferred-locations``), BACKEND a ``state.backend.type``. All
+runs share one Spark application (one start-up).
+"""
 
 from __future__ import annotations
 
@@ -10,27 +18,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 
-def main() -> None:
-    master, chk_dir = sys.argv[1], sys.argv[2]
-    hosts = sys.argv[3] if len(sys.argv) > 3 else "true"
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # tests stay on loopback
-    from pyspark.sql import SparkSession
-
+def run(spark, chk_dir: str, hosts: str, placement: str, backend: str) -> dict:
     from streamstate.datastream import ExternalizedCheckpointCleanup
     from tests.integration.jobs import count_job, final_counts, make_env, records
 
-    spark = (
-        SparkSession.builder.master(master)
-        .config("spark.ui.enabled", "false")
-        .config("spark.executor.memory", "768m")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
     data = records(3000, 50)
-    env = make_env(spark, epoch_records=150, **{"execution.runner.spark.subtask-hosts": hosts})
+    conf = {
+        "execution.runner.spark.subtask-hosts": hosts,
+        "execution.runner.spark.preferred-locations": placement,
+        "state.backend.type": backend,
+    }
+    env = make_env(spark, epoch_records=150, **conf)
     env.enable_checkpointing(1)
     env.get_checkpoint_config().set_checkpoint_storage_dir(chk_dir)
     env.get_checkpoint_config().set_externalized_checkpoint_cleanup(
@@ -43,15 +41,41 @@ def main() -> None:
     for k, _ in data:
         expected[k] = expected.get(k, 0) + 1
     out = sink.get_results()
-    report = {
+    return {
+        "config": f"{hosts}:{placement}:{backend}",
         "correct": final_counts(out) == expected and len(out) == len(data),
         "epochs": acc["epochs"],
         "cache_hits": acc["cache_hits"],
         "cache_misses": acc["cache_misses"],
         "subtask_workers": acc["subtask-workers"],
+        "subtask_executors": acc.get("subtask-executors", {}),
+        "executor_kept": acc.get("executor_kept", 0),
+        "executor_moved": acc.get("executor_moved", 0),
+        "restores": {k: v for k, v in acc.items() if k.startswith("state_restores_")},
         "executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1,
     }
-    print("REPORT " + json.dumps(report))
+
+
+def main() -> None:
+    master, chk_dir = sys.argv[1], sys.argv[2]
+    configs = sys.argv[3:] or ["true:true:hashmap"]
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # tests stay on loopback
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.executor.memory", "768m")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    for n, config in enumerate(configs):
+        hosts, placement, backend = config.split(":")
+        report = run(spark, os.path.join(chk_dir, str(n)), hosts, placement, backend)
+        print("REPORT " + json.dumps(report), flush=True)
     spark.stop()
 
 

@@ -72,6 +72,13 @@ def test_jobs_details_and_checkpoint_history_grow(running):
     assert "sum" in ops and ops["sum"]["keyed"] and ops["sum"]["records"] == 3 * 20
     assert [e["epoch"] for e in job["epochs"]] == [1, 2, 3]
     assert all(v["parallelism"] == 2 for v in job["vertices"][1:])
+    # per subtask-epoch: in place (cache hit) or rebuilt (each subtask's first epoch here);
+    # the in-process runner has no Spark executors to place subtasks on
+    subtasks = sum(v["parallelism"] for v in job["vertices"])
+    placement = job["placement"]
+    assert placement["rebuilt"] == subtasks and placement["in-place"] == 2 * subtasks
+    assert placement["in-place-ratio"] == round(2 / 3, 4)
+    assert placement["subtask-executors"] == {} and placement["moved"] == 0
     _, cps = http(f"{base}/jobs/{rec.job_id}/checkpoints")
     n = cps["counts"]["completed"]
     assert n >= 2 and len(cps["history"]) == cps["counts"]["total"]

@@ -21,6 +21,7 @@ __all__ = [
     "exceptions",
     "job_details",
     "job_overview",
+    "placement",
     "prometheus_metrics",
 ]
 
@@ -121,8 +122,26 @@ def job_details(job: Any) -> dict[str, Any]:
             ],
         },
         "stats": dict(ex.metrics.stats),
+        "placement": placement(ex.metrics),
         "records": dict(ex.metrics.counts),
         "epochs": [asdict(e) for e in epochs[-job.epochs_shown :]],
+    }
+
+
+def placement(metrics: Any) -> dict[str, Any]:
+    """Where subtasks ran, per subtask-epoch: ``in-place`` (state and function objects were
+    found where the subtask ran) vs ``rebuilt`` (read from its lineage: a first epoch, a
+    move, a restart), and on a Spark cluster ``same-executor`` vs ``moved`` (the executor
+    of the subtask's previous epoch, which its task prefers) with each subtask's executor."""
+    stats = metrics.stats
+    hits, misses = stats.get("cache_hits", 0), stats.get("cache_misses", 0)
+    return {
+        "in-place": hits,
+        "rebuilt": misses,
+        "in-place-ratio": round(hits / (hits + misses), 4) if hits + misses else None,
+        "same-executor": stats.get("executor_kept", 0),
+        "moved": stats.get("executor_moved", 0),
+        "subtask-executors": dict(metrics.executors),
     }
 
 

@@ -161,6 +161,7 @@ KNOWN_KEYS: dict[str, Validator] = {
     "execution.epoch.state-dir": _any,
     "execution.runner": _choice("spark", "local"),
     "execution.runner.local.rebuild-instances": _bool,
+    "execution.runner.spark.preferred-locations": _bool,
     "execution.runner.spark.subtask-hosts": _bool,
     "execution.runner.spark.subtask-hosts.idle-timeout": _duration,
     "execution.task-failure-logs": _bool,

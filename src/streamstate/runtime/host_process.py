@@ -101,7 +101,15 @@ class _Host:
                 self._run(conn, *msg[1:])
 
     def _run(
-        self, conn: Connection, job_id: str, stage: int, meta: Any, es: Any, index: int, items: Any
+        self,
+        conn: Connection,
+        job_id: str,
+        stage: int,
+        meta: Any,
+        es: Any,
+        index: int,
+        items: Any,
+        executor: str | None = None,
     ) -> None:
         from streamstate.runtime import task
 
@@ -113,7 +121,9 @@ class _Host:
                     blob = conn.recv_bytes()
                 try:
                     out = list(
-                        task.run_stage_partition((job_id, stage, blob), meta, es, index, items)
+                        task.run_stage_partition(
+                            (job_id, stage, blob), meta, es, index, items, executor
+                        )
                     )
                     reply: tuple[Any, ...] = ("ok", out)
                 except BaseException as e:  # noqa: BLE001 - every failure goes back to the worker

@@ -2,9 +2,10 @@
 
 They become the accumulators of the :class:`~streamstate.common.JobExecutionResult`
 (``records-in.<uid>``, ``epochs``, ``checkpoints``, ``restarts``, ``cache_hits``,
-``cache_misses``, ``state_restores_<path>``, ``state_migrated_entries`` and
-``state_migrated_entries.<uid>.<state>`` (schema migration), ``subtask-seconds.<phase>``,
-``subtask-workers``) and, while the job runs, what the control plane shows (the last
+``cache_misses``, ``executor_kept``, ``executor_moved``, ``state_restores_<path>``,
+``state_migrated_entries`` and ``state_migrated_entries.<uid>.<state>`` (schema
+migration), ``subtask-seconds.<phase>``, ``subtask-workers``, ``subtask-executors``) and,
+while the job runs, what the control plane shows (the last
 :data:`EPOCH_HISTORY` epochs and :data:`FAILURE_HISTORY` failures).
 """
 
@@ -40,6 +41,8 @@ class JobMetrics:
         self.counts: dict[str, int] = {}
         #: "stage/subtask" -> worker processes ("host:pid") that ran it
         self.workers: dict[str, set[str]] = {}
+        #: "stage/subtask" -> the Spark executor (task location) that ran it last
+        self.executors: dict[str, str] = {}
         #: seconds spent in subtasks, summed over all subtasks: restore / process / commit
         self.timings: dict[str, float] = {}
         self.epochs: deque[EpochStats] = deque(maxlen=EPOCH_HISTORY)
@@ -55,7 +58,14 @@ class JobMetrics:
         self.bump("cache_hits" if ack.cache_hit else "cache_misses")
         for path, n in ack.state_restores.items():
             self.bump(f"state_restores_{path}", n)
-        self.workers.setdefault(f"{stage}/{ack.subtask}", set()).add(ack.worker)
+        where = f"{stage}/{ack.subtask}"
+        self.workers.setdefault(where, set()).add(ack.worker)
+        if ack.executor is not None:
+            last = self.executors.get(where)
+            if last is not None:
+                # placement: the subtask ran on the executor of its previous epoch, or moved
+                self.bump("executor_kept" if last == ack.executor else "executor_moved")
+            self.executors[where] = ack.executor
         t = ack.timings
         for k, v in (("restore", t.restore), ("process", t.process), ("commit", t.commit)):
             self.timings[k] = self.timings.get(k, 0.0) + v
@@ -123,6 +133,8 @@ class JobMetrics:
         acc["job-id"] = job_id
         acc.update({f"subtask-seconds.{k}": round(v, 3) for k, v in self.timings.items()})
         acc["subtask-workers"] = {k: sorted(v) for k, v in self.workers.items()}
+        if self.executors:
+            acc["subtask-executors"] = dict(self.executors)
         acc["latest-checkpoint"] = latest_checkpoint
         acc.update(self.user_metrics())
         if self.failures:

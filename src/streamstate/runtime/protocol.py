@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a message changes shape; driver and workers must agree on it.
-PROTOCOL_VERSION = 5  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated
+PROTOCOL_VERSION = 6  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated; v6: .executor
 
 #: The destination index of acks that go back to the driver (leaf stages).
 DRIVER = -1
@@ -257,6 +257,9 @@ class SubtaskAck:
     state_restores: Mapping[str, int] = field(default_factory=dict)
     #: "host:pid" of the Python worker that ran the subtask
     worker: str = "?"
+    #: the Spark executor whose task ran the subtask, as a task location
+    #: (``executor_<host>_<id>``); ``None`` where unknown (local mode, in-process runner)
+    executor: str | None = None
     #: why this subtask could not write the epoch's savepoint (the savepoint fails, the
     #: epoch and the job go on, as in Flink)
     savepoint_error: str | None = None

@@ -95,13 +95,14 @@ def run_hosted(
     index: int,
     items: Iterable[Any],
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    executor: str | None = None,
 ) -> list[Any]:
     """``task.run_stage_partition`` run by the subtask's host (started when needed);
     returns its outputs. The user's exception is re-raised here as itself, with the
     host's traceback as its cause."""
     job_id, stage, blob = spec_blob
     path = _socket_path(job_id, stage, index)
-    request = ("run", job_id, stage, stages_meta, epoch_spec, index, list(items))
+    request = ("run", job_id, stage, stages_meta, epoch_spec, index, list(items), executor)
     for attempt in range(2):
         conn = _connection(path, job_id, idle_timeout_s)
         try:

@@ -217,11 +217,13 @@ def run_stage_partition(
     epoch_spec: EpochSpec,
     index: int,
     items: Iterable[Any],
+    executor: str | None = None,
 ) -> Iterator[tuple[int, int, Any]]:
     """Run subtask ``index`` of a stage for one epoch; yields ``(dest_stage, partition, payload)``.
 
     ``stages_meta`` maps every stage id to (parallelism, max parallelism), for the
     shuffle writers. Leaf stages yield their (and forwarded) acks to ``DRIVER``.
+    ``executor``: the Spark executor running the task (goes into the ack).
     """
     spec = _spec(spec_blob)
     st = spec.stage
@@ -415,6 +417,7 @@ def run_stage_partition(
             state_restores=restores,
             savepoint_error=savepoint_error,
             worker=_WORKER_ID,
+            executor=executor,
             timings=SubtaskTimings(
                 t_restore, t_process, time.perf_counter() - t0 - t_restore - t_process
             ),

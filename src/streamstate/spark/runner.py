@@ -27,6 +27,12 @@ from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import EpochSpec, SubtaskAck
 from streamstate.runtime.subtask_host import DEFAULT_IDLE_TIMEOUT_S, run_hosted, stop_hosts
 from streamstate.runtime.task import run_stage_partition
+from streamstate.spark.placement import (
+    executor_location,
+    located_input,
+    located_items,
+    located_source,
+)
 
 __all__ = ["SparkEpochRunner", "translate_spark_error"]
 
@@ -40,17 +46,29 @@ def _identity(k: int) -> int:
 def _source_partition(
     blob: Any, meta: Any, spec: EpochSpec, hosted: float | None, index: int, _it: Any
 ) -> Any:
+    for _ in _it:
+        pass  # a PySpark worker that leaves input unread is not reused: it exits after the task
+    executor = executor_location()
     if hosted is not None:
-        return iter(run_hosted(blob, meta, spec, index, (), hosted))
-    return run_stage_partition(blob, meta, spec, index, ())
+        return iter(run_hosted(blob, meta, spec, index, (), hosted, executor))
+    return run_stage_partition(blob, meta, spec, index, (), executor)
 
 
 def _stage_partition(
-    blob: Any, meta: Any, spec: EpochSpec, hosted: float | None, index: int, it: Any
+    blob: Any,
+    meta: Any,
+    spec: EpochSpec,
+    hosted: float | None,
+    loads: Any,
+    index: int,
+    it: Any,
 ) -> Any:
+    if loads is not None:
+        it = located_items(loads, it)  # the input of a located stage (placement.py)
+    executor = executor_location()
     if hosted is not None:
-        return iter(run_hosted(blob, meta, spec, index, it, hosted))
-    return run_stage_partition(blob, meta, spec, index, it)
+        return iter(run_hosted(blob, meta, spec, index, it, hosted, executor))
+    return run_stage_partition(blob, meta, spec, index, it, executor)
 
 
 def _stop_hosts(job_id: str, _index: int, _it: Any) -> Any:
@@ -64,6 +82,14 @@ def _hosted(configuration: Any) -> float | None:
         return None
     raw = get("execution.runner.spark.subtask-hosts.idle-timeout", None)
     return DEFAULT_IDLE_TIMEOUT_S if raw is None else parse_duration_ms(raw) / 1000.0
+
+
+def _placement(configuration: Any) -> bool:
+    """Whether tasks prefer the executor that ran their subtask last (placement.py)."""
+    if configuration is None:
+        return True
+    raw = configuration.get_string("execution.runner.spark.preferred-locations", "true")
+    return str(raw).strip().lower() != "false"
 
 
 def _for_stage(sid: int, x: Any) -> bool:
@@ -86,6 +112,9 @@ class SparkEpochRunner(EpochRunner):
         self._broadcasts: list[Any] = []
         self._job_id: str | None = None
         self._hosted = _hosted(configuration)
+        self._placement = _placement(configuration)
+        #: (stage, subtask) -> the executor (task location) that ran it last
+        self.locations: dict[tuple[int, int], str] = {}
 
     def describe(self) -> str:
         return f"Spark ({self.spark.sparkContext.master})" if self.spark else "Spark"
@@ -117,8 +146,14 @@ class SparkEpochRunner(EpochRunner):
         persisted = []
         for st in plan.stages:
             spec = epoch_specs[st.id]
+            locs = [self.locations.get((st.id, i)) for i in range(st.parallelism)]
+            located = self._placement and any(locs)
             if st.is_source:
-                base = sc.parallelize(range(st.parallelism), st.parallelism)
+                base = (
+                    located_source(sc, locs)
+                    if located
+                    else sc.parallelize(range(st.parallelism), st.parallelism)
+                )
                 out = base.mapPartitionsWithIndex(
                     partial(_source_partition, self.blobs[st.id], meta, spec, self._hosted)
                 )
@@ -128,8 +163,12 @@ class SparkEpochRunner(EpochRunner):
                 ]
                 src = ups[0] if len(ups) == 1 else sc.union(ups)
                 shuffled = src.partitionBy(st.parallelism, _identity)
+                loads = None
+                if located:
+                    shuffled = located_input(sc, shuffled, locs)
+                    loads = sc._unbatched_serializer.loads
                 out = shuffled.mapPartitionsWithIndex(
-                    partial(_stage_partition, self.blobs[st.id], meta, spec, self._hosted)
+                    partial(_stage_partition, self.blobs[st.id], meta, spec, self._hosted, loads)
                 )
             if len(st.downstream) > 1:
                 out = out.persist(StorageLevel.MEMORY_AND_DISK)
@@ -139,12 +178,16 @@ class SparkEpochRunner(EpochRunner):
         final = leaves[0] if len(leaves) == 1 else sc.union(leaves)
         sc.setJobDescription(f"streamstate epoch {next(iter(epoch_specs.values())).epoch}")
         try:
-            return [pickle.loads(b) for b in final.collect()]  # acks are pickled (task._emit)
+            acks = [pickle.loads(b) for b in final.collect()]  # acks are pickled (task._emit)
         except Exception as e:  # noqa: BLE001
             raise translate_spark_error(e) from None
         finally:
             for r in persisted:
                 r.unpersist()
+        for a in acks:
+            if a.executor is not None:
+                self.locations[(a.stage, a.subtask)] = a.executor
+        return acks
 
     def stop(self) -> None:
         if self._hosted is not None and self._job_id is not None and self.spark is not None:
