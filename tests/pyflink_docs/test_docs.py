@@ -108,3 +108,70 @@ def test_side_output_of_a_process_function(capfd: pytest.CaptureFixture[str]) ->
     env.execute()
     assert main.get_results() == [1, 2, 3]
     assert side.get_results() == ["sideout-1", "sideout-2", "sideout-3"]
+
+
+def _window_fragment() -> dict[str, Any]:
+    from streamstate.datastream import ProcessWindowFunction, WindowFunction
+    from streamstate.datastream.window import EventTimeTrigger
+
+    return fragment(
+        "windows_custom_assigner",
+        EventTimeTrigger=EventTimeTrigger,
+        ProcessWindowFunction=ProcessWindowFunction,
+        WindowFunction=WindowFunction,
+    )
+
+
+def _run_custom_assigner(base_ms: int, function: str) -> list[Any]:
+    from streamstate.common import Types, WatermarkStrategy
+    from streamstate.common.watermark_strategy import TimestampAssigner
+    from streamstate.datastream.connectors import CollectSink
+    from tests.support.envs import make_env
+
+    names = _window_fragment()
+
+    class Ts(TimestampAssigner):
+        def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
+            return base_ms + value[0]  # the fragment's data carry no time: 1..6 ms after base
+
+    env = make_env(2, conf={"execution.progress": "none"})
+    data_stream = env.from_collection(
+        [(1, "hi"), (2, "hello"), (3, "hi"), (4, "hello"), (5, "hi"), (6, "hello")],
+        type_info=Types.TUPLE([Types.INT(), Types.STRING()]),
+    )
+    windowed = (
+        data_stream.assign_timestamps_and_watermarks(
+            WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Ts())
+        )
+        .key_by(lambda x: x[1], key_type=Types.STRING())
+        .window(names["TumblingEventWindowAssigner"](5, 0, False))
+    )
+    out_type = Types.TUPLE([Types.STRING(), Types.INT()])
+    if function == "process":
+        ds = windowed.process(names["SumWindowProcessFunction"](), out_type)
+    else:
+        ds = windowed.apply(names["SumWindowFunction"](), out_type)
+    sink = CollectSink()
+    ds.sink_to(sink)
+    env.execute()
+    return sorted(sink.get_results())
+
+
+@pytest.mark.parametrize("function", ["process", "apply"])
+def test_custom_processing_time_assigner_with_an_event_time_trigger(function: str) -> None:
+    # is_event_time() is False, so (as in Flink's WindowOperator) a window's cleanup timer
+    # is a processing-time timer at its max timestamp; the EventTimeTrigger fires at the
+    # watermark. Windows that end in the future (processing time) fire at the final
+    # watermark with all their elements:
+    base = 4_102_444_800_000  # 2100-01-01, a multiple of 5 ms
+    windows: dict[tuple[str, int], int] = {}
+    for v, k in [(1, "hi"), (2, "hello"), (3, "hi"), (4, "hello"), (5, "hi"), (6, "hello")]:
+        windows[(k, v - v % 5)] = windows.get((k, v - v % 5), 0) + v
+    assert _run_custom_assigner(base, function) == sorted((k, s) for (k, _), s in windows.items())
+
+
+def test_custom_processing_time_assigner_clears_windows_whose_cleanup_time_passed() -> None:
+    # windows in 1970: their processing-time cleanup is long past, so it fires at once and
+    # clears the window (and the trigger's timer) before any watermark: nothing is
+    # emitted, in Flink (a past timer fires immediately) as here
+    assert _run_custom_assigner(0, "process") == []

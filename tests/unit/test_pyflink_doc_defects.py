@@ -23,6 +23,13 @@ def test_window_function_contexts_are_generic_as_pyflinks() -> None:
     assert ProcessAllWindowFunction.Context[TimeWindow] is not None
 
 
+def test_type_serializer_is_generic_as_pyflinks() -> None:
+    # the custom WindowAssigner of PyFlink's windows page: -> TypeSerializer[TimeWindow]
+    from streamstate.common.serializer import TypeSerializer
+
+    assert TypeSerializer[TimeWindow] is not None
+
+
 def _f32(x: float) -> float:
     return float(struct.unpack("<f", struct.pack("<f", x))[0])
 

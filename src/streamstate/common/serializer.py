@@ -43,7 +43,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 __all__ = [
     "TypeSerializer",
@@ -58,6 +58,10 @@ _LEN = struct.Struct(">I")
 NESTED_SNAPSHOT_KEY = "$serializer"
 _PICKLE = "pickle"
 _TTL = "ttl"
+
+
+#: the type a serializer reads and writes (``TypeSerializer[TimeWindow]``, as PyFlink's)
+T = TypeVar("T")
 
 
 class TypeSerializerSchemaCompatibility(Enum):
@@ -274,7 +278,7 @@ def migrate_value(old: TypeSerializer, new: TypeSerializer, value: Any) -> Any:
     return new.migrate(value, old)
 
 
-class TypeSerializer(ABC):
+class TypeSerializer(ABC, Generic[T]):
     """Serializes values of one type. Implementations are immutable and picklable."""
 
     #: registry name, recorded in checkpoints
