@@ -187,3 +187,23 @@ def test_tumbling_time_window_with_continuous_trigger(run_program: Run) -> None:
 def test_print_prefix_is_stripped_only_when_present(run_program: Run) -> None:
     out = run_program("state_access", "state_access_demo", strip=False)
     assert all(re.match(r"^\d+> \(", line) for line in out)  # parallelism > 1: "n> "
+
+
+def test_count_windowing(run_program: Run) -> None:
+    # the earlier version of tumbling_count_window.py: same data and windows
+    data = [(1, "hi"), (2, "hello"), (3, "hi"), (4, "hello"), (5, "hi"), (6, "hello"), (6, "hello")]
+    hi = [v for v, k in data if k == "hi"][:3]
+    hello = [v for v, k in data if k == "hello"][:3]
+    out = run_program("windowing.count_windowing")
+    assert sorted(out) == sorted([java_tuple("hi", sum(hi)), java_tuple("hello", sum(hello))])
+
+
+def test_tumbling_windowing(run_program: Run) -> None:
+    out = run_program("windowing.tumbling_windowing")
+    assert out == [java_tuple("hi", n) for _, _, n in tumbling(HI, 5)]
+
+
+def test_sliding_windowing_with_an_offset_argument(run_program: Run) -> None:
+    # SlidingEventTimeWindows.of(size, slide, offset) with offset Time.seconds(0)
+    out = run_program("windowing.sliding_windowing")
+    assert out == [java_tuple("hi", n) for _, _, n in sliding(HI, 5, 2, 0)]
