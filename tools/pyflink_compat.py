@@ -99,7 +99,7 @@ def _static_member(cls: type, name: str) -> tuple[bool, Any]:
         if name in vars(klass):
             raw = vars(klass)[name]
             if type(raw).__name__ == "UnsupportedMember":
-                return False, None
+                return False, raw  # raises UnsupportedFeatureError (maybe inherited)
             return True, raw
     try:
         if name in getattr(cls, "__dataclass_fields__", {}) or name in getattr(
@@ -178,6 +178,14 @@ def signature_problem(pyflink: list[list[Any]], ours: list[list[Any]]) -> str:
     return ""
 
 
+def _short_name(canonical: str) -> str:
+    """``pyflink.datastream.state.StateTtlConfig.Builder`` -> ``StateTtlConfig.Builder``:
+    the part from the first capitalised segment (modules are lower case)."""
+    parts = canonical.split(".")
+    first = next((i for i, p in enumerate(parts) if p[:1].isupper()), len(parts) - 1)
+    return ".".join(parts[first:])
+
+
 def _internal_constructor(params: list[list[Any]] | None) -> bool:
     """PyFlink wrappers of Java objects take ``j_...``: users never call them."""
     return bool(params) and any(str(p[0]).startswith("j_") for p in params or [])
@@ -192,17 +200,33 @@ def compare() -> list[Entry]:
         for name, canonical in names.items():
             paths.setdefault(canonical, []).append((module, name))
     entries: list[Entry] = []
+    resolved: dict[str, Any] = {}
     for canonical, obj in manifest["objects"].items():
-        short = canonical.rsplit(".", 1)[1]
+        short = _short_name(canonical)
         where = paths.get(canonical, [])
-        found = [_resolve(m, n) for m, n in where]
-        ours = next((o for ok, o in found if ok), None)
-        gaps = [f"{m}.{n}" for (m, n), (ok, _) in zip(where, found, strict=True) if not ok]
+        if where:
+            found = [_resolve(m, n) for m, n in where]
+            ours = next((o for ok, o in found if ok), None)
+            gaps = [f"{m}.{n}" for (m, n), (ok, _) in zip(where, found, strict=True) if not ok]
+        else:  # a class nested in a class: reached through its owner
+            owner, _, inner = short.rpartition(".")
+            ok, ours = (False, None)
+            if owner and inspect.isclass(resolved.get(owner)):
+                ok, ours = _static_member(resolved[owner], inner)
+            gaps = [] if ok else [f"{owner} has no {inner}"]
+        resolved[short] = ours
         pf_paths = [f"{m}.{n}" for m, n in where]
-        entries.append(_judge(short, not gaps, gaps, unsupported, different, pf_paths))
-        whole_class_gone = short in unsupported
+        whole_class_gone = short in unsupported or any(
+            short.startswith(u + ".") for u in unsupported
+        )
+        if whole_class_gone and short not in unsupported and gaps:
+            entries.append(Entry(short, UNSUPPORTED, "its owner is not supported"))
+        else:
+            entries.append(_judge(short, not gaps, gaps, unsupported, different, pf_paths))
         for member, info in obj.get("members", {}).items():
             qual = f"{short}.{member}"
+            if (info["kind"] == "class") and f"{canonical}.{member}" in manifest["objects"]:
+                continue  # described as an object of its own
             if ours is None or not inspect.isclass(ours):
                 status = UNSUPPORTED if whole_class_gone or qual in unsupported else MISSING
                 entries.append(
@@ -210,6 +234,10 @@ def compare() -> list[Entry]:
                 )
                 continue
             ok, raw = _static_member(ours, member)
+            inherited = getattr(raw, "name", None) if not ok and raw is not None else None
+            if inherited is not None and inherited != qual and inherited in unsupported:
+                entries.append(Entry(qual, UNSUPPORTED, f"as {inherited}"))
+                continue
             problem = ""
             if ok and info.get("signature") is not None and info["kind"] != "property":
                 if not (member == "__init__" and _internal_constructor(info["signature"])):

@@ -16,7 +16,8 @@ Importing the modules starts no JVM: only the Python classes are inspected. The 
   "signature": ..., "members": {name: {"kind", "signature"}}}``, where a class's members
   are its public methods, static and class methods, properties and class attributes,
   including those inherited from other PyFlink classes, and ``__init__``/``__call__``
-  when PyFlink defines them.
+  when PyFlink defines them. A class nested in a class (a builder, an enum) is an object
+  of its own, ``module.Outer.Inner``.
 
 A signature is the list of parameters (``self``/``cls`` dropped) as
 ``[name, kind, has_default]`` with kind one of ``positional_only``, ``positional``,
@@ -157,6 +158,19 @@ def describe_class(cls: type) -> dict[str, Any]:
     }
 
 
+def _describe_nested(cls: type, canonical: str, objects: dict[str, Any]) -> None:
+    """Public classes nested in a PyFlink class (builders, enums): ``Outer.Inner``."""
+    for name, inner in vars(cls).items():
+        if name.startswith("_") or not inspect.isclass(inner) or not _is_pyflink(inner):
+            continue
+        if inner.__qualname__ != f"{cls.__qualname__}.{name}":
+            continue  # an alias of a class defined elsewhere
+        key = f"{canonical}.{name}"
+        if key not in objects:
+            objects[key] = describe_class(inner)
+            _describe_nested(inner, key, objects)
+
+
 def public_names(module: Any) -> list[str]:
     names = getattr(module, "__all__", None)
     if names is None:
@@ -195,6 +209,7 @@ def build() -> dict[str, Any]:
                 continue
             if inspect.isclass(obj):
                 objects[canonical] = describe_class(obj)
+                _describe_nested(obj, canonical, objects)
             elif inspect.isfunction(obj):
                 objects[canonical] = {"kind": "function", "signature": signature_of(obj, False)}
             else:

@@ -71,3 +71,18 @@ def test_enumerator_and_split_assigner_are_accepted_and_every_file_is_read(tmp_p
     builder = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path))
     with pytest.raises(ConfigurationError, match="FileEnumeratorProvider"):
         builder.set_file_enumerator("splittable")
+
+
+def test_builders_share_pyflinks_base_and_refuse_compaction():
+    from streamstate.datastream.connectors.file_system import OnCheckpointRollingPolicy
+    from streamstate.errors import UnsupportedFeatureError
+
+    row = FileSink.for_row_format("/tmp/x", Encoder.simple_string_encoder())
+    assert row.with_rolling_policy(rolling_policy=OnCheckpointRollingPolicy()) is row
+    assert row.disable_compact() is row
+    with pytest.raises(UnsupportedFeatureError, match="compaction"):
+        row.enable_compact(None, None)
+    legacy = StreamingFileSink.for_row_format("/tmp/x", Encoder.simple_string_encoder())
+    assert legacy.with_rolling_policy(policy=OnCheckpointRollingPolicy()) is legacy
+    with pytest.raises(UnsupportedFeatureError):
+        legacy.enable_compact(None, None)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         ReadOnlyBroadcastState,
         StateDescriptor,
     )
+    from streamstate.api.time_domain import TimeDomain
 
 __all__ = [
     "BaseBroadcastProcessFunction",
@@ -94,7 +95,9 @@ class KeyedCoProcessFunction(Function):
         def timer_service(self) -> Any: ...
 
     class OnTimerContext(Context):
-        pass
+        def time_domain(self) -> TimeDomain:
+            """The TimeDomain of the firing timer."""
+            raise NotImplementedError("the runtime's timer context answers this")
 
     @abstractmethod
     def process_element1(
@@ -175,7 +178,9 @@ class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction):
         def get_current_key(self) -> Any: ...
 
     class OnTimerContext(ReadOnlyContext):
-        pass
+        def time_domain(self) -> TimeDomain:
+            """The TimeDomain of the firing timer."""
+            raise NotImplementedError("the runtime's timer context answers this")
 
     @abstractmethod
     def process_element(

@@ -109,16 +109,18 @@ def unsupported_attribute(module: str) -> Callable[[str], Any]:
 
 
 def install_unsupported(namespace: Mapping[str, Any]) -> None:
-    """Give every class in ``namespace`` a descriptor per excluded member of its PyFlink
-    namesake (``Class.member`` in the table) that it does not define itself."""
-    by_class: dict[str, list[str]] = {}
+    """Give every class in ``namespace`` (and the classes nested in it, ``Outer.Inner``) a
+    descriptor per excluded member of its PyFlink namesake (``Class.member`` in the table)
+    that it does not define itself; subclasses inherit it."""
     for key in unsupported_names():
-        owner, _, member = key.partition(".")
-        if member and "." not in member:
-            by_class.setdefault(owner, []).append(member)
-    for obj in list(namespace.values()):
-        if not isinstance(obj, type):
+        owner_path, _, member = key.rpartition(".")
+        if not owner_path:
             continue
-        for member in by_class.get(obj.__name__, ()):
-            if not any(member in vars(klass) for klass in obj.__mro__):
-                setattr(obj, member, UnsupportedMember(f"{obj.__name__}.{member}"))
+        head, *rest = owner_path.split(".")
+        owner = namespace.get(head)
+        for part in rest:
+            owner = vars(owner).get(part) if isinstance(owner, type) else None
+        if not isinstance(owner, type):
+            continue
+        if not any(member in vars(klass) for klass in owner.__mro__):
+            setattr(owner, member, UnsupportedMember(key))

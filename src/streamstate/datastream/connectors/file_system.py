@@ -11,7 +11,7 @@ Paths are local paths or fsspec URLs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from streamstate.common._unsupported import unsupported_attribute
 from streamstate.common.serialization import BulkWriterFactory
@@ -359,6 +359,34 @@ class FileSink(Sink, SupportsPreprocessing):
     class BaseBuilder:
         """The base of FileSink's builders (PyFlink's ``FileSink.BaseBuilder``)."""
 
+        _config: OutputFileConfig | None = None
+        _assigner: BucketAssigner | None = None
+        _check_interval_ms = 60_000
+
+        def with_bucket_check_interval(self, interval: int) -> Self:
+            """Accepted for PyFlink compatibility: time-based rolling is checked at every
+            epoch boundary (see ``DefaultRollingPolicy``)."""
+            self._check_interval_ms = int(interval)
+            return self
+
+        def with_bucket_assigner(self, bucket_assigner: BucketAssigner) -> Self:
+            self._assigner = _check_assigner(bucket_assigner)
+            return self
+
+        def with_output_file_config(self, output_file_config: OutputFileConfig) -> Self:
+            self._config = _check_config(output_file_config)
+            return self
+
+        def disable_compact(self) -> Self:
+            """No compaction (the only mode here)."""
+            return self
+
+        def with_rolling_policy(self, rolling_policy: RollingPolicy) -> Self:
+            raise NotImplementedError("the row and bulk format builders implement this")
+
+        def build(self) -> FileSink:
+            raise NotImplementedError("the row and bulk format builders implement this")
+
     class RowFormatBuilder(BaseBuilder):
         """Builder of a row-format FileSink (``FileSink.for_row_format``)."""
 
@@ -370,32 +398,15 @@ class FileSink(Sink, SupportsPreprocessing):
             self._assigner: BucketAssigner | None = None
             self._check_interval_ms = 60_000
 
-        def with_bucket_check_interval(self, interval: int) -> FileSink.RowFormatBuilder:
-            """Accepted for PyFlink compatibility: time-based rolling is checked at every
-            epoch boundary (see ``DefaultRollingPolicy``)."""
-            self._check_interval_ms = int(interval)
-            return self
-
-        def with_bucket_assigner(
-            self, bucket_assigner: BucketAssigner
-        ) -> FileSink.RowFormatBuilder:
-            self._assigner = _check_assigner(bucket_assigner)
-            return self
-
-        def with_rolling_policy(self, policy: RollingPolicy) -> FileSink.RowFormatBuilder:
-            if not isinstance(policy, RollingPolicy):
+        def with_rolling_policy(self, rolling_policy: RollingPolicy) -> Self:
+            if not isinstance(rolling_policy, RollingPolicy):
                 raise ConfigurationError(
-                    f"with_rolling_policy() needs a RollingPolicy, got {type(policy).__name__}; "
-                    f"use RollingPolicy.default_rolling_policy(...) or "
+                    f"with_rolling_policy() needs a RollingPolicy, got "
+                    f"{type(rolling_policy).__name__}; use "
+                    f"RollingPolicy.default_rolling_policy(...) or "
                     f"RollingPolicy.on_checkpoint_rolling_policy()"
                 )
-            self._policy = policy
-            return self
-
-        def with_output_file_config(
-            self, output_file_config: OutputFileConfig
-        ) -> FileSink.RowFormatBuilder:
-            self._config = _check_config(output_file_config)
+            self._policy = rolling_policy
             return self
 
         def build(self) -> FileSink:
@@ -418,29 +429,13 @@ class FileSink(Sink, SupportsPreprocessing):
             self._config: OutputFileConfig | None = None
             self._assigner: BucketAssigner | None = None
 
-        def with_bucket_check_interval(self, interval: int) -> FileSink.BulkFormatBuilder:
-            """Accepted for PyFlink compatibility (bulk parts roll on checkpoints)."""
-            return self
-
-        def with_bucket_assigner(
-            self, bucket_assigner: BucketAssigner
-        ) -> FileSink.BulkFormatBuilder:
-            self._assigner = _check_assigner(bucket_assigner)
-            return self
-
-        def with_rolling_policy(self, policy: RollingPolicy) -> FileSink.BulkFormatBuilder:
-            if not isinstance(policy, OnCheckpointRollingPolicy):
+        def with_rolling_policy(self, rolling_policy: RollingPolicy) -> Self:
+            if not isinstance(rolling_policy, OnCheckpointRollingPolicy):
                 raise ConfigurationError(
                     f"a bulk-format FileSink rolls on checkpoints only (as in Flink): "
                     f"with_rolling_policy() needs RollingPolicy.on_checkpoint_rolling_policy(), "
-                    f"got {type(policy).__name__}"
+                    f"got {type(rolling_policy).__name__}"
                 )
-            return self
-
-        def with_output_file_config(
-            self, output_file_config: OutputFileConfig
-        ) -> FileSink.BulkFormatBuilder:
-            self._config = _check_config(output_file_config)
             return self
 
         def build(self) -> FileSink:
@@ -481,13 +476,23 @@ class StreamingFileSink(FileSink):
         )
 
     class BaseBuilder(FileSink.BaseBuilder):
-        """The base of StreamingFileSink's builders."""
+        """The base of StreamingFileSink's builders (PyFlink names the policy ``policy``
+        here, ``rolling_policy`` in FileSink's)."""
+
+        def with_rolling_policy(self, policy: RollingPolicy) -> Self:
+            return super().with_rolling_policy(policy)
 
     class DefaultRowFormatBuilder(FileSink.RowFormatBuilder, BaseBuilder):
+        def with_rolling_policy(self, policy: RollingPolicy) -> Self:
+            return super().with_rolling_policy(policy)
+
         def build(self) -> StreamingFileSink:
             return StreamingFileSink._of(super().build())
 
     class DefaultBulkFormatBuilder(FileSink.BulkFormatBuilder, BaseBuilder):
+        def with_rolling_policy(self, policy: RollingPolicy) -> Self:
+            return super().with_rolling_policy(policy)
+
         def build(self) -> StreamingFileSink:
             return StreamingFileSink._of(super().build())
 
