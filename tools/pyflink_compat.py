@@ -178,6 +178,23 @@ def signature_problem(pyflink: list[list[Any]], ours: list[list[Any]]) -> str:
     return ""
 
 
+def _kind_problem(pyflink_kind: str, raw: Any) -> str:
+    """A member used as PyFlink's is used: a property read as an attribute, a static
+    method called on the class, a method called."""
+    if raw is None:  # a dataclass field / annotation: an attribute
+        return "" if pyflink_kind in ("property", "attribute") else "an attribute, not a method"
+    is_function = inspect.isfunction(raw)
+    if pyflink_kind == "property" and (is_function or isinstance(raw, (staticmethod, classmethod))):
+        return "a method here, a property in PyFlink"
+    if pyflink_kind in ("method", "staticmethod", "classmethod") and not callable(
+        raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+    ):
+        return "not callable here"
+    if pyflink_kind in ("staticmethod", "classmethod") and is_function:
+        return "an instance method here, callable on the class in PyFlink"
+    return ""
+
+
 def _short_name(canonical: str) -> str:
     """``pyflink.datastream.state.StateTtlConfig.Builder`` -> ``StateTtlConfig.Builder``:
     the part from the first capitalised segment (modules are lower case)."""
@@ -238,8 +255,13 @@ def compare() -> list[Entry]:
             if inherited is not None and inherited != qual and inherited in unsupported:
                 entries.append(Entry(qual, UNSUPPORTED, f"as {inherited}"))
                 continue
-            problem = ""
-            if ok and info.get("signature") is not None and info["kind"] != "property":
+            problem = _kind_problem(info["kind"], raw) if ok else ""
+            if (
+                ok
+                and not problem
+                and info.get("signature") is not None
+                and info["kind"] != "property"
+            ):
                 if not (member == "__init__" and _internal_constructor(info["signature"])):
                     mine = _call_params(raw, info["kind"])
                     if mine is None and member == "__init__":

@@ -85,3 +85,15 @@ def test_signature_check_catches_incompatible_calls():
         ["x", "keyword_only", False],
     ]
     assert compat.signature_problem(pf, extra) != ""
+
+
+def test_kind_check_catches_members_used_differently():
+    def method(self):
+        return 1
+
+    assert compat._kind_problem("property", method) != ""
+    assert compat._kind_problem("property", property(method)) == ""
+    assert compat._kind_problem("staticmethod", method) != ""
+    assert compat._kind_problem("staticmethod", staticmethod(method)) == ""
+    assert compat._kind_problem("method", 3) != ""
+    assert compat._kind_problem("method", method) == ""
