@@ -45,3 +45,26 @@ def test_unsupported_pyflink_modules_raise_typed_error_on_import():
         import streamstate.table.expressions
     with pytest.raises(ModuleNotFoundError):
         import streamstate.no_such_module  # noqa: F401
+
+
+def test_every_unsupported_name_raises_the_typed_error_where_pyflink_has_it():
+    import importlib
+
+    from streamstate.common._unsupported import unsupported_names
+    from tools import pyflink_compat as compat
+
+    manifest = compat.load_manifest()
+    where: dict[str, str] = {}  # short class name -> a streamstate module exporting it
+    for module, names in manifest["modules"].items():
+        for name in names:
+            where.setdefault(name, module.replace("pyflink", "streamstate", 1))
+    checked = 0
+    for key in unsupported_names():
+        head, _, rest = key.partition(".")
+        module = importlib.import_module(where[head])
+        with pytest.raises(UnsupportedFeatureError):
+            obj = getattr(module, head)
+            for part in rest.split(".") if rest else []:
+                obj = getattr(obj, part)
+        checked += 1
+    assert checked == len(unsupported_names()) > 30

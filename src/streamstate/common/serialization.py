@@ -9,8 +9,9 @@ are), ``RowFieldExtractorSchema(i)`` (field ``i`` of a ``Row``, which must be by
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from streamstate.common._unsupported import install_unsupported, unsupported_attribute
 from streamstate.errors import OutputTypeError
 
 __all__ = [
@@ -130,3 +131,8 @@ class BulkWriterFactory:
 
     def _part_format(self) -> Any:
         return self._format
+
+
+install_unsupported(globals())
+if not TYPE_CHECKING:  # a typo stays a type error; at run time PyFlink names get typed errors
+    __getattr__ = unsupported_attribute(__name__)
