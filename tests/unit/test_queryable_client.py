@@ -8,6 +8,7 @@ injected failure and across a rescale.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -323,3 +324,41 @@ def test_lookups_across_a_rescale(tmp_path):
     for r in probe2.by_epoch:
         assert present(r) == counts(more[: 24 + 4 * (r.epoch - m)]), r.epoch
     assert present(probe2.by_epoch[-1]) == counts(more)
+
+
+def test_the_server_is_bounded_and_refuses_garbage():
+    from streamstate.errors import ServerBusyError
+    from streamstate.runtime.queryable import wire
+    from streamstate.runtime.queryable.server import QueryServer
+
+    server = QueryServer("127.0.0.1", 0, max_connections=1, idle_timeout=0.3)
+    try:
+        client = QueryableStateClient(server.host, server.port, token="t")
+        with pytest.raises(UnknownJobError):  # holds the only slot from now on
+            client.get_kv_state("nojob", "counts", "k0", Types.STRING(), COUNT)
+        other = QueryableStateClient(server.host, server.port, token="t")
+        with pytest.raises(ServerBusyError, match="serves 1 connections"):
+            other.get_kv_state("nojob", "counts", "k0", Types.STRING(), COUNT)
+        client.close()
+        other.close()
+    finally:
+        server.close()
+    server = QueryServer("127.0.0.1", 0, max_connections=4, idle_timeout=0.3)
+    try:
+        # a connection that says nothing is closed after the idle time-out
+        s = socket.create_connection((server.host, server.port), timeout=30)
+        assert s.recv(1) == b""
+        s.close()
+        for payload, match in [
+            (b"\x00\x00\x00\x05{nope", "not a queryable-state message"),
+            (wire.encode({"v": 99, "job": "x"}), "wire version 99"),
+            (wire.encode({}), "no earlier request"),
+        ]:
+            head, _ = wire.decode(server.handle(payload))
+            assert not head["ok"] and match in head["message"]
+        s = socket.create_connection((server.host, server.port), timeout=30)
+        s.sendall((wire.MAX_FRAME + 1).to_bytes(4, "big"))  # too large: dropped unread
+        assert s.recv(1) == b""
+        s.close()
+    finally:
+        server.close()

@@ -88,6 +88,7 @@ class QueryableStateClient:
         self._token = token
         self._tokens: dict[str, str] = {}
         self._sock: socket.socket | None = None
+        self._last: dict[str, Any] | None = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -153,7 +154,7 @@ class QueryableStateClient:
             "as_of": as_of,
             "key_type": ser.snapshot_configuration().to_dict(),
         }
-        head, blobs_back = wire.decode(self._request(wire.encode(header, blobs)))
+        head, blobs_back = self._request(header, blobs)
         if not head.get("ok"):
             raise _error(head)
         values = pickle.loads(blobs_back[0])
@@ -201,14 +202,21 @@ class QueryableStateClient:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 
-    def _request(self, payload: bytes) -> bytes:
+    def _request(
+        self, header: dict[str, Any], blobs: list[bytes]
+    ) -> tuple[dict[str, Any], list[bytes]]:
         with self._lock:
             for attempt in (0, 1):
                 if self._sock is None:
                     self._sock = self._connect()
+                    self._last = None
+                # the same header as the previous request on this connection goes empty
+                same = header == self._last
                 try:
-                    wire.send_frame(self._sock, payload)
-                    return wire.recv_frame(self._sock)
+                    wire.send_frame(self._sock, wire.encode({} if same else header, blobs))
+                    answer = wire.decode(wire.recv_frame(self._sock))
+                    self._last = header if answer[0].get("ok") else None
+                    return answer
                 except TimeoutError:
                     self._sock.close()
                     self._sock = None

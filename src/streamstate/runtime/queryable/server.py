@@ -138,23 +138,37 @@ class QueryServer:
         try:
             conn.settimeout(self.idle_timeout)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            session: dict[str, Any] = {}  # the connection's last request context
             while not self._closed:
                 try:
                     payload = wire.recv_frame(conn)
                 except (OSError, ConnectionError, wire.FrameError):
                     return  # closed, idle past the time-out, or garbage: drop the connection
-                wire.send_frame(conn, self.handle(payload))
+                wire.send_frame(conn, self.handle(payload, session))
         except OSError:
             return
         finally:
             self._slots.release()
             conn.close()
 
-    def handle(self, payload: bytes) -> bytes:
-        """One request -> one response (errors travel as typed error headers)."""
+    def handle(self, payload: bytes, session: dict[str, Any] | None = None) -> bytes:
+        """One request -> one response (errors travel as typed error headers).
+
+        ``session``: the connection's state. A request whose header is empty repeats the
+        previous request's header on the connection (job, token, name, key type, as_of),
+        which was checked then: a client looking up key after key sends only the keys."""
+        session = {} if session is None else session
         try:
             header, blobs = wire.decode(payload)
-            return self._answer(header, blobs)
+            if not header:
+                ctx = session.get("ctx")
+                if ctx is None:
+                    raise QueryableStateError("an empty header, but no earlier request to repeat")
+                return self._lookup(ctx, blobs)
+            session.pop("ctx", None)
+            ctx = self._context(header, len(blobs))
+            session["ctx"] = ctx
+            return self._lookup(ctx, blobs)
         except wire.FrameError as e:
             return wire.encode(error_header(QueryableStateError(str(e))))
         except StreamStateError as e:
@@ -163,7 +177,8 @@ class QueryServer:
             log.exception("queryable state: a request failed")
             return wire.encode(error_header(QueryableStateError(f"{type(e).__name__}: {e}")))
 
-    def _answer(self, header: dict[str, Any], blobs: list[bytes]) -> bytes:
+    def _context(self, header: dict[str, Any], n_keys: int) -> tuple[Any, ...]:
+        """Check a request's header: ``(service, resolved state, name, as_of, kind)``."""
         if header.get("v") != wire.WIRE_VERSION:
             raise QueryableStateError(
                 f"the client speaks wire version {header.get('v')!r}, this server "
@@ -185,14 +200,25 @@ class QueryServer:
                 f"the token given for job {job_id} is not its token (the job's registry file "
                 f"has it; QueryableStateClient reads it when no token is given)"
             )
+        name = str(header.get("name", ""))
+        resolved = service.resolve(name)
+        key_type = header.get("key_type")
+        service.decode_keys(resolved[0], key_type, [])  # checks the key type once
+        return (
+            service,
+            resolved,
+            name,
+            key_type,
+            str(header.get("as_of", "epoch")),
+            header.get("kind"),
+        )
+
+    def _lookup(self, ctx: tuple[Any, ...], blobs: list[bytes]) -> bytes:
+        service, resolved, name, key_type, as_of, kind = ctx
         if len(blobs) > MAX_KEYS:
             raise QueryableStateError(f"{len(blobs)} keys in one request; at most {MAX_KEYS}")
-        name = str(header.get("name", ""))
-        op, _, _ = service.resolve(name)
-        keys = service.decode_keys(op, header.get("key_type"), blobs)
-        answer = service.lookup(
-            name, keys, as_of=str(header.get("as_of", "epoch")), kind=header.get("kind")
-        )
+        keys = service.decode_keys(resolved[0], key_type, blobs)
+        answer = service.lookup(name, keys, as_of=as_of, kind=kind, resolved=resolved)
         return wire.encode(
             {
                 "ok": True,

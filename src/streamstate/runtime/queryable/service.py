@@ -14,6 +14,7 @@ registered on its keyed backends with their ``set_queryable`` names
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ __all__ = [
     "queryable_operators",
     "service_of",
 ]
+
+log = logging.getLogger("streamstate")
 
 #: job id -> the service of every job running in this process
 _LIVE: dict[str, QueryableStateService] = {}
@@ -102,6 +105,12 @@ class QueryableStateService:
         self._plain: dict[str, _Registered] = {}
         self._why_unavailable = "the job has not completed an epoch yet"
         self.caches = {a: ServingCache(max_entries) for a in AS_OF}
+        #: (operator uid, key type snapshot) -> its checked serializer
+        self._key_types: dict[tuple[str, str], TypeSerializer] = {}
+        #: wakes the refresher: serving copies move to a new snapshot off the lookup path
+        self._published = threading.Event()
+        self._closed = False
+        self._refresher: threading.Thread | None = None
         with _LIVE_LOCK:
             _LIVE[job_id] = self
 
@@ -182,6 +191,33 @@ class QueryableStateService:
         )
         with self._lock:
             self._snapshots["epoch"] = snap
+        self._wake_refresher()
+
+    def _wake_refresher(self) -> None:
+        if not any(len(c) for c in self.caches.values()):
+            return  # nothing queried yet: nothing to keep fresh
+        if self._refresher is None:
+            self._refresher = threading.Thread(
+                target=self._refresh_loop,
+                name=f"streamstate-query-refresh-{self.job_id}",
+                daemon=True,
+            )
+            self._refresher.start()
+        self._published.set()
+
+    def _refresh_loop(self) -> None:
+        while not self._closed:
+            self._published.wait()
+            self._published.clear()
+            for as_of, cache in self.caches.items():
+                snap = self.snapshot(as_of)
+                if snap is not None and not self._closed:
+                    try:
+                        cache.refresh(snap)
+                    except Exception:  # lookups bring their copy up themselves
+                        log.debug(
+                            "queryable state: refreshing serving copies failed", exc_info=True
+                        )
 
     def publish_checkpoint(
         self,
@@ -201,6 +237,7 @@ class QueryableStateService:
         )
         with self._lock:
             self._snapshots["checkpoint"] = snap
+        self._wake_refresher()
 
     def retract_epoch(self, why: str) -> None:
         """The job failed: the latest epoch may be rolled back; answer nothing as of an
@@ -211,6 +248,8 @@ class QueryableStateService:
 
     def close(self) -> None:
         """The job ended: forget it and release the serving copies."""
+        self._closed = True
+        self._published.set()
         with _LIVE_LOCK:
             if _LIVE.get(self.job_id) is self:
                 del _LIVE[self.job_id]
@@ -260,11 +299,16 @@ class QueryableStateService:
         """The keys a remote client sent, serialized with its key type's serializer."""
         if key_type is None:
             raise WrongKeyTypeError("the request carries no key type")
-        try:
-            ser = restore_serializer(dict(key_type), "<key>")
-        except (StateMigrationError, KeyError, TypeError, ValueError) as e:
-            raise WrongKeyTypeError(f"the key type of the request is unknown here: {e}") from e
-        check_key_type(op, ser)
+        token = (op.uid, str(key_type))
+        ser = self._key_types.get(token)
+        if ser is None:
+            try:
+                ser = restore_serializer(dict(key_type), "<key>")
+            except (StateMigrationError, KeyError, TypeError, ValueError) as e:
+                raise WrongKeyTypeError(f"the key type of the request is unknown here: {e}") from e
+            check_key_type(op, ser)
+            if len(self._key_types) < 64:
+                self._key_types[token] = ser  # checked: the same key type costs a lookup
         try:
             return [ser.deserialize(b) for b in blobs]
         except Exception as e:  # any decoding failure is a bad key from the client
@@ -276,11 +320,13 @@ class QueryableStateService:
         keys: Sequence[Any],
         as_of: str = "epoch",
         kind: str | None = None,
+        resolved: tuple[QueryableOperator, str, str] | None = None,
     ) -> QueryAnswer:
-        """The values of ``keys`` in queryable state ``name``, all as of one snapshot."""
+        """The values of ``keys`` in queryable state ``name``, all as of one snapshot
+        (``resolved``: what :meth:`resolve` returned for ``name``, when the caller has it)."""
         if as_of not in AS_OF:
             raise ConfigurationError(f"as_of must be one of {AS_OF}, got {as_of!r}")
-        op, state_name, state_kind = self.resolve(name)
+        op, state_name, state_kind = resolved or self.resolve(name)
         if kind is not None and kind != state_kind:
             raise WrongKeyTypeError(
                 f"queryable state {name!r} is {state_kind} state, but the request's descriptor "

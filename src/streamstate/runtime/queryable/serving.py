@@ -19,6 +19,7 @@ the memory they take is bounded by the configuration, never the whole state by d
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -34,10 +35,15 @@ from streamstate.runtime.keygroups import (
 from streamstate.runtime.protocol import Lineage, Token
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state import ttl
+from streamstate.runtime.state.format.keyed import join_delta, split_delta
 from streamstate.runtime.state.registry import create_keyed_backend
 from streamstate.runtime.state_reader import passthrough_descriptor
 
 __all__ = ["QueryableOperator", "ServingCache", "ServingSnapshot", "StaleSnapshot", "read_one"]
+
+
+#: delta files kept in memory for the serving copies that still have to apply them
+DELTA_CACHE = 16
 
 
 class StaleSnapshot(Exception):
@@ -63,11 +69,18 @@ class QueryableOperator:
 
     def serving_range(self, key_group: int) -> KeyGroupRange:
         """The range one serving copy holds: a key group (heap), the subtask's (RocksDB)."""
+        return self._ranges[key_group]
+
+    @functools.cached_property
+    def _ranges(self) -> list[KeyGroupRange]:
         if self.backend_name == "rocksdb":
-            return compute_key_group_range_for_operator_index(
-                self.max_parallelism, self.parallelism, self.subtask_of(key_group)
-            )
-        return KeyGroupRange(key_group, key_group)
+            return [
+                compute_key_group_range_for_operator_index(
+                    self.max_parallelism, self.parallelism, self.subtask_of(kg)
+                )
+                for kg in range(self.max_parallelism)
+            ]
+        return [KeyGroupRange(kg, kg) for kg in range(self.max_parallelism)]
 
 
 @dataclass(frozen=True)
@@ -113,6 +126,8 @@ class _Entry:
         self.base: tuple[Any, ...] = ()
         self.deltas: tuple[Any, ...] = ()
         self.token: Token = (-1, -1)
+        #: the lineage the copy is at (identity check first: lineages are immutable)
+        self.lineage: Lineage | None = None
         #: state name -> (state handle, whether it is stored with TTL)
         self.states: dict[str, tuple[Any, bool]] = {}
 
@@ -120,17 +135,25 @@ class _Entry:
         if self.backend is not None:
             self.backend.dispose()
         self.backend = None
+        self.lineage = None
         self.states = {}
 
-    def advance(self, lin: Lineage) -> None:
-        """Bring the copy to ``lin`` (forward only; :class:`StaleSnapshot` when behind)."""
+    def advance(self, lin: Lineage, read: Any = None) -> None:
+        """Bring the copy to ``lin`` (forward only; :class:`StaleSnapshot` when behind).
+
+        ``read(handle)``: a delta's bytes (the cache shares them between the copies)."""
+        if self.lineage is lin and self.backend is not None:
+            return  # already there (the common case: many lookups per epoch)
+        read = read or (lambda d: d.read())
+        self.lineage = None
         if self.backend is not None and _same(self.base, lin.base):
             k = len(self.deltas)
             if len(lin.deltas) >= k and _same(self.deltas, lin.deltas[:k]):
                 for d in lin.deltas[k:]:
-                    self.backend.apply_delta(d.read())
+                    self._apply(read(d, self.range))
                 self.deltas = lin.deltas
                 self.token = max(self.token, lin.token)
+                self.lineage = lin
                 return
         if self.backend is not None and lin.token < self.token:
             raise StaleSnapshot()
@@ -148,11 +171,18 @@ class _Entry:
             if lin.base:
                 backend.restore(list(lin.base))
             for d in lin.deltas:
-                backend.apply_delta(d.read())
+                part = read(d, self.range)
+                if part is not None:
+                    backend.apply_delta(part)
         except BaseException:
             backend.dispose()
             raise
         self.backend, self.base, self.deltas, self.token = backend, lin.base, lin.deltas, lin.token
+        self.lineage = lin
+
+    def _apply(self, part: bytes | None) -> None:
+        if part is not None:
+            self.backend.apply_delta(part)
 
     def read(self, state_name: str, kind: str, key: Any, key_group: int) -> Any:
         entry = self.states.get(state_name)
@@ -180,8 +210,11 @@ class ServingCache:
         self.max_entries = max(1, int(max_entries))
         self._entries: OrderedDict[tuple[str, int, int], _Entry] = OrderedDict()
         self._lock = threading.Lock()
-        #: how many copies were built (restored) and advanced by deltas: for tests, metrics
+        #: how many copies were built (restored): for tests and metrics
         self.builds = 0
+        #: the last deltas read, split by key group (every copy of a subtask applies parts
+        #: of the same delta files)
+        self._deltas: OrderedDict[int, tuple[Any, bytes, dict[int, list[bytes]]]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -191,7 +224,7 @@ class ServingCache:
         victims: list[_Entry] = []
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None or entry.op != op:
+            if entry is None or entry.op is not op:
                 entry = self._entries[key] = _Entry(op, rng)
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
@@ -200,6 +233,20 @@ class ServingCache:
             with v.lock:
                 v.close()
         return entry
+
+    def _delta_part(self, handle: Any, rng: KeyGroupRange) -> bytes | None:
+        with self._lock:
+            hit = self._deltas.get(id(handle))
+        if hit is None or hit[0] is not handle:
+            prefix, blocks = split_delta(handle.read())
+            hit = (handle, prefix, blocks)
+            with self._lock:
+                self._deltas[id(handle)] = hit
+                while len(self._deltas) > DELTA_CACHE:
+                    self._deltas.popitem(last=False)
+        _, prefix, by_kg = hit
+        parts = [b for kg in range(rng.start, rng.end + 1) for b in by_kg.get(kg, ())]
+        return join_delta(prefix, parts) if parts else None
 
     def read(
         self,
@@ -214,15 +261,39 @@ class ServingCache:
         lin = snap.lineages[(op.uid, op.subtask_of(key_group))]
         entry = self._entry(op, op.serving_range(key_group))
         with entry.lock:
-            if entry.backend is None or not _same(entry.base, lin.base):
+            if entry.lineage is not lin and (
+                entry.backend is None or not _same(entry.base, lin.base)
+            ):
                 self.builds += 1
-            entry.advance(lin)
+            entry.advance(lin, self._delta_part)
             return entry.read(state_name, kind, key, key_group)
+
+    def refresh(self, snap: ServingSnapshot) -> int:
+        """Bring every copy held to ``snap`` (after a publish, off the lookups' path, so that
+        most lookups find their copy there already); returns how many moved."""
+        with self._lock:
+            entries = list(self._entries.values())
+        moved = 0
+        for entry in entries:
+            op = snap.operators.get(entry.op.uid)
+            lin = snap.lineages.get((entry.op.uid, entry.op.subtask_of(entry.range.start)))
+            if op is not entry.op or lin is None or entry.lineage is lin:
+                continue
+            with entry.lock:
+                if entry.backend is None:
+                    continue  # evicted meanwhile
+                try:
+                    entry.advance(lin, self._delta_part)
+                    moved += 1
+                except (StaleSnapshot, OSError):
+                    continue  # a newer snapshot moved it on, or its files went: lookups decide
+        return moved
 
     def clear(self) -> None:
         with self._lock:
             entries = list(self._entries.values())
             self._entries.clear()
+            self._deltas.clear()
         for e in entries:
             with e.lock:
                 e.close()

@@ -49,8 +49,10 @@ __all__ = [
     "SNAPSHOT_MAGIC",
     "Reader",
     "check_meta",
+    "join_delta",
     "read_delta",
     "read_section",
+    "split_delta",
     "write_delta",
     "write_full",
 ]
@@ -385,6 +387,38 @@ def read_delta(
             m.pop(k, None)
     if not r.at_end():
         raise CorruptCheckpointError(f"{what}: trailing bytes after the last block")
+
+
+def split_delta(data: bytes) -> tuple[bytes, dict[int, list[bytes]]]:
+    """A delta's prefix (header and meta) and its blocks by key group: ``join_delta(prefix,
+    blocks)`` is a delta of those blocks only (queryable state's serving copies apply one
+    key group's part of a delta without scanning the other groups' blocks each time)."""
+    what = "keyed state delta"
+    r = read_header(data, DELTA_MAGIC, what)
+    try:
+        kinds = [sm["kind"] for sm in json.loads(bytes(r.frame()).decode("utf-8"))["states"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptCheckpointError(f"{what}: damaged metadata ({e})") from e
+    prefix = bytes(r.buf[: r.pos])
+    out: dict[int, list[bytes]] = {}
+    for _ in range(r.u32()):
+        start = r.pos
+        sid, kg = r.unpack(_DELTA_BLOCK)
+        if sid >= len(kinds):
+            raise CorruptCheckpointError(f"{what}: unknown state id {sid}")
+        r.frame()
+        _skip_entries(r, kinds[sid])
+        r.u32()
+        r.frame()
+        out.setdefault(kg, []).append(bytes(r.buf[start : r.pos]))
+    if not r.at_end():
+        raise CorruptCheckpointError(f"{what}: trailing bytes after the last block")
+    return prefix, out
+
+
+def join_delta(prefix: bytes, blocks: list[bytes]) -> bytes:
+    """The delta of ``blocks`` (from :func:`split_delta`)."""
+    return b"".join([prefix, _U32.pack(len(blocks)), *blocks])
 
 
 def _skip_entries(r: Reader, kind: str) -> None:

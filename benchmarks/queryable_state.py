@@ -1,0 +1,233 @@
+"""Queryable state: point-lookup latency and rate, and what lookups cost the job (issue 14).
+
+A keyed running count over ``--keys`` keys (default 10^6; ``n % keys`` of a number sequence,
+``key_by(..., key_type=Types.LONG())``, a ``ValueState(Types.LONG())`` made queryable with
+``set_queryable``) runs on Spark ``local[2]`` at parallelism 2 on the heap backend, unpaced
+(every epoch reads ``--epoch-records`` records per source subtask). Once every key has a
+value:
+
+1. **Latency and rate.** ``QueryableStateClient`` point lookups of uniformly random keys in
+   a closed loop for ``--seconds`` from 1 client process, then from 4: p50 / p99 of the
+   round trip (client to the driver's query server and back) and lookups/s in total.
+2. **Cost to the job.** Phases of ``--phase-seconds`` alternate between no lookups and
+   ``--rate`` lookups/s (one paced client process), ``--rounds`` times each; the job's
+   throughput in a phase is its records over its epochs' time (epochs that started and
+   ended inside the phase). Reported: the ratio with / without, measured in the same run.
+
+Run: ``python -m benchmarks.queryable_state [--keys 1000000] [--seconds 10] [--json FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import random
+import statistics
+import threading
+import time
+from typing import Any
+
+from streamstate.common import Configuration, Types
+from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from streamstate.datastream.connectors import DiscardingSink
+from streamstate.datastream.state import ValueStateDescriptor
+from streamstate.queryablestate import QueryableStateClient
+from streamstate.runtime.job_status import EpochStats, JobObserver
+
+NAME = "counts"
+
+
+class QueryableCount(KeyedProcessFunction):
+    def open(self, ctx: Any) -> None:
+        d = ValueStateDescriptor("count", Types.LONG())
+        d.set_queryable(NAME)
+        self.count = ctx.get_state(d)
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        self.count.update((self.count.value() or 0) + 1)
+        return None
+
+
+class Epochs(JobObserver):
+    """Every finished epoch: (end time, duration s, records)."""
+
+    def __init__(self) -> None:
+        self.epochs: list[tuple[float, float, int]] = []
+        self.records = 0
+        self.job_id: str | None = None
+        self.lock = threading.Lock()
+
+    def on_epoch(self, job_id: str, stats: EpochStats) -> None:
+        with self.lock:
+            self.job_id = job_id
+            self.records += stats.source_records
+            self.epochs.append((time.time(), stats.duration_ms / 1000.0, stats.source_records))
+
+
+def _client_loop(args: tuple[str, int, int, float, int | None, Any]) -> list[float]:
+    """One client process: lookups for ``seconds`` (paced at ``rate``/s when given);
+    the round-trip latencies in ms."""
+    job_id, keys, seed, seconds, rate, q = args
+    client = QueryableStateClient.for_job(job_id)
+    desc = ValueStateDescriptor("count", Types.LONG())
+    rnd = random.Random(seed)
+    out: list[float] = []
+    start = time.perf_counter()
+    n = 0
+    while True:
+        now = time.perf_counter()
+        if now - start >= seconds:
+            break
+        if rate is not None:
+            due = start + n / rate
+            if due > now:
+                time.sleep(due - now)
+        t0 = time.perf_counter()
+        r = client.get_kv_state(job_id, NAME, rnd.randrange(keys), Types.LONG(), desc)
+        out.append((time.perf_counter() - t0) * 1000.0)
+        if r.value is None:
+            raise AssertionError("a key without a value: the job did not preload every key")
+        n += 1
+    client.close()
+    return out
+
+
+def _paced(job_id: str, keys: int, rate: int, on: Any, stop: Any, out: Any) -> None:
+    """A client process kept for the whole comparison: ``rate`` lookups/s while ``on`` is
+    set (started before the phases, so its start-up is no phase's cost)."""
+    client = QueryableStateClient.for_job(job_id)
+    desc = ValueStateDescriptor("count", Types.LONG())
+    rnd = random.Random(7)
+    lat: list[float] = []
+    while not stop.is_set():
+        if not on.wait(0.05):
+            continue
+        start, n = time.perf_counter(), 0
+        while on.is_set():
+            due = start + n / rate
+            now = time.perf_counter()
+            if due > now:
+                time.sleep(due - now)
+            t0 = time.perf_counter()
+            client.get_kv_state(job_id, NAME, rnd.randrange(keys), Types.LONG(), desc)
+            lat.append((time.perf_counter() - t0) * 1000.0)
+            n += 1
+    client.close()
+    out.put(lat)
+
+
+def clients(job_id: str, keys: int, procs: int, seconds: float, rate: int | None) -> list[float]:
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(procs) as pool:
+        parts = pool.map(
+            _client_loop, [(job_id, keys, i, seconds, rate, None) for i in range(procs)]
+        )
+    return [x for p in parts for x in p]
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def throughput(epochs: list[tuple[float, float, int]], t0: float, t1: float) -> float:
+    inside = [(d, r) for end, d, r in epochs if end - d >= t0 and end <= t1]
+    secs = sum(d for d, _ in inside)
+    return sum(r for _, r in inside) / secs if secs else 0.0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.peers import spark_stateful as peers
+
+    spark = peers.build_spark("streamstate-bench-queryable")
+    spark.sparkContext.setLogLevel("ERROR")
+    conf = Configuration()
+    conf.set_string("execution.epoch.max-records", str(args.epoch_records))
+    conf.set_string("execution.progress", "none")
+    env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
+    env.set_parallelism(2)
+    probe = Epochs()
+    env.add_job_observer(probe)
+    keys = args.keys
+    env.from_sequence(0, 10**12).key_by(lambda n: n % keys, key_type=Types.LONG()).process(
+        QueryableCount()
+    ).sink_to(DiscardingSink())
+    job = env.execute_async("queryable-bench")
+    try:
+        # every key has a value: each of the 2 source subtasks reads its half of the sequence
+        # from a multiple of ``keys``, so both must have read ``keys`` numbers
+        while probe.records < 2 * keys:
+            time.sleep(0.5)
+        assert probe.job_id is not None
+        jid = probe.job_id
+        clients(jid, keys, 1, 2.0, None)  # warm-up: serving copies of every key group
+        fig: dict[str, Any] = {"keys": keys}
+        for procs in (1, 4):
+            lat = clients(jid, keys, procs, args.seconds, None)
+            fig[f"clients_{procs}"] = {
+                "lookups": len(lat),
+                "lookups_per_s": len(lat) / args.seconds,
+                "p50_ms": statistics.median(lat),
+                "p99_ms": _pct(lat, 0.99),
+            }
+            print(procs, "client(s):", fig[f"clients_{procs}"], flush=True)
+        off: list[float] = []
+        on: list[float] = []
+        ctx = mp.get_context("spawn")
+        flag, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+        paced = ctx.Process(target=_paced, args=(jid, keys, args.rate, flag, stop, out))
+        paced.start()
+        time.sleep(3.0)  # its start-up (imports, connection) before the first phase
+        for _ in range(args.rounds):
+            t0 = time.time()
+            time.sleep(args.phase_seconds)
+            off.append(throughput(probe.epochs, t0, time.time()))
+            flag.set()
+            t0 = time.time()
+            time.sleep(args.phase_seconds)
+            on.append(throughput(probe.epochs, t0, time.time()))
+            flag.clear()
+            print(f"throughput without {off[-1]:,.0f} rec/s, with {on[-1]:,.0f} rec/s", flush=True)
+        stop.set()
+        lat_on = out.get(timeout=60)
+        paced.join(60)
+        fig["throughput"] = {
+            "without_rec_per_s": statistics.mean(off),
+            "with_rec_per_s": statistics.mean(on),
+            "ratio_with_over_without": statistics.mean(on) / statistics.mean(off),
+            "median_round_ratio": statistics.median(a / b for a, b in zip(on, off, strict=True)),
+            "lookup_rate": args.rate,
+            "lookups_done_per_s": len(lat_on) / (args.rounds * args.phase_seconds),
+            "p99_ms_at_rate": _pct(lat_on, 0.99),
+            "rounds": args.rounds,
+        }
+        fig["epochs"] = len(probe.epochs)
+        return fig
+    finally:
+        job.cancel()
+        try:
+            job.get_job_execution_result(120)
+        finally:
+            spark.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--keys", type=int, default=1_000_000)
+    p.add_argument("--epoch-records", type=int, default=100_000)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--rate", type=int, default=1000)
+    p.add_argument("--phase-seconds", type=float, default=6.0)
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args(argv)
+    fig = run(args)
+    print(json.dumps(fig, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(fig, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
