@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from pathlib import Path
 
 from tests.pyflink_docs.conftest import Run
 from tests.pyflink_docs.expected import f32, java_tuple, running, sessions, sliding, tumbling
@@ -134,6 +135,22 @@ def test_word_count_in_batch_mode_on_spark(run_program: Run) -> None:
     out = run_program("word_count", "word_count", args=(None, None), runner="spark")
     counts = Counter(w for line in word_count_data for w in line.split())
     assert sorted(out[3:]) == sorted(java_tuple(w, n) for w, n in counts.items())
+
+
+def test_word_count_with_input_and_output_files(run_program: Run, tmp_path: Path) -> None:
+    # --input/--output: a bounded FileSource and a row-format FileSink (simple string
+    # encoder: Java's toString of the Tuple2) into Flink's default dated bucket directory
+    lines = ["to be or not", "to be", "that is the question"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    out = run_program(
+        "word_count", "word_count", args=(str(tmp_path / "in.txt"), str(tmp_path / "out"))
+    )
+    assert out == []
+    parts = sorted((tmp_path / "out").rglob("prefix-*.ext"))
+    assert parts and all(re.fullmatch(r"\d{4}-\d{2}-\d{2}--\d{2}", p.parent.name) for p in parts)
+    written = [line for p in parts for line in p.read_text().splitlines()]
+    counts = Counter(w for line in lines for w in line.split())
+    assert sorted(written) == sorted(java_tuple(w, n) for w, n in counts.items())
 
 
 def _windows(rows: list[tuple[int, int, int]]) -> list[str]:

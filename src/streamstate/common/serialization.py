@@ -38,6 +38,15 @@ class Encoder:
     def encode(self, value: Any) -> bytes:
         return f"{value}\n".encode(self.charset)
 
+    def encode_typed(self, value: Any, type_info: Any) -> bytes:
+        """``value`` of a stream of ``type_info``: Java's ``toString`` of the typed record,
+        as Flink's SimpleStringEncoder writes it (``(a,3)`` for a ``Types.TUPLE``)."""
+        from streamstate.common.java_strings import flink_string
+
+        if type(self).encode is not Encoder.encode:  # a subclass with its own encode wins
+            return self.encode(value)
+        return f"{flink_string(value, type_info)}\n".encode(self.charset)
+
 
 class SerializationSchema:
     """Turns one record into bytes (``serialize``); subclass it for your own format."""

@@ -59,8 +59,14 @@ class RowPartFormat:
 
     def __init__(self, encoder: Any) -> None:
         self.encoder = encoder
+        #: the stream's declared type (``FileSink._bind_input_type``): the simple string
+        #: encoder then writes Java's toString of typed records, as Flink's
+        self.type_info: Any = None
 
     def encode(self, value: Any) -> bytes:
+        typed = getattr(self.encoder, "encode_typed", None)
+        if typed is not None and self.type_info is not None:
+            return bytes(typed(value, self.type_info))
         return bytes(self.encoder.encode(value))
 
     def write_segment(self, url: str, rows: list[bytes]) -> None:

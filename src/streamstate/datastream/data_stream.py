@@ -304,8 +304,8 @@ class DataStream(StreamMethods):
                 f"use add_sink() for a SinkFunction"
             )
         bind = getattr(sink, "_bind_input_type", None)
-        if bind is not None and self._t.output_type is not None:
-            bind(self._t.output_type)
+        if bind is not None and stream_type(self._t) is not None:
+            bind(stream_type(self._t))  # the declared type, also through filter, reduce, ...
         name, factory, committer = parts()
         return self._sink(name, factory, committer)
 

@@ -335,6 +335,12 @@ class FileSink(Sink, SupportsPreprocessing):
         only when compaction is enabled, which streamstate does not support)."""
         return None
 
+    def _bind_input_type(self, type_info: Any) -> None:
+        """The type of the stream written (``sink_to``): a row format's simple string
+        encoder writes typed records as Flink does."""
+        if hasattr(self.part_format, "type_info"):
+            self.part_format.type_info = type_info
+
     def _sink_parts(self) -> tuple[str, Any, Any]:
         from functools import partial
 
