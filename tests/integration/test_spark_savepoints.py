@@ -31,7 +31,10 @@ def spark_job(spark: Any, out: Any, parallelism: int, backend: str, extra: bool,
     ds = env.from_collection(S.DATA).key_by(lambda v: v[0]).process(S.RunningSum()).uid("sum")
     if extra:
         ds = ds.key_by(lambda s: s.split(",")[0]).process(S.RunningSum2()).uid("new-op")
-    ds.sink_to(FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build())
+    # the sink keeps in-progress parts in its state: a stable uid survives the added operator
+    ds.sink_to(FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build()).uid(
+        "sink"
+    )
     return env
 
 
