@@ -127,3 +127,12 @@ def test_unbounded_source_in_batch_mode_is_a_clear_error() -> None:
     env.add_source(_Endless()).print()
     with pytest.raises(ConfigurationError, match="unbounded.*BATCH.*STREAMING"):
         env.execute()
+
+
+def test_automatic_mode_is_batch_on_bounded_inputs() -> None:
+    env = make_env(2, max_records=2, conf={"execution.progress": "none", "rest.enabled": "false"})
+    env.set_runtime_mode(RuntimeExecutionMode.AUTOMATIC)
+    sink = CollectSink()
+    env.from_collection([(w, 1) for w in WORDS]).key_by(lambda t: t[0]).sum(1).sink_to(sink)
+    env.execute()
+    assert sorted(sink.get_results()) == sorted(Counter(WORDS).items())  # final counts only

@@ -332,6 +332,11 @@ def _build_executor(env: StreamExecutionEnvironment, job_name: str | None) -> An
     from streamstate.runtime.settings import JobSettings
 
     validate_configuration(env._configuration)
+    sinks, env._sinks = env._sinks, []
+    if not env._execution_config.has_auto_generated_uids_enabled():
+        _check_explicit_uids(sinks)
+    plan = build_plan(sinks, env.get_parallelism(), env._max_parallelism)
+    batch = _runs_as_batch(env._runtime_mode, plan)
     settings = JobSettings.from_environment(
         job_name=job_name or "streamstate job",
         configuration=env._configuration,
@@ -340,7 +345,7 @@ def _build_executor(env: StreamExecutionEnvironment, job_name: str | None) -> An
         job_parameters=env._execution_config.get_global_job_parameters(),
         recovery_path=env._recovery_path,
         clock=env._clock or default_clock(),
-        batch=env._runtime_mode is RuntimeExecutionMode.BATCH,
+        batch=batch,
     )
     storage = env._checkpoint_config.get_checkpoint_storage() or JobManagerCheckpointStorage()
     restart = create_restart_strategy(
@@ -349,12 +354,6 @@ def _build_executor(env: StreamExecutionEnvironment, job_name: str | None) -> An
         checkpointing_enabled=settings.checkpoint.enabled,
         clock=settings.clock,
     )
-    sinks, env._sinks = env._sinks, []
-    if not env._execution_config.has_auto_generated_uids_enabled():
-        _check_explicit_uids(sinks)
-    plan = build_plan(sinks, env.get_parallelism(), env._max_parallelism)
-    if settings.batch:
-        _check_bounded(plan)
     return JobExecutor(
         plan,
         settings,
@@ -388,6 +387,16 @@ def _check_explicit_uids(sinks: list[Transformation]) -> None:
 
 
 _NO_OPERATOR = (TransformationKind.UNION, TransformationKind.PARTITION, TransformationKind.SIDE_OUTPUT)
+
+
+def _runs_as_batch(mode: RuntimeExecutionMode, plan: Any) -> bool:
+    """BATCH, or AUTOMATIC with only bounded sources (Flink's rule for AUTOMATIC)."""
+    if mode is RuntimeExecutionMode.AUTOMATIC:
+        return all(st.source.bounded for st in plan.sources)
+    if mode is RuntimeExecutionMode.BATCH:
+        _check_bounded(plan)
+        return True
+    return False
 
 
 def _check_bounded(plan: Any) -> None:
