@@ -116,7 +116,7 @@ def checkpoint_history_latency(checkpoints: int, calls: int) -> dict[str, float]
     finally:
         hold.go.set()
         client.cancel()
-        client.get_job_execution_result(timeout=600)
+        client.get_job_execution_result().result(600)
     times.sort()
     return {
         "history": history,

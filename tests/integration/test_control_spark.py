@@ -48,8 +48,8 @@ def test_spark_job_list_checkpoints_metrics_and_cancel_from_the_cli(spark, tmp_p
         assert out.returncode == 0, out.stderr
     finally:
         gate.release()
-    client.get_job_execution_result(timeout=180)
-    assert client.get_job_status() is JobStatus.CANCELED
+    client.get_job_execution_result().result(180)
+    assert client.get_job_status().result() is JobStatus.CANCELED
     assert rec.job_id not in {r.job_id for r in list_jobs()}
 
 
@@ -74,9 +74,9 @@ def test_spark_job_exceptions_carry_the_worker_traceback_and_mutations_need_the_
         url = f"{rec.address}/jobs/{rec.job_id}"
         assert http(url, "PATCH")[0] == 401
         assert http(url, "PATCH", token="not-the-token")[0] == 403
-        assert client.get_job_status() is JobStatus.RUNNING
+        assert client.get_job_status().result() is JobStatus.RUNNING
         assert http(url, "PATCH", token=rec.token)[0] == 202
     finally:
         gate.release()
-    client.get_job_execution_result(timeout=180)
-    assert client.get_job_status() is JobStatus.CANCELED
+    client.get_job_execution_result().result(180)
+    assert client.get_job_status().result() is JobStatus.CANCELED

@@ -62,4 +62,4 @@ def test_job_page_shows_checkpoints_charts_and_no_js_error(tmp_path):
     finally:
         gate.release()
         client.cancel()
-        client.get_job_execution_result(timeout=60)
+        client.get_job_execution_result().result(60)

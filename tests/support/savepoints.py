@@ -34,7 +34,7 @@ def stop_with_savepoint(env: Any, where: Path, at: int, **kw: Any) -> str:
     future = client.stop_with_savepoint(savepoint_directory=str(where), **kw)
     pause.go.set()
     path = future.result(timeout=60)
-    client.get_job_execution_result(timeout=60)
+    client.get_job_execution_result().result(60)
     return str(path)
 
 
@@ -47,5 +47,5 @@ def trigger_savepoint(env: Any, where: Path, at: int, **kw: Any) -> str:
     future = client.trigger_savepoint(str(where), **kw)
     pause.go.set()
     path = future.result(timeout=60)
-    client.get_job_execution_result(timeout=60)
+    client.get_job_execution_result().result(60)
     return str(path)

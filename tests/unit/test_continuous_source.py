@@ -38,12 +38,12 @@ def test_continuous_file_source_picks_up_new_files(tmp_path):
     client = env.execute_async("continuous")
     try:
         assert _wait_for(lambda: sorted(sink.get_results()) == ["A1", "A2"])
-        assert client.get_job_status() is JobStatus.RUNNING
+        assert client.get_job_status().result() is JobStatus.RUNNING
         (src / "b.txt").write_text("b1\nb2\nb3\n")
         assert _wait_for(lambda: len(sink.get_results()) == 5)
     finally:
         client.cancel()
-    result = client.get_job_execution_result(timeout=30)
-    assert client.get_job_status() is JobStatus.CANCELED
+    result = client.get_job_execution_result().result(30)
+    assert client.get_job_status().result() is JobStatus.CANCELED
     assert sorted(sink.get_results()) == ["A1", "A2", "B1", "B2", "B3"]
     assert result.get_accumulator_result("epochs") >= 2

@@ -56,7 +56,7 @@ def running(tmp_path: Path) -> Any:
     gate.release()
     client.cancel()
     try:
-        client.get_job_execution_result(timeout=60)
+        client.get_job_execution_result().result(60)
     except JobExecutionError:
         pass
 
@@ -116,7 +116,7 @@ def test_reading_the_api_does_not_read_the_job_clock(tmp_path):
     finally:
         gate.release()
         client.cancel()
-        client.get_job_execution_result(timeout=60)
+        client.get_job_execution_result().result(60)
 
 
 def test_registry_file_is_private_and_goes_with_the_job(running):
@@ -126,7 +126,7 @@ def test_registry_file_is_private_and_goes_with_the_job(running):
     assert rec.pid == os.getpid() and rec.token
     gate.release()
     client.cancel()
-    client.get_job_execution_result(timeout=60)
+    client.get_job_execution_result().result(60)
     assert not path.exists()
     # the server still shows the job that ended
     _, job = http(f"{rec.address}/jobs/{rec.job_id}")
@@ -144,12 +144,12 @@ def test_mutating_calls_need_the_job_token(running):
     assert status == 403
     status, _ = http(f"{url}/stop", "POST", body={})
     assert status == 401
-    assert client.get_job_status() is JobStatus.RUNNING
+    assert client.get_job_status().result() is JobStatus.RUNNING
     status, _ = http(url, "PATCH", token=rec.token)
     assert status == 202
     gate.release()
-    client.get_job_execution_result(timeout=60)
-    assert client.get_job_status() is JobStatus.CANCELED
+    client.get_job_execution_result().result(60)
+    assert client.get_job_status().result() is JobStatus.CANCELED
 
 
 def test_cli_list_info_cancel_in_another_process(running):
@@ -165,8 +165,8 @@ def test_cli_list_info_cancel_in_another_process(running):
     out = cli("cancel", rec.job_id)
     assert out.returncode == 0, out.stderr
     gate.release()
-    client.get_job_execution_result(timeout=60)
-    assert client.get_job_status() is JobStatus.CANCELED
+    client.get_job_execution_result().result(60)
+    assert client.get_job_status().result() is JobStatus.CANCELED
     out = cli("cancel", rec.job_id)
     assert out.returncode == 2 and "no running job" in out.stderr
 
@@ -183,8 +183,8 @@ def test_cli_savepoint_and_stop(running, tmp_path):
     assert out.returncode == 0, out.stderr
     stopped = out.stdout.split("Path: ")[1].strip()
     assert Path(stopped, "_metadata").exists() and stopped.startswith(str(tmp_path / "sp"))
-    client.get_job_execution_result(timeout=60)
-    assert client.get_job_status() is JobStatus.FINISHED
+    client.get_job_execution_result().result(60)
+    assert client.get_job_status().result() is JobStatus.FINISHED
     _, cps = http(f"{rec.address}/jobs/{rec.job_id}/checkpoints")
     assert cps["latest"]["savepoint"]["external_path"] == stopped
 
@@ -205,7 +205,7 @@ def test_exceptions_after_an_injected_failure(tmp_path):
     finally:
         gate.release()
         client.cancel()
-        client.get_job_execution_result(timeout=60)
+        client.get_job_execution_result().result(60)
 
 
 def test_prometheus_metrics_parse(running):

@@ -91,12 +91,12 @@ def test_job_client_reports_id_status_and_result():
     env.from_collection([1, 2, 3]).map(lambda v: v * 10).sink_to(sink)
     client = env.execute_async("job-client")
     assert isinstance(client, JobClient)
-    result = client.get_job_execution_result()
+    result = client.get_job_execution_result().result()
     job_id = client.get_job_id()
     assert isinstance(job_id, JobID) and job_id == result.get_job_id()
-    assert client.get_job_status() is JobStatus.FINISHED
+    assert client.get_job_status().result() is JobStatus.FINISHED
     assert sorted(sink.get_results()) == [10, 20, 30]
-    assert isinstance(client.get_accumulators(), dict)
+    assert isinstance(client.get_accumulators().result(), dict)
 
 
 def test_configuration_bytearray_list_values_and_config_options():
@@ -209,3 +209,27 @@ def test_flink_pipeline_keys_set_the_execution_config():
     assert cfg.get_auto_watermark_interval() == 50
     with pytest.raises(ConfigurationError, match="k1:v1"):
         make_env(conf={"pipeline.global-job-parameters": "novalue"})
+
+
+def test_job_client_answers_futures_as_pyflink():
+    from streamstate.common import CompletableFuture
+    from streamstate.datastream.connectors.collect import DiscardingSink
+    from streamstate.testing import TickingClock
+    from tests.support.control import Gate
+
+    gate = Gate(1)
+    env = make_env(parallelism=1, max_records=1)
+    env.set_clock(TickingClock())
+    env.add_job_observer(gate)
+    env.from_collection(list(range(100))).sink_to(DiscardingSink())
+    client = env.execute_async("futures")
+    gate.wait()
+    status = client.get_job_status()
+    assert isinstance(status, CompletableFuture) and status.result() is JobStatus.RUNNING
+    outcome = client.get_job_execution_result()
+    assert isinstance(outcome, CompletableFuture) and not outcome.done()
+    stopped = client.cancel()
+    gate.release()
+    assert stopped.result(60) is None
+    assert outcome.result(60).get_job_id() == client.get_job_id()
+    assert client.get_job_status().result() is JobStatus.CANCELED

@@ -228,7 +228,7 @@ def test_a_batch_never_sees_a_torn_transfer(tmp_path):
                     job, "balances", ["a", "c"], Types.STRING(), ValueStateDescriptor("balance")
                 )
             except (StateNotAvailableYetError, UnknownJobError, QueryableStateError):
-                if stop.is_set() or client.get_job_status() != JobStatus.RUNNING:
+                if stop.is_set() or client.get_job_status().result() != JobStatus.RUNNING:
                     break
                 continue
             seen.append((r.epoch, r.values))
@@ -238,7 +238,7 @@ def test_a_batch_never_sees_a_torn_transfer(tmp_path):
 
     t = threading.Thread(target=query)
     t.start()
-    client.get_job_execution_result()
+    client.get_job_execution_result().result()
     stop.set()
     t.join(60)
     assert {1, 20} <= {e for e, _ in seen}

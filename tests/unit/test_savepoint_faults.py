@@ -29,7 +29,7 @@ def test_a_failed_savepoint_leaves_the_job_running_and_nothing_complete(tmp_path
     with pytest.raises(StreamStateError) as e:
         future.result(timeout=60)
     assert str(blocked) in str(e.value)
-    result = client.get_job_execution_result(timeout=60)
+    result = client.get_job_execution_result().result(60)
     assert committed_lines(tmp_path / "out") == expected  # the job went on to the end
     assert result.get_accumulator_result("savepoints") in (0, None)
     found = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs if f == "_metadata"]
@@ -51,7 +51,7 @@ def test_a_savepoint_whose_files_cannot_be_written_fails_alone(tmp_path, expecte
     pause.go.set()
     with pytest.raises(StreamStateError):
         future.result(timeout=60)
-    client.get_job_execution_result(timeout=60)
+    client.get_job_execution_result().result(60)
     assert committed_lines(tmp_path / "out") == expected  # the job went on, every record once
     # the failed savepoint was discarded: nothing under the directory looks complete
     assert not any(p.name == "_metadata" for p in where.rglob("*"))

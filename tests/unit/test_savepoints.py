@@ -87,7 +87,7 @@ def test_trigger_savepoint_while_the_job_runs(tmp_path, expected):
     future = client.trigger_savepoint(str(tmp_path / "sp"))
     pause.go.set()
     path = Path(future.result(timeout=60))
-    result = client.get_job_execution_result(timeout=60)
+    result = client.get_job_execution_result().result(60)
     assert result.get_accumulator_result("savepoints") == 1
     assert committed_lines(tmp_path / "out") == expected  # the job went on to the end
     assert path.parent == tmp_path / "sp" and (path / "_metadata").exists()
@@ -173,6 +173,6 @@ def test_a_directory_without_metadata_or_damaged_is_not_a_savepoint(tmp_path):
 def test_a_savepoint_request_of_a_finished_job_fails(tmp_path):
     env = job(tmp_path / "out")
     client = env.execute_async("short")
-    client.get_job_execution_result(timeout=60)
+    client.get_job_execution_result().result(60)
     with pytest.raises(Exception, match="not running|ended"):
         client.trigger_savepoint(str(tmp_path / "sp")).result(timeout=10)

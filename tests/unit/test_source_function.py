@@ -128,7 +128,7 @@ def test_unbounded_source_function_can_be_cancelled():
     while client.epochs_completed < 3 and time.time() < deadline:
         time.sleep(0.01)
     client.cancel()
-    client.get_job_execution_result(timeout=20)
+    client.get_job_execution_result().result(20)
     got = sink.get_results()
     assert len(got) >= 150 and got == list(range(len(got)))
 

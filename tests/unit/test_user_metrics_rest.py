@@ -37,7 +37,7 @@ def test_running_job_exposes_user_metrics():
     client = env.execute_async("user-metrics")
     try:
         gate.wait()
-        assert client.get_accumulators()["metrics.measure.seen"] == 20  # 2 epochs of 10
+        assert client.get_accumulators().result()["metrics.measure.seen"] == 20  # 2 epochs of 10
         (rec,) = [r for r in list_jobs() if r.job_id == client.get_job_id()]
         status, text = http(f"{rec.address}/metrics")
         assert status == 200
@@ -53,4 +53,4 @@ def test_running_job_exposes_user_metrics():
     finally:
         gate.release()
         client.cancel()
-        client.get_job_execution_result(timeout=60)
+        client.get_job_execution_result().result(60)

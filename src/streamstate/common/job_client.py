@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 from typing import Any
 
 from streamstate.common.job_execution_result import JobExecutionResult
@@ -13,49 +14,60 @@ __all__ = ["JobClient"]
 
 
 class JobClient:
-    """A job started with ``execute_async()`` (PyFlink's ``JobClient``)."""
+    """A job started with ``execute_async()`` (PyFlink's ``JobClient``).
+
+    As in PyFlink, the status, the result, the accumulators and a cancellation are
+    :class:`CompletableFuture` s: ``client.get_job_execution_result().result()`` waits
+    for the job (re-raising its failure), ``client.get_job_status().result()`` is the
+    status now, ``client.cancel().result()`` waits until the cancelled job stopped.
+    """
 
     def __init__(self, executor: Any, control: Any = None) -> None:
         import threading
 
         self._executor = executor
         self._control = control
-        self._result: JobExecutionResult | None = None
-        self._error: BaseException | None = None
+        #: the JobExecutionResult (or the job's failure) once the job ended
+        self._outcome: concurrent.futures.Future[JobExecutionResult] = concurrent.futures.Future()
+        #: done (None) when the job's thread ended, whatever the outcome
+        self._ended: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(
             target=self._run, name=f"streamstate-{executor.job_id}", daemon=True
         )
         self._thread.start()
 
     def _run(self) -> None:
+        result: JobExecutionResult | None = None
+        error: BaseException | None = None
         try:
-            self._result = self._executor.run()
+            result = self._executor.run()
         except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
-            self._error = e
+            error = e
         finally:
+            # the job is fully gone (registry file, REST handle) before anyone waiting
+            # on the futures goes on
             if self._control is not None:
                 self._control.detach()
+            _settle(self._outcome, result=result, error=error)
+            _settle(self._ended, result=None)
 
     def get_job_id(self) -> JobID:
         return JobID(self._executor.job_id)
 
-    def get_job_status(self) -> JobStatus:
-        """The job's current :class:`~streamstate.common.JobStatus`."""
-        return JobStatus(self._executor.status)
+    def get_job_status(self) -> CompletableFuture:
+        """A completed future of the job's current :class:`~streamstate.common.JobStatus`."""
+        return _done(JobStatus(self._executor.status))
 
-    def cancel(self) -> None:
-        """Stop at the next epoch boundary (the retention policy of checkpoints applies)."""
+    def cancel(self) -> CompletableFuture:
+        """Stop at the next epoch boundary (the retention policy of checkpoints applies);
+        the future completes when the job has stopped."""
         self._executor.cancel()
+        return CompletableFuture(self._ended)
 
-    def get_job_execution_result(self, timeout: float | None = None) -> JobExecutionResult:
-        """Wait for the job to end; re-raises its failure."""
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise TimeoutError(f"job {self.get_job_id()} still running after {timeout} s")
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
+    def get_job_execution_result(self) -> CompletableFuture:
+        """A future of the :class:`JobExecutionResult`; ``.result(timeout)`` waits for the
+        job and re-raises its failure."""
+        return CompletableFuture(self._outcome)
 
     def trigger_savepoint(
         self,
@@ -90,21 +102,40 @@ class JobClient:
             )
         )
 
-    def get_accumulators(self) -> dict[str, Any]:
-        """The job's accumulators so far, as the ``JobExecutionResult`` will have them:
-        record counts per operator, epochs, checkpoints, restarts, ... and the user
-        metrics (``metrics.<operator>.<group>.<name>``, from
-        ``RuntimeContext.get_metrics_group()``), summed over subtasks."""
+    def get_accumulators(self) -> CompletableFuture:
+        """A completed future of the job's accumulators so far, as the
+        ``JobExecutionResult`` will have them: record counts per operator, epochs,
+        checkpoints, restarts, ... and the user metrics
+        (``metrics.<operator>.<group>.<name>``, from ``RuntimeContext.get_metrics_group()``),
+        summed over subtasks."""
+        acc: dict[str, Any] = {}
         for _ in range(3):  # the job's thread may add an entry while we copy
             try:
-                acc: dict[str, Any] = self._executor.metrics.accumulators(
-                    self._executor.job_id, None
-                )
-                return acc
+                acc = self._executor.metrics.accumulators(self._executor.job_id, None)
+                break
             except RuntimeError:
                 continue
-        return {}
+        return _done(acc)
 
     @property
     def epochs_completed(self) -> int:
         return int(self._executor.epoch)
+
+
+def _done(value: Any) -> CompletableFuture:
+    f: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    f.set_result(value)
+    return CompletableFuture(f)
+
+
+def _settle(
+    future: concurrent.futures.Future[Any], result: Any = None, error: BaseException | None = None
+) -> None:
+    """Complete ``future`` unless a caller cancelled it (``CompletableFuture.cancel``)."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass

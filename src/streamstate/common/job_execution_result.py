@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from streamstate.common.job_id import JobID
+
 __all__ = ["JobExecutionResult"]
 
 
@@ -16,8 +18,8 @@ class JobExecutionResult:
         self._net_runtime = net_runtime_ms
         self._accumulators = dict(accumulators)
 
-    def get_job_id(self) -> str:
-        return self._job_id
+    def get_job_id(self) -> JobID:
+        return JobID(self._job_id)
 
     def get_net_runtime(self) -> int:
         """Milliseconds from the first epoch to the end of the job."""
