@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         job.cancel()
         try:
-            job.get_job_execution_result(120)
+            job.get_job_execution_result().result(120)
         finally:
             spark.stop()
 
