@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -136,3 +137,28 @@ def test_automatic_mode_is_batch_on_bounded_inputs() -> None:
     env.from_collection([(w, 1) for w in WORDS]).key_by(lambda t: t[0]).sum(1).sink_to(sink)
     env.execute()
     assert sorted(sink.get_results()) == sorted(Counter(WORDS).items())  # final counts only
+
+
+def test_batch_writes_no_state_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamstate.runtime import task
+
+    commits: list[Any] = []
+    real = task.commit_keyed_state
+
+    def counted(*args: Any, **kwargs: Any) -> Any:  # a spy: the real commit still runs
+        commits.append(args[3].epoch)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(task, "commit_keyed_state", counted)
+
+    def run(mode: RuntimeExecutionMode) -> list[Any]:
+        commits.clear()
+        env = make_env(2, conf={"execution.progress": "none", "rest.enabled": "false"})
+        env.set_runtime_mode(mode)
+        sink = CollectSink()
+        env.from_collection([(w, 1) for w in WORDS]).key_by(lambda t: t[0]).sum(1).sink_to(sink)
+        env.execute()
+        return list(commits)
+
+    assert run(RuntimeExecutionMode.STREAMING)  # every subtask commits its state version
+    assert run(RuntimeExecutionMode.BATCH) == []
