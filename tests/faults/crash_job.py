@@ -5,7 +5,7 @@ says.
 As a script (the driver SIGKILL suite, ``test_crash.py``)::
 
     python crash_job.py files OUT CHK
-    python crash_job.py postgres URL|TABLE CHK
+    python crash_job.py postgres URL|TABLE CHK       (also postgres-wal: the write-ahead sink)
     streamstate run --from-checkpoint CHK crash_job.py -- <the same arguments>
 
 ``CRASH_AT=<point>:<n>`` SIGKILLs this driver process (with the in-process runner also
@@ -16,7 +16,8 @@ the worker) at the ``n``-th occurrence of ``point``:
   parts are written; PostgreSQL: after ``PREPARE TRANSACTION``);
 * ``metadata-write``: while ``_metadata`` is written (half a temp file, no rename);
 * ``after-metadata``: after ``_metadata`` was stored, before the sinks commit;
-* ``commit``: in the middle of a sink commit (after the first rename / COMMIT PREPARED).
+* ``commit``: in the middle of a sink commit (after the first rename / COMMIT PREPARED;
+  the write-ahead sink: after a checkpoint's rows and commit record were written).
 
 The hooks wrap the real code paths in this process only (fault injection, not mocks);
 ``install_crash_hooks`` installs them when run as a script. Imported (the Spark worker
@@ -59,7 +60,11 @@ class Spec:
     epoch_records: int
 
 
-SPECS = {"files": Spec(600, 13, 40), "postgres": Spec(400, 11, 30)}
+SPECS = {
+    "files": Spec(600, 13, 40),
+    "postgres": Spec(400, 11, 30),
+    "postgres-wal": Spec(400, 11, 30),
+}
 
 
 def hit(point: str) -> None:
@@ -112,6 +117,7 @@ def install_crash_hooks() -> None:
     _after(file_sink.FileSinkOperator, "snapshot_state", "pre-commit")
     _after(postgres.PostgresTwoPhaseCommitSink, "pre_commit", "pre-commit")
     _after(postgres.PostgresTwoPhaseCommitSink, "commit", "commit")
+    _after(postgres.PostgresWriteAheadSink, "send_values", "commit")
 
 
 class RunningSum(KeyedProcessFunction):
@@ -239,10 +245,14 @@ def main(kind: str, target: str, chk: str) -> None:
     cc.set_checkpoint_storage_dir(chk)
     cc.set_num_retained_checkpoints(2)
     cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
+    url, _, table = target.partition("|")
     if kind == "files":
         sink = file_sink_for(target)
+    elif kind == "postgres-wal":
+        sink = postgres.PostgresWriteAheadSink(
+            f"INSERT INTO {table} (i, k, total) VALUES (%s, %s, %s)", url, batch_size=7
+        )
     else:
-        url, _, table = target.partition("|")
         sink = jdbc_sink_for(url, table)
     build(env, kind, sink)
     env.execute(f"crash-job-{kind}")

@@ -182,3 +182,21 @@ def test_a_monitoring_job_that_fails_replays_from_the_checkpointed_positions(tmp
     env.execute("monitored-failing")
     assert fail.fired
     assert sorted(sink.get_results()) == sorted(expected)
+
+
+def test_checkpoint_ids_keep_growing_after_a_restore_into_a_new_job(tmp_path):
+    # Flink's checkpoint id counter restarts at the restored id + 1; a restored job writes
+    # into a new job directory, and its ids must still grow (write-ahead sinks and the
+    # committers compare them)
+    src = tmp_path / "in"
+    src.mkdir()
+    jsonl(src, "a.jsonl", 60)
+    env, _ = monitored_job(src, tmp_path / "chk", max_epochs=4)
+    env.execute("first")
+    first = max(int(p.name.split("-")[1]) for p in (tmp_path / "chk").glob("*/chk-*"))
+    jobs = {p.name for p in (tmp_path / "chk").iterdir()}
+    env, _ = monitored_job(src, tmp_path / "chk", max_epochs=8, restore=True)
+    env.execute("second")
+    (new_job,) = {p.name for p in (tmp_path / "chk").iterdir()} - jobs
+    ids = [int(p.name.split("-")[1]) for p in (tmp_path / "chk" / new_job).glob("chk-*")]
+    assert ids and min(ids) > first

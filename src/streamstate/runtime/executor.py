@@ -33,7 +33,7 @@ from streamstate.errors import (
     CorruptCheckpointError,
     JobExecutionError,
 )
-from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator
+from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator, continue_ids_after
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.checkpoint.savepoint import SavepointTarget
 from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess, load_restore_point
@@ -170,6 +170,7 @@ class JobExecutor:
     def _restore(self, md: CheckpointMetadata, path: str | None, initial: bool = False) -> None:
         # a job restores what its own checkpoints hold; a started-from path is checked
         self.state.restore(md, self.settings.allow_non_restored_state or not initial)
+        continue_ids_after(self.coordinator, md.checkpoint_id)
         for uid, c in self.committers.items():
             c.abort(self.state.epoch)
             c.restore(md.sink_state.get(uid))
