@@ -236,3 +236,52 @@ def test_broadcast_state_rule_matching_with_the_functions_own_descriptor() -> No
         if item.shape == "square":
             waiting.setdefault(item.color, []).append(item)
     assert sorted(sink.get_results()) == sorted(expected)
+
+
+def test_process_function_count_with_timeout_on_a_datastream_source(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # the page's functions, unchanged, on a collection of the Table API source's rows
+    # (TIMESTAMP(3), VARCHAR, VARCHAR): the program's imports and classes are run, its
+    # Table API import and __main__ block are not
+    import ast
+    import datetime
+
+    from streamstate.common import Types, WatermarkStrategy
+    from tests.support.envs import make_env
+
+    tree = ast.parse((DOCS / "process_function_count_with_timeout.py").read_text())
+    keep = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.ClassDef)
+        or (isinstance(n, ast.Import | ast.ImportFrom) and "table" not in ast.unparse(n))
+    ]
+    names: dict[str, Any] = {"__name__": "process_function_doc"}
+    exec(compile(ast.Module(body=keep, type_ignores=[]), "process_function", "exec"), names)
+
+    t0 = datetime.datetime(2024, 1, 1)
+    events = [(0, "a"), (10, "a"), (20, "b"), (200, "a"), (230, "b"), (235, "b")]
+    rows = [(t0 + datetime.timedelta(seconds=s), k, "x") for s, k in events]
+    env = make_env(2, conf={"execution.progress": "none"})
+    stream = env.from_collection(
+        rows, Types.ROW([Types.SQL_TIMESTAMP(), Types.STRING(), Types.STRING()])
+    )
+    watermarked_stream = stream.assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(
+            names["MyTimestampAssigner"]()
+        )
+    )
+    watermarked_stream.key_by(lambda value: value[1]).process(
+        names["CountWithTimeoutFunction"]()
+    ).print()
+    capfd.readouterr()
+    env.execute()
+    out = [line.split("> ", 1)[-1] for line in capfd.readouterr().out.splitlines()]
+    # every record sets its key's last-modified time and a timer 60 s later; only the
+    # timer of a key's last record emits (key, count). One bounded epoch: every timer
+    # fires at the final watermark with each key's final state
+    counts: dict[str, int] = {}
+    for _, k in events:
+        counts[k] = counts.get(k, 0) + 1
+    assert sorted(out) == sorted(str((k, n)) for k, n in counts.items())

@@ -134,7 +134,7 @@ TYPED = [
     (Types.LIST(Types.LONG()), [[1, 2]], [[1, 2]]),
     (Types.MAP(Types.STRING(), Types.INT()), [{"a": 1}], [{"a": 1}]),
     (Types.TUPLE([Types.INT(), Types.STRING()]), [(1, "a")], [(1, "a")]),
-    (Types.ROW([Types.INT()]), [(1,)], [Row(1)]),
+    (Types.ROW([Types.INT()]), [(1,)], [Row(f0=1)]),  # PyFlink names Types.ROW fields f0..
     (Types.ROW_NAMED(["a", "b"], [Types.INT(), Types.STRING()]), [(1, "x")], [Row(a=1, b="x")]),
     (Types.PICKLED_BYTE_ARRAY(), [{1, 2}], [{1, 2}]),
 ]

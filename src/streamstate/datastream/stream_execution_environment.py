@@ -495,7 +495,7 @@ def _as_rows(collection: Iterable[Any], type_info: Any) -> list[Any]:
     elements = list(collection)
     if not isinstance(type_info, RowTypeInfo):
         return elements
-    names = type_info.field_names
+    names = type_info.get_field_names()  # f0, f1, ... for Types.ROW (PyFlink's row fields)
     out = []
     for e in elements:
         if isinstance(e, (tuple, list)) and not isinstance(e, Row):
@@ -504,7 +504,7 @@ def _as_rows(collection: Iterable[Any], type_info: Any) -> list[Any]:
                     f"from_collection: element {e!r} has {len(e)} fields, the row type "
                     f"{type_info!r} has {len(type_info.field_types)}"
                 )
-            e = Row(**dict(zip(names, e, strict=True))) if names else Row(*e)
+            e = Row(**dict(zip(names, e, strict=True)))
         out.append(e)
     return out
 

@@ -180,7 +180,8 @@ class RowSerializer(FieldSerializer):
     Accepts a ``Row``, ``tuple`` or ``list`` of the right arity, and for named
     rows also a ``dict`` or a ``Row`` whose names are the declared names in
     another order (fields are then matched by name). Deserialized rows carry
-    the declared field names (none for ``ROW``) and the row kind.
+    the declared field names (``f0``, ``f1``, ... for ``ROW``, as PyFlink's rows of a
+    ``RowTypeInfo``) and the row kind.
     """
 
     name, type_name = "row", "ROW"
@@ -251,8 +252,7 @@ class RowSerializer(FieldSerializer):
         else:
             new = migrate_fields(self.record_names, self.fields, value, old)
         row = Row(*new)
-        if self.names is not None:
-            row._fields = list(self.names)
+        row._fields = list(self.record_names)  # f0, f1, ... for Types.ROW, as PyFlink's coder
         row.set_row_kind(kind)
         return row
 
@@ -265,8 +265,7 @@ class RowSerializer(FieldSerializer):
         kind = data[pos]
         values, pos = read_fields(self._nested, data, pos + 1)
         row = Row(*values)
-        if self.names is not None:
-            row._fields = list(self.names)
+        row._fields = list(self.record_names)  # f0, f1, ... for Types.ROW, as PyFlink's coder
         if kind:
             row.set_row_kind(RowKind.from_byte_value(kind))
         return row, pos
