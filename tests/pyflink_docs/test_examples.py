@@ -57,6 +57,16 @@ def test_event_time_timer_with_ttl_on_spark(run_program: Run) -> None:
     assert sorted(out) == _event_time_timer_expected()
 
 
+def test_event_time_timer_current_version(run_program: Run) -> None:
+    # the example as it is now: no TTL, untyped records (Python floats), pickled state
+    sums: dict[str, float] = {}
+    for _, k, v in EVENTS:
+        sums[k] = sums.get(k, 0) + v
+    timers = {(k, t + 2000) for t, k, _ in EVENTS}
+    out = run_program("event_time_timer_pickled", "event_timer_timer_demo")
+    assert sorted(out) == sorted(str((k, sums[k])) for k, _ in timers)
+
+
 def test_state_access(run_program: Run) -> None:
     data = [
         ("Alice", 110.1),
