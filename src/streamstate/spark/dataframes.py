@@ -67,6 +67,8 @@ def _map(dt: Any) -> TypeInformation:
     return Types.MAP(type_info_of(dt.keyType), type_info_of(dt.valueType))
 
 
+#: Spark types whose values pyspark gives as Rows / lists / dicts that may hold Rows
+_NESTED_SPARK = ("struct", "array", "map")
 _NESTED = {"decimal": _decimal, "struct": _struct, "array": _array, "map": _map}
 
 
@@ -109,9 +111,14 @@ def default_staging_dir(kind: str) -> str:
     return tempfile.mkdtemp(prefix=f"streamstate-{kind}-")
 
 
-def _stage_partition(base: str, index: int, rows: Any) -> Any:
+def _nested_values(row: Any) -> tuple[Any, ...]:
+    return tuple(from_spark(v) for v in row)
+
+
+def _stage_partition(base: str, fields: list[str], nested: bool, index: int, rows: Any) -> Any:
     path = f"{base}/part-{index:05d}.rows"
-    yield index, path, write_staged_rows(path, rows, from_spark)
+    convert = _nested_values if nested else tuple
+    yield index, path, write_staged_rows(path, rows, convert, fields)
 
 
 def stage_dataframe(df: Any, staging_dir: str | None = None) -> list[StagedSplit]:
@@ -121,7 +128,9 @@ def stage_dataframe(df: Any, staging_dir: str | None = None) -> list[StagedSplit
     base = f"{base}/{uuid.uuid4().hex}"
     if "://" not in base:
         os.makedirs(base, exist_ok=True)
-    out = df.rdd.mapPartitionsWithIndex(partial(_stage_partition, base)).collect()
+    fields = list(df.schema.names)
+    nested = any(f.dataType.typeName() in _NESTED_SPARK for f in df.schema.fields)
+    out = df.rdd.mapPartitionsWithIndex(partial(_stage_partition, base, fields, nested)).collect()
     return [[path, n] for _, path, n in sorted(out)]
 
 
