@@ -232,6 +232,31 @@ class ExitAfterPrepare(postgres.PostgresTwoPhaseCommitSink):
             crash_once(self.marker_dir, "postgres-pre-commit")
 
 
+class ExitAfterSend(postgres.PostgresWriteAheadSink):
+    """Exits its worker right after writing a checkpoint's rows and commit record (subtask
+    0, from epoch ``crash_epoch`` on, once): the driver never hears of the write."""
+
+    marker_dir = ""
+    crash_epoch = 4
+
+    def send_values(self, values: list[Any], checkpoint_id: int, timestamp: int) -> bool:
+        written = super().send_values(values, checkpoint_id, timestamp)
+        ctx = self._ctx_for_crash
+        if ctx.get_index_of_this_subtask() == 0 and getattr(ctx, "epoch", 0) >= self.crash_epoch:
+            crash_once(self.marker_dir, "postgres-wal-send")
+        return written
+
+    def open(self, runtime_context: Any) -> None:
+        super().open(runtime_context)
+        self._ctx_for_crash = runtime_context
+
+
+def wal_sink_for(url: str, table: str) -> Any:
+    return postgres.PostgresWriteAheadSink(
+        f"INSERT INTO {table} (i, k, total) VALUES (%s, %s, %s)", url, batch_size=7
+    )
+
+
 def main(kind: str, target: str, chk: str) -> None:
     spec = SPECS[kind]
     conf = Configuration()
@@ -249,9 +274,7 @@ def main(kind: str, target: str, chk: str) -> None:
     if kind == "files":
         sink = file_sink_for(target)
     elif kind == "postgres-wal":
-        sink = postgres.PostgresWriteAheadSink(
-            f"INSERT INTO {table} (i, k, total) VALUES (%s, %s, %s)", url, batch_size=7
-        )
+        sink = wal_sink_for(url, table)
     else:
         sink = jdbc_sink_for(url, table)
     build(env, kind, sink)

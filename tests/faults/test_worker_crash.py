@@ -1,7 +1,8 @@
 """Worker crash suite for the exactly-once sinks on Spark (issue 15): a Python worker ends
 with ``os._exit`` during an epoch (``FailOnce(mode="exit")`` before the running sum) or
 right after its sink pre-committed (FileSink: segments and pending parts written;
-PostgreSQL: ``PREPARE TRANSACTION`` done), before the driver heard of it. The restart
+PostgreSQL: ``PREPARE TRANSACTION`` done; the write-ahead sink: a checkpoint's rows and
+commit record written), before the driver heard of it. The restart
 strategy restores the last checkpoint; the output then equals the failure-free run and
 nothing is left prepared or pending. The commits run on the driver: a kill during the
 commit is the driver suite's (``test_crash.py``).
@@ -110,6 +111,27 @@ def test_postgres_worker_exit_then_restart_equals_the_failure_free_run(spark, pg
     assert result.get_accumulator_result("restarts") == 1
     assert table_rows(pg, table) == crash_job.expected("postgres", RECORDS)
     assert prepared(pg, table) == []
+
+
+@pytest.mark.parametrize("point", ["epoch", "after-send"])
+def test_postgres_write_ahead_worker_exit_then_restart_equals_the_failure_free_run(
+    spark, pg, tmp_path, point
+):
+    table = new_table(pg, f"wal_worker_exit_{point.replace('-', '_')}")
+    sink = crash_job.wal_sink_for(pg, table)
+    fail = None
+    if point == "epoch":
+        fail = exit_in_epoch(tmp_path)
+    else:
+        sink.__class__ = crash_job.ExitAfterSend
+        sink.marker_dir, sink.crash_epoch = str(tmp_path), CRASH_EPOCH
+    env = env_for(tmp_path, spark)
+    crash_job.build(env, "postgres-wal", sink, fail, RECORDS)
+    result = env.execute(f"wal-worker-exit-{point}")
+    assert os.path.exists(tmp_path / ("fail-once.failed" if fail else "postgres-wal-send.failed"))
+    assert result.get_accumulator_result("restarts") == 1
+    # the rows written right before the worker died are not written again
+    assert table_rows(pg, table) == crash_job.expected("postgres-wal", RECORDS)
 
 
 class LosesItsConnection(PostgresTwoPhaseCommitSink):
