@@ -56,6 +56,20 @@ def test_typed_values_render_as_java_objects() -> None:
     assert flink_string("text", Types.PICKLED_BYTE_ARRAY()) == "text"
 
 
+def test_time_values_render_as_java_time_objects() -> None:
+    import datetime as dt
+
+    from streamstate.common.time import Instant
+
+    ts = Types.TUPLE([Types.SQL_TIMESTAMP(), Types.SQL_DATE(), Types.SQL_TIME(), Types.INSTANT()])
+    value = (dt.datetime(2024, 1, 2, 3, 4, 5, 120000), dt.date(2024, 1, 2), dt.time(3, 4, 5))
+    assert (
+        flink_string((*value, Instant(1, 5_000_000)), ts)
+        == "(2024-01-02 03:04:05.12,2024-01-02,03:04:05,1970-01-01T00:00:01.005Z)"
+    )
+    assert flink_string(dt.datetime(2024, 1, 2), Types.SQL_TIMESTAMP()) == "2024-01-02 00:00:00.0"
+
+
 def test_str_of_row_is_pyflinks() -> None:
     assert str(Row("Alice", 11)) == "<Row('Alice', 11)>"
     assert str(Row(name="Alice", age=11)) == "Row(name='Alice', age=11)"

@@ -19,9 +19,11 @@ from typing import Any
 from streamstate.common.typeinfo import (
     BasicType,
     BasicTypeInfo,
+    InstantTypeInfo,
     MapTypeInfo,
     PickledBytesTypeInfo,
     RowTypeInfo,
+    SqlTimeTypeInfo,
     TupleTypeInfo,
     TypeInformation,
     _ElementTypeInfo,
@@ -127,6 +129,10 @@ def _typed(value: Any, ti: TypeInformation | None) -> str:
             )
             + "}"
         )
+    if isinstance(ti, SqlTimeTypeInfo):
+        return _sql_time(value)
+    if isinstance(ti, InstantTypeInfo):
+        return _instant(value)
     if isinstance(ti, PickledBytesTypeInfo) or ti is None:
         return str(value)
     if isinstance(value, bool):
@@ -137,3 +143,34 @@ def _typed(value: Any, ti: TypeInformation | None) -> str:
 def _fields(value: Any, types: tuple[TypeInformation, ...]) -> list[str]:
     values = list(value)
     return [_typed(v, types[i] if i < len(types) else None) for i, v in enumerate(values)]
+
+
+def _sql_time(value: Any) -> str:
+    """``java.sql.Date/Time/Timestamp.toString``: ``2024-01-02``, ``03:04:05``,
+    ``2024-01-02 03:04:05.0`` (fraction without trailing zeros, at least one digit)."""
+    import datetime as dt
+
+    if isinstance(value, dt.datetime):
+        frac = f"{value.microsecond:06d}".rstrip("0") or "0"
+        return f"{value:%Y-%m-%d %H:%M:%S}.{frac}"
+    if isinstance(value, dt.time):
+        return f"{value:%H:%M:%S}"
+    return str(value)  # a date: ISO, as java.sql.Date
+
+
+def _instant(value: Any) -> str:
+    """``Instant.toString``: ISO-8601 in UTC, fraction in groups of 3 digits."""
+    import datetime as dt
+
+    seconds, nanos = getattr(value, "seconds", None), getattr(value, "nanos", 0)
+    if seconds is None:
+        return str(value)
+    base = dt.datetime(1970, 1, 1) + dt.timedelta(seconds=seconds)
+    text = f"{base:%Y-%m-%dT%H:%M:%S}"
+    if nanos:
+        digits = f"{nanos:09d}"
+        for width in (3, 6, 9):
+            if digits[width:].strip("0") == "":
+                text += "." + digits[:width]
+                break
+    return text + "Z"
