@@ -19,14 +19,22 @@ the memory they take is bounded by the configuration, never the whole state by d
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from streamstate.errors import StateMigrationError
+from streamstate.runtime.checkpoint.handles import (
+    ByteStreamStateHandle,
+    FileStateHandle,
+    KeyGroupsStateHandle,
+    StreamStateHandle,
+)
 from streamstate.runtime.keygroups import (
     KeyGroupRange,
     compute_key_group_range_for_operator_index,
@@ -42,8 +50,26 @@ from streamstate.runtime.state_reader import passthrough_descriptor
 __all__ = ["QueryableOperator", "ServingCache", "ServingSnapshot", "StaleSnapshot", "read_one"]
 
 
-#: delta files kept in memory for the serving copies that still have to apply them
-DELTA_CACHE = 16
+#: delta files kept in memory (split by key group) for the serving copies that still have
+#: to apply them; a refresh drops those no longer in the newest snapshot's lineages
+DELTA_CACHE = 256
+
+
+#: base snapshot files kept in memory while the newest snapshot's lineages name them
+BASE_CACHE = 64
+
+
+class _Verified(StreamStateHandle):
+    """Bytes of a state file already read and verified (see ``ServingCache._cached_bases``)."""
+
+    def __init__(self, data: bytes, crc: int) -> None:
+        self.data, self.size, self.crc = data, len(data), crc
+
+    def read(self) -> bytes:
+        return self.data
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        return self.data[offset : offset + length]
 
 
 class StaleSnapshot(Exception):
@@ -138,7 +164,7 @@ class _Entry:
         self.lineage = None
         self.states = {}
 
-    def advance(self, lin: Lineage, read: Any = None) -> None:
+    def advance(self, lin: Lineage, read: Any = None, bases: Any = None) -> None:
         """Bring the copy to ``lin`` (forward only; :class:`StaleSnapshot` when behind).
 
         ``read(handle)``: a delta's bytes (the cache shares them between the copies)."""
@@ -169,7 +195,7 @@ class _Entry:
         )
         try:
             if lin.base:
-                backend.restore(list(lin.base))
+                backend.restore(bases(lin.base) if bases is not None else list(lin.base))
             for d in lin.deltas:
                 part = read(d, self.range)
                 if part is not None:
@@ -212,6 +238,10 @@ class ServingCache:
         self._lock = threading.Lock()
         #: how many copies were built (restored): for tests and metrics
         self.builds = 0
+        #: a lookup came since the last refresh
+        self.used = False
+        #: base snapshot files read (and verified) once, by handle
+        self._bases: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
         #: the last deltas read, split by key group (every copy of a subtask applies parts
         #: of the same delta files)
         self._deltas: OrderedDict[int, tuple[Any, bytes, dict[int, list[bytes]]]] = OrderedDict()
@@ -233,6 +263,29 @@ class ServingCache:
             with v.lock:
                 v.close()
         return entry
+
+    def _cached_bases(self, base: tuple[Any, ...]) -> list[Any]:
+        """``base`` with every heap snapshot file read (and verified) once and then served
+        from memory: a file handle's range read verifies the whole file each time, and
+        every key group's copy reads its range of the same file."""
+        out = []
+        for h in base:
+            if type(h) is not KeyGroupsStateHandle or not isinstance(
+                h.stream, FileStateHandle | ByteStreamStateHandle
+            ):
+                out.append(h)  # inline bytes, changelogs, RocksDB files: as they are
+                continue
+            with self._lock:
+                hit = self._bases.get(id(h))
+            if hit is None or hit[0] is not h:
+                stream = _Verified(h.stream.read(), h.stream.crc)
+                hit = (h, dataclasses.replace(h, stream=stream))
+                with self._lock:
+                    self._bases[id(h)] = hit
+                    while len(self._bases) > BASE_CACHE:
+                        self._bases.popitem(last=False)
+            out.append(hit[1])
+        return out
 
     def _delta_part(self, handle: Any, rng: KeyGroupRange) -> bytes | None:
         with self._lock:
@@ -260,19 +313,31 @@ class ServingCache:
         """``key``'s value of state ``state_name`` as of ``snap`` (StaleSnapshot: re-pin)."""
         lin = snap.lineages[(op.uid, op.subtask_of(key_group))]
         entry = self._entry(op, op.serving_range(key_group))
+        self.used = True
         with entry.lock:
             if entry.lineage is not lin and (
                 entry.backend is None or not _same(entry.base, lin.base)
             ):
                 self.builds += 1
-            entry.advance(lin, self._delta_part)
+            entry.advance(lin, self._delta_part, self._cached_bases)
             return entry.read(state_name, kind, key, key_group)
 
     def refresh(self, snap: ServingSnapshot) -> int:
         """Bring every copy held to ``snap`` (after a publish, off the lookups' path, so that
-        most lookups find their copy there already); returns how many moved."""
+        most lookups find their copy there already); returns how many moved. Only while
+        lookups come: without a lookup since the last refresh, copies wait for the next
+        lookup to bring them up (an unqueried job pays nothing)."""
+        if not self.used:
+            return 0
+        self.used = False
+        live = {id(d) for lin in snap.lineages.values() for d in lin.deltas}
+        live_bases = {id(b) for lin in snap.lineages.values() for b in lin.base}
         with self._lock:
             entries = list(self._entries.values())
+            for k in [k for k in self._deltas if k not in live]:
+                del self._deltas[k]
+            for k in [k for k in self._bases if k not in live_bases]:
+                del self._bases[k]
         moved = 0
         for entry in entries:
             op = snap.operators.get(entry.op.uid)
@@ -283,10 +348,13 @@ class ServingCache:
                 if entry.backend is None:
                     continue  # evicted meanwhile
                 try:
-                    entry.advance(lin, self._delta_part)
+                    entry.advance(lin, self._delta_part, self._cached_bases)
                     moved += 1
                 except (StaleSnapshot, OSError):
                     continue  # a newer snapshot moved it on, or its files went: lookups decide
+            # hand the interpreter to waiting lookups between copies: without it, a query
+            # thread waits a switch interval (5 ms) for every socket call it makes
+            time.sleep(0)
         return moved
 
     def clear(self) -> None:
@@ -294,6 +362,7 @@ class ServingCache:
             entries = list(self._entries.values())
             self._entries.clear()
             self._deltas.clear()
+            self._bases.clear()
         for e in entries:
             with e.lock:
                 e.close()
