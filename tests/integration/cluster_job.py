@@ -69,6 +69,8 @@ def main() -> None:
         .config("spark.ui.enabled", "false")
         .config("spark.executor.memory", "768m")
         .config("spark.python.worker.reuse", "true")
+        # a standalone worker starts executors with its own environment, not the driver's
+        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
