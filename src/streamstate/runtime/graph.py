@@ -95,8 +95,7 @@ def stream_type(t: Transformation) -> Any:
     """The declared type of the records of ``t`` (None: not declared, i.e. pickled)."""
     while t.output_type is None:
         if (
-            t.kind in (TransformationKind.PARTITION, TransformationKind.UNION)
-            or t.preserves_type
+            t.kind in (TransformationKind.PARTITION, TransformationKind.UNION) or t.preserves_type
         ) and t.inputs:
             t = t.inputs[0]
         else:

@@ -44,7 +44,9 @@ __all__ = [
 ]
 
 #: Bumped whenever a message changes shape; driver and workers must agree on it.
-PROTOCOL_VERSION = 6  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated; v6: .executor
+PROTOCOL_VERSION = (
+    6  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated; v6: .executor
+)
 
 #: The destination index of acks that go back to the driver (leaf stages).
 DRIVER = -1

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from streamstate.common.serializer import (
@@ -72,6 +73,10 @@ class AvroSerializer(TypeSerializer):
         fa = _fastavro()
         self._fa = fa
         self.parsed = fa.parse_schema(json.loads(self.schema_json), named_schemas={})
+        # bulk paths: all values as one Avro array (one fastavro call each way)
+        self._many = fa.parse_schema(
+            {"type": "array", "items": json.loads(self.schema_json)}, named_schemas={}
+        )
 
     def _params(self) -> dict[str, Any]:
         return {"schema": self.schema_json}
@@ -86,6 +91,19 @@ class AvroSerializer(TypeSerializer):
 
     def deserialize(self, data: bytes) -> Any:
         return self._fa.schemaless_reader(io.BytesIO(data), self.parsed, None)
+
+    def serialize_many(self, values: Sequence[Any]) -> bytes:
+        buf = io.BytesIO()
+        try:
+            self._fa.schemaless_writer(buf, self._many, list(values))
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise ValueError(f"AVRO values do not match their schema: {e}") from None
+        return buf.getvalue()
+
+    def deserialize_many(self, data: bytes) -> list[Any]:
+        if not data:
+            return []
+        return list(self._fa.schemaless_reader(io.BytesIO(data), self._many, None))
 
     def migrate(self, value: Any, old: TypeSerializer) -> Any:
         if not isinstance(old, AvroSerializer):

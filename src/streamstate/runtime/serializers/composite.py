@@ -15,6 +15,7 @@ not be ``None``). A top-level ``None`` serializes as ``b""``.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from streamstate.runtime.serializers.basic import (
     read_varint,
     write_varint,
 )
+from streamstate.runtime.serializers.fastpath import Unrolled
 
 __all__ = [
     "NESTED_SNAPSHOT_KEY",
@@ -38,7 +40,9 @@ __all__ = [
     "RowSerializer",
     "TupleSerializer",
     "as_field_serializer",
+    "apply_plan",
     "migrate_fields",
+    "plan_of",
     "nested_snapshot",
     "read_fields",
     "record_values",
@@ -110,10 +114,14 @@ def migrate_fields(
     value: Any,
     old: TypeSerializer,
     default: Any = None,
+    plans: dict[int, tuple[Any, Any]] | None = None,
 ) -> list[Any]:
     """The values of fields ``names`` (serializers ``fields``) of a restored record:
     matched by name and migrated; a field the record lacks gets ``default(name)``
-    (``None`` without one)."""
+    (``None`` without one). ``plans``: the new serializer's plan cache."""
+    fast = planned_values(names, fields, value, old, default, False, plans)
+    if fast is not None:
+        return fast
     got = record_values(value, old)
     out: list[Any] = []
     for n, f in zip(names, fields, strict=True):
@@ -123,6 +131,85 @@ def migrate_fields(
         else:
             v, of = hit
             out.append(v if of is None else migrate_value(of, f, v))
+    return out
+
+
+def _plan(
+    names: Sequence[str], fields: Sequence[TypeSerializer], old: Any, positional: bool
+) -> list[tuple[int, TypeSerializer | None, TypeSerializer, str]]:
+    """Per new field: (index in the old record or -1, old serializer if the value must
+    be migrated else None, new serializer, name)."""
+    idx = {n: i for i, n in enumerate(old.record_names)}
+    out: list[tuple[int, TypeSerializer | None, TypeSerializer, str]] = []
+    for j, (n, f) in enumerate(zip(names, fields, strict=True)):
+        i = (j if j < len(old.fields) else -1) if positional else idx.get(n, -1)
+        of = old.fields[i] if i >= 0 else None
+        out.append((i, None if of is None or of == f else of, f, n))
+    return out
+
+
+def planned_values(
+    names: Sequence[str],
+    fields: Sequence[TypeSerializer],
+    value: Any,
+    old: TypeSerializer,
+    default: Any = None,
+    positional: bool = False,
+    plans: dict[int, tuple[Any, Any]] | None = None,
+) -> list[Any] | None:
+    """The migrated field values of ``value`` as read by record serializer ``old``, by a
+    plan computed once per (old, new) pair; ``None`` when ``value`` is not in the form
+    ``old`` reads (the caller then matches fields one by one)."""
+    old_names: list[str] | None = getattr(old, "record_names", None)
+    if old_names is None:
+        return None
+    if isinstance(value, Row):
+        if value._fields is not None and value._fields != old_names:
+            return None
+        vals: Sequence[Any] = value._values
+    else:
+        get = getattr(old, "_get", None)
+        if get is None or isinstance(value, tuple | list | Mapping):
+            return None
+        try:
+            vals = get(value)
+        except AttributeError:
+            return None
+    if len(vals) != len(old_names):
+        return None
+    return apply_plan(plan_of(names, fields, old, positional, plans), vals, default)
+
+
+def plan_of(
+    names: Sequence[str],
+    fields: Sequence[TypeSerializer],
+    old: Any,
+    positional: bool,
+    plans: dict[int, tuple[Any, Any]] | None,
+) -> list[tuple[int, TypeSerializer | None, TypeSerializer, str]]:
+    """The migration plan from record serializer ``old`` (cached in ``plans``, the new
+    serializer's cache keyed by the old serializer)."""
+    if plans is None:
+        plans = {}
+    hit = plans.get(id(old))
+    if hit is None or hit[0] is not old:
+        hit = plans[id(old)] = (old, _plan(names, fields, old, positional))
+    return hit[1]  # type: ignore[no-any-return]  # the plan stored above
+
+
+def apply_plan(
+    plan: list[tuple[int, TypeSerializer | None, TypeSerializer, str]],
+    vals: Sequence[Any],
+    default: Any = None,
+) -> list[Any]:
+    """The new record's field values from the old record's ``vals``."""
+    out: list[Any] = []
+    for i, of, f, n in plan:
+        if i < 0:
+            out.append(default(n) if default is not None else None)
+        else:
+            v = vals[i]
+            out.append(v if of is None or v is None else migrate_value(of, f, v))
     return out
 
 
@@ -174,7 +261,7 @@ def read_fields(
     return out, pos
 
 
-class RowSerializer(FieldSerializer):
+class RowSerializer(Unrolled, FieldSerializer):
     """``Types.ROW`` / ``Types.ROW_NAMED``: values deserialize as :class:`Row`.
 
     Accepts a ``Row``, ``tuple`` or ``list`` of the right arity, and for named
@@ -192,6 +279,7 @@ class RowSerializer(FieldSerializer):
         if self.names is not None and len(self.names) != len(self.fields):
             raise ValueError(f"{len(self.names)} names for {len(self.fields)} row fields")
         self._nested = tuple(as_field_serializer(f) for f in self.fields)
+        self._compile()
         #: field names, ``f0``, ``f1``, ... for positional rows (schema evolution)
         self.record_names = (
             list(self.names) if self.names is not None else [f"f{i}" for i in range(len(fields))]
@@ -239,7 +327,13 @@ class RowSerializer(FieldSerializer):
     def migrate(self, value: Any, old: TypeSerializer) -> Any:
         kind = value.get_row_kind() if isinstance(value, Row) else RowKind.INSERT
         olds: Sequence[TypeSerializer] | None = getattr(old, "fields", None)
-        if olds is not None and (self.names is None or getattr(old, "names", None) is None):
+        positional = self.names is None or getattr(old, "names", None) is None
+        new: list[Any] | None = planned_values(
+            self.record_names, self.fields, value, old, None, positional, self._plans
+        )
+        if new is not None:
+            pass
+        elif olds is not None and positional:
             # a positional row on either side: fields match by position
             if isinstance(value, Row | tuple | list):
                 vals = list(value._values if isinstance(value, Row) else value)
@@ -256,14 +350,32 @@ class RowSerializer(FieldSerializer):
         row.set_row_kind(kind)
         return row
 
+    def migrate_bytes(self, data: bytes, old: TypeSerializer) -> bytes | None:
+        """``data`` written by row serializer ``old``, rewritten for this one without
+        building Row objects (RocksDB migration); ``None``: use :meth:`migrate`."""
+        if type(old) is not RowSerializer or not data:
+            return None
+        positional = self.names is None or old.names is None
+        try:
+            vals, _ = old._fast_read(data, 1)
+        except (IndexError, struct.error):
+            return None
+        plan = plan_of(self.record_names, self.fields, old, positional, self._plans)
+        out = bytearray(data[:1])
+        return bytes(out) if self._fast_write(apply_plan(plan, vals), out) else None
+
     def write(self, value: Any, out: bytearray) -> None:
         values, kind = self._values(value)
         out.append(kind.value)
-        write_fields(self._nested, values, out, "row")
+        if not self._fast_write(values, out):
+            write_fields(self._nested, values, out, "row")
 
     def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
         kind = data[pos]
-        values, pos = read_fields(self._nested, data, pos + 1)
+        try:
+            values, pos = self._fast_read(data, pos + 1)
+        except (IndexError, struct.error):  # truncated: the generic loop says how
+            values, pos = read_fields(self._nested, data, pos + 1)
         row = Row(*values)
         row._fields = list(self.record_names)  # f0, f1, ... for Types.ROW, as PyFlink's coder
         if kind:

@@ -27,7 +27,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import operator
+import struct
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import Any
 
 from streamstate.common.row import Row
@@ -38,16 +40,23 @@ from streamstate.common.serializer import (
     compare_snapshots,
 )
 from streamstate.runtime.serializers.base import TypeSerializer
-from streamstate.runtime.serializers.basic import FieldSerializer
+from streamstate.runtime.serializers.basic import FieldSerializer, StringSerializer
 from streamstate.runtime.serializers.composite import (
+    apply_plan,
     as_field_serializer,
     migrate_fields,
     nested_snapshot,
+    plan_of,
     read_fields,
     write_fields,
 )
+from streamstate.runtime.serializers.fastpath import Unrolled
 
 __all__ = ["DataclassSerializer", "resolve_record"]
+
+_U32 = struct.Struct(">I")
+#: first byte of a column-wise bulk blob (the framed form starts with a marker 0 or 1)
+_BULK = b"\x02"
 
 _C = TypeSerializerSchemaCompatibility
 
@@ -118,7 +127,7 @@ def _import_class(path: str, names: Sequence[str]) -> type | None:
     return obj if [f.name for f in dataclasses.fields(obj)] == list(names) else None
 
 
-class DataclassSerializer(FieldSerializer):
+class DataclassSerializer(Unrolled, FieldSerializer):
     """``Types.DATACLASS(cls)``: dataclass instances, typed fields by name."""
 
     name, type_name = "dataclass", "DATACLASS"
@@ -140,11 +149,17 @@ class DataclassSerializer(FieldSerializer):
         self._nested = tuple(as_field_serializer(f) for f in self.fields)
         self.cls = cls if cls is not None else _import_class(self.class_path, self.names)
         self.expected = f"an instance of {self.class_path}"
+        self._compile()
+        self._slots = self.cls is not None and "__slots__" in vars(self.cls)
+
+    _transient = ("_fast_write", "_fast_read", "_get")
+
+    def _compile(self) -> None:
+        super()._compile()
         getter = operator.attrgetter(*self.names) if self.names else (lambda v: ())
         self._get: Callable[[Any], Any] = (
             (lambda v: (getter(v),)) if len(self.names) == 1 else getter
         )
-        self._slots = self.cls is not None and "__slots__" in vars(self.cls)
 
     def _params(self) -> dict[str, Any]:
         return {
@@ -181,7 +196,21 @@ class DataclassSerializer(FieldSerializer):
     def migrate(self, value: Any, old: TypeSerializer) -> Any:
         if self.cls is not None and type(value) is self.cls and old == self:
             return value
-        return self._make(migrate_fields(self.names, self.fields, value, old, self._default))
+        values = migrate_fields(self.names, self.fields, value, old, self._default, self._plans)
+        return self._make(values)
+
+    def migrate_bytes(self, data: bytes, old: TypeSerializer) -> bytes | None:
+        """``data`` written by dataclass serializer ``old``, rewritten for this one
+        without building instances (RocksDB migration); ``None``: use :meth:`migrate`."""
+        if type(old) is not DataclassSerializer or not data:
+            return None
+        try:
+            vals, _ = old._fast_read(data, 0)
+        except (IndexError, struct.error):
+            return None
+        plan = plan_of(self.names, self.fields, old, False, self._plans)
+        out = bytearray()
+        return bytes(out) if self._fast_write(apply_plan(plan, vals, self._default), out) else None
 
     def write(self, value: Any, out: bytearray) -> None:
         cls = self.cls
@@ -194,11 +223,91 @@ class DataclassSerializer(FieldSerializer):
             values = self._get(value)
         except AttributeError as e:
             raise TypeError(f"DATACLASS serializer expects {self.expected}: {e}") from None
-        write_fields(self._nested, values, out, self.class_path)
+        if not self._fast_write(values, out):
+            write_fields(self._nested, values, out, self.class_path)
 
     def read(self, data: bytes | memoryview, pos: int) -> tuple[Any, int]:
-        values, pos = read_fields(self._nested, data, pos)
+        try:
+            values, pos = self._fast_read(data, pos)
+        except (IndexError, struct.error):  # truncated: the generic loop says how
+            values, pos = read_fields(self._nested, data, pos)
         return self._make(values), pos
+
+    # bulk paths (snapshots): column by column, each with its field serializer's bulk path
+    # (one struct call for a numeric column). Blob: 0x02, u32 n, then per field: u8 flags
+    # (1: null bitmap follows; 2: strings as u32 lengths + UTF-8), [null bitmap], u32
+    # length, the non-null values (their serialize_many, or the string form).
+
+    def serialize_many(self, values: Sequence[Any]) -> bytes:
+        n = len(values)
+        if not n or not self.names:
+            return super().serialize_many(values)
+        cls = self.cls
+        if cls is not None and set(map(type, values)) != {cls}:
+            for v in values:  # the precise error, or instances of subclasses: framed
+                self.serialize(v)
+            return super().serialize_many(values)
+        try:
+            columns = list(zip(*map(self._get, values), strict=True))
+        except AttributeError as e:
+            raise TypeError(f"DATACLASS serializer expects {self.expected}: {e}") from None
+        parts = [_U32.pack(n)]
+        for f, col in zip(self.fields, columns, strict=True):
+            flags, bits = 0, b""
+            if None in col:
+                flags, mask = 1, bytearray((n + 7) >> 3)
+                for i, v in enumerate(col):
+                    if v is None:
+                        mask[i >> 3] |= 1 << (i & 7)
+                bits, col = bytes(mask), tuple(v for v in col if v is not None)
+            if type(f) is StringSerializer and all(type(v) is str for v in col):
+                flags |= 2
+                enc = [v.encode("utf-8", "surrogatepass") for v in col]
+                blob = struct.pack(f">{len(enc)}I", *map(len, enc)) + b"".join(enc)
+            else:
+                blob = f.serialize_many(col)
+            parts += (bytes((flags,)), bits, _U32.pack(len(blob)), blob)
+        return _BULK + b"".join(parts)
+
+    def deserialize_many(self, data: bytes) -> list[Any]:
+        if data[:1] != _BULK:
+            return super().deserialize_many(data)
+        (n,) = _U32.unpack_from(data, 1)
+        pos, columns = 5, []
+        nb = (n + 7) >> 3
+        for f in self.fields:
+            flags, bits = data[pos], None
+            pos += 1
+            if flags & 1:
+                bits = data[pos : pos + nb]
+                pos += nb
+            (ln,) = _U32.unpack_from(data, pos)
+            blob = data[pos + 4 : pos + 4 + ln]
+            pos += 4 + ln
+            if flags & 2:  # strings: lengths, then the UTF-8 bytes
+                k = n - (sum(bin(b).count("1") for b in bits) if bits is not None else 0)
+                lens = struct.unpack_from(f">{k}I", blob)
+                ends = list(accumulate(lens, initial=4 * k))
+                col: list[Any] = [
+                    blob[a:b].decode("utf-8", "surrogatepass")
+                    for a, b in zip(ends, ends[1:], strict=False)
+                ]
+            else:
+                col = f.deserialize_many(blob)
+            if bits is not None:
+                it = iter(col)
+                col = [None if bits[i >> 3] & (1 << (i & 7)) else next(it) for i in range(n)]
+            columns.append(col)
+        cls, names = self.cls, self.names
+        if cls is None or self._slots:
+            make = self._make
+            return [make(list(r)) for r in zip(*columns, strict=True)]
+        new, out = object.__new__, []
+        for r in zip(*columns, strict=True):
+            obj: Any = new(cls)
+            obj.__dict__.update(zip(names, r, strict=True))
+            out.append(obj)
+        return out
 
     def __eq__(self, other: object) -> bool:
         return super().__eq__(other) and self.cls is getattr(other, "cls", None)

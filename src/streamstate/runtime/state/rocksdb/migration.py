@@ -38,6 +38,8 @@ def migrate_column(backend: Any, col: Any, new: StateSerializers) -> int:
     convert = object_migrator(col.kind, old, new)
     kind = col.kind
     value_out = new.value.serialize
+    # records (rows, dataclasses) rewrite bytes to bytes, without building objects
+    rewrite = getattr(new.value, "migrate_bytes", None) if kind not in ("list", "map") else None
     count = 0
     for cf in (col.cf, col.ns_cf):
         if cf is None:
@@ -57,7 +59,8 @@ def migrate_column(backend: Any, col: Any, new: StateSerializers) -> int:
                 elif kind == "list":
                     batch.append((rk, frame_elements(new.value, convert(col.decode(v)))))
                 else:
-                    batch.append((rk, value_out(convert(col.decode(v)))))
+                    nv = rewrite(v, old.value) if rewrite is not None else None
+                    batch.append((rk, nv if nv is not None else value_out(convert(col.decode(v)))))
             except _ERRORS as e:
                 raise migration_error(backend.operator_name, col.name, old, new, rk, e) from e
             count += 1
