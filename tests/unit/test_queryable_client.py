@@ -362,3 +362,29 @@ def test_the_server_is_bounded_and_refuses_garbage():
         s.close()
     finally:
         server.close()
+
+
+def test_a_job_without_a_key_type_takes_any_key_type(tmp_path):
+    """Keys of a job keyed without key_type are re-serialized with the default key
+    serializer, whatever type the client names (as long as the key fits it)."""
+    env = env_for(tmp_path, parallelism=2)
+    got = {}
+
+    class Probe(JobObserver):
+        def on_epoch(self, job_id, stats):
+            with QueryableStateClient.for_job(job_id) as c:
+                got[stats.epoch] = (
+                    c.get_kv_states(job_id, "counts", ["k1", "k3"], Types.STRING(), COUNT),
+                    c.get_kv_state(job_id, "counts", "k1", None, COUNT),
+                    c.get_kv_state(job_id, "counts", 5, Types.LONG(), COUNT),
+                )
+
+    env.add_job_observer(Probe())
+    env.from_collection(RECORDS[:16]).key_by(lambda v: v).process(Count()).uid("c").sink_to(
+        CollectSink()
+    )
+    env.execute("default-key")
+    for epoch, (batch, one, other) in got.items():
+        expected = counts(RECORDS[: min(16, 4 * epoch)])
+        assert batch.values == [expected.get("k1"), expected.get("k3")]
+        assert one.value == expected.get("k1") and other.value is None
