@@ -138,18 +138,33 @@ def _call_params(raw: Any, kind: str) -> list[list[Any]] | None:
         )
     ):
         params = params[1:]
-    return [[p.name, _KINDS[p.kind], p.default is not inspect.Parameter.empty] for p in params]
+    return [
+        [p.name, _KINDS[p.kind], p.default is not inspect.Parameter.empty, _literal(p)]
+        for p in params
+    ]
+
+
+def _literal(p: inspect.Parameter) -> str | None:
+    d = p.default
+    if d is inspect.Parameter.empty or not isinstance(d, (type(None), bool, int, float, str)):
+        return None
+    return repr(d)
 
 
 def signature_problem(pyflink: list[list[Any]], ours: list[list[Any]]) -> str:
-    """Why a call valid against PyFlink's parameters fails against ours ('' when none)."""
-    var_pos = any(k == "var_positional" for _, k, _ in ours)
-    var_kw = any(k == "var_keyword" for _, k, _ in ours)
+    """Why a call valid against PyFlink's parameters fails (or means something else)
+    against ours ('' when none). Parameters are ``[name, kind, has_default, default]``
+    (the literal default's ``repr``, or None; older manifests have no fourth item)."""
+    pyflink = [list(p) + [None] * (4 - len(p)) for p in pyflink]
+    ours = [list(p) + [None] * (4 - len(p)) for p in ours]
+    var_pos = any(p[1] == "var_positional" for p in ours)
+    var_kw = any(p[1] == "var_keyword" for p in ours)
     positional = [p for p in ours if p[1] in ("positional_only", "positional")]
     by_name = {p[0]: p for p in ours if p[1] in ("positional", "keyword_only")}
     pf_names = {p[0] for p in pyflink}
     index = 0
-    for name, kind, has_default in pyflink:
+    for name, kind, has_default, default in pyflink:
+        mine: list[Any] | None = None
         if kind in ("positional_only", "positional"):
             if index < len(positional):
                 mine = positional[index]
@@ -170,7 +185,9 @@ def signature_problem(pyflink: list[list[Any]], ours: list[list[Any]]) -> str:
             return "no *args"
         elif kind == "var_keyword" and not var_kw:
             return "no **kwargs"
-    for name, kind, has_default in ours:
+        if mine is not None and default is not None and mine[3] is not None and mine[3] != default:
+            return f"the default of {name!r} is {mine[3]} here, {default} in PyFlink"
+    for name, kind, has_default, _ in ours:
         if kind in ("var_positional", "var_keyword") or has_default:
             continue
         if name not in pf_names:

@@ -20,7 +20,8 @@ Importing the modules starts no JVM: only the Python classes are inspected. The 
   of its own, ``module.Outer.Inner``.
 
 A signature is the list of parameters (``self``/``cls`` dropped) as
-``[name, kind, has_default]`` with kind one of ``positional_only``, ``positional``,
+``[name, kind, has_default, default]`` (``default``: the ``repr`` of a literal default,
+else null) with kind one of ``positional_only``, ``positional``,
 ``var_positional``, ``keyword_only``, ``var_keyword``. ``tests/unit/test_pyflink_parity.py``
 compares streamstate against it; ``tools/pyflink_compat_doc.py`` writes
 ``docs/pyflink-compat.md``.
@@ -35,7 +36,7 @@ import json
 import sys
 from typing import Any
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 #: the DataStream side of PyFlink: pyflink.common, pyflink.datastream, pyflink.metrics and the
 #: connectors that make sense without a JVM (file system, number sequence)
@@ -106,7 +107,18 @@ def signature_of(fn: Any, drop_first: bool) -> list[list[Any]] | None:
         )
     ):
         params = params[1:]
-    return [[p.name, _KINDS[p.kind], p.default is not inspect.Parameter.empty] for p in params]
+    return [
+        [p.name, _KINDS[p.kind], p.default is not inspect.Parameter.empty, literal_default(p)]
+        for p in params
+    ]
+
+
+def literal_default(p: inspect.Parameter) -> str | None:
+    """``repr`` of a default that is a plain literal (None, bool, int, float, str)."""
+    d = p.default
+    if d is inspect.Parameter.empty or not isinstance(d, (type(None), bool, int, float, str)):
+        return None
+    return repr(d)
 
 
 def _is_pyflink(obj: Any) -> bool:

@@ -97,3 +97,10 @@ def test_kind_check_catches_members_used_differently():
     assert compat._kind_problem("staticmethod", staticmethod(method)) == ""
     assert compat._kind_problem("method", 3) != ""
     assert compat._kind_problem("method", method) == ""
+
+
+def test_signature_check_compares_literal_defaults():
+    pf = [["capacity", "positional", True, "100"]]
+    assert compat.signature_problem(pf, [["capacity", "positional", True, "100"]]) == ""
+    assert "default" in compat.signature_problem(pf, [["capacity", "positional", True, "10"]])
+    assert compat.signature_problem(pf, [["capacity", "positional", True, None]]) == ""
