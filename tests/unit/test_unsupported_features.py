@@ -68,3 +68,10 @@ def test_every_unsupported_name_raises_the_typed_error_where_pyflink_has_it():
                 obj = getattr(obj, part)
         checked += 1
     assert checked == len(unsupported_names()) > 30
+
+
+def test_unsupported_submodule_as_an_attribute_raises_typed_error():
+    import streamstate.datastream.connectors as connectors
+
+    with pytest.raises(UnsupportedFeatureError, match="Kafka"):
+        connectors.kafka  # noqa: B018 - the lookup itself raises

@@ -103,6 +103,12 @@ def unsupported_attribute(module: str) -> Callable[[str], Any]:
     def __getattr__(name: str) -> Any:
         if name in unsupported_names():
             raise _error(name)
+        submodule = "pyflink" + module[len("streamstate") :] + "." + name
+        info = unsupported_modules().get(submodule)
+        if info is not None:  # e.g. streamstate.datastream.connectors.kafka as an attribute
+            raise UnsupportedFeatureError(
+                f"module {submodule}", info.get("reason", ""), info.get("instead", "")
+            )
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     return __getattr__
