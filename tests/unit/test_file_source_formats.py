@@ -200,3 +200,24 @@ def test_checkpoint_ids_keep_growing_after_a_restore_into_a_new_job(tmp_path):
     (new_job,) = {p.name for p in (tmp_path / "chk").iterdir()} - jobs
     ids = [int(p.name.split("-")[1]) for p in (tmp_path / "chk" / new_job).glob("chk-*")]
     assert ids and min(ids) > first
+
+
+def test_a_file_source_stream_has_its_format_s_type_as_in_pyflink(tmp_path):
+    from streamstate.datastream.connectors import StreamFormat
+
+    (tmp_path / "a.csv").write_text("1,x\n")
+    schema = CsvSchema.builder().add_number_column("n").add_string_column("s").build()
+    row = Types.ROW_NAMED(["k"], [Types.STRING()])
+    env = envs.make_env(1)
+    for fmt, expected in [
+        (CsvReaderFormat.for_schema(schema), schema.get_type_info()),
+        (JsonLinesReaderFormat.for_type_info(row), row),
+        (StreamFormat.text_line_format(), Types.STRING()),
+    ]:
+        source = FileSource.for_record_stream_format(fmt, str(tmp_path)).build()
+        assert env.from_source(source, None, "files").get_type() == expected
+    # a type given to from_source wins
+    text = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path))
+    assert env.from_source(text.build(), None, "t", Types.PICKLED_BYTE_ARRAY()).get_type() == (
+        Types.PICKLED_BYTE_ARRAY()
+    )

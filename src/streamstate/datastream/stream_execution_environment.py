@@ -230,6 +230,8 @@ class StreamExecutionEnvironment(SparkSourcesMixin, EnvironmentMethods):
                 f"from_source() takes a source such as FileSource or NumberSequenceSource, "
                 f"got {type(source).__name__}"
             )
+        if type_info is None:  # the source's own type (FileSource: its format's), as PyFlink
+            type_info = getattr(source, "_produced_type", lambda: None)()
         ds = self._source(rt(), source_name, type_info)
         spec = getattr(watermark_strategy, "_spec", None)
         if spec is not None and (

@@ -172,6 +172,12 @@ class StreamFormat:
 
         return TextLine()
 
+    def _produced_type(self) -> Any:
+        """The type of the records (the stream's type in ``from_source``, as PyFlink)."""
+        from streamstate.common.typeinfo import Types
+
+        return Types.STRING()
+
     @staticmethod
     def text_line_format(charset_name: str = "UTF-8") -> StreamFormat:
         """Lines of text in ``charset_name`` (any charset Python knows: UTF-8, ISO-8859-1,
@@ -263,6 +269,10 @@ class FileSource(Source):
         self._source = TextLineFileSource(
             paths, monitor_ms, charset=stream_format.charset, line_format=stream_format._line_format()
         )
+        self._type = stream_format._produced_type()
+
+    def _produced_type(self) -> Any:
+        return self._type
 
     @staticmethod
     def for_record_stream_format(stream_format: StreamFormat, *paths: str) -> FileSourceBuilder:

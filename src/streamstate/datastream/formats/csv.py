@@ -196,6 +196,9 @@ class CsvReaderFormat(StreamFormat):
             )
         return CsvReaderFormat(schema)
 
+    def _produced_type(self) -> Any:
+        return self._schema.get_type_info()
+
     def _line_format(self) -> Any:
         from streamstate.connectors.line_formats import CsvLines
 

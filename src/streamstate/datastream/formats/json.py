@@ -144,6 +144,9 @@ class JsonLinesReaderFormat(StreamFormat):
             lines.type_info, lines.fail_on_missing_field, lines.ignore_parse_errors
         )
 
+    def _produced_type(self) -> Any:
+        return self._args[0]  # None without a type: plain JSON values
+
     def _line_format(self) -> Any:
         from streamstate.connectors.line_formats import JsonLines
 
