@@ -130,3 +130,27 @@ def test_bad_arguments_are_configuration_errors():
         AsyncDataStream.ordered_wait(ds, _Slow(), Time.seconds(1), capacity=0)
     with pytest.raises(ConfigurationError, match="greater than zero"):
         AsyncRetryStrategy.fixed_delay(0, 1)
+
+
+class _Pair(AsyncFunction):
+    async def async_invoke(self, value):
+        await asyncio.sleep(0)
+        return [("all", value)]
+
+
+def test_async_outputs_keep_their_inputs_event_timestamps():
+    from streamstate.common import WatermarkStrategy
+    from streamstate.datastream import TumblingEventTimeWindows
+
+    env = make_env(parallelism=1, max_records=3)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(
+        lambda v, t: v * 1000
+    )
+    ds = env.from_collection(list(range(10))).assign_timestamps_and_watermarks(strategy)
+    pairs = AsyncDataStream.unordered_wait(ds, _Pair(), Time.seconds(5))
+    sums = (
+        pairs.key_by(lambda p: p[0])
+        .window(TumblingEventTimeWindows.of(Time.seconds(5)))
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+    )
+    assert sorted(sums.execute_and_collect(limit=2)) == [("all", 10), ("all", 35)]

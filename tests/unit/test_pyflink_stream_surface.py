@@ -201,3 +201,25 @@ def test_time_window_bytes_are_two_big_endian_longs():
     assert TimeWindowSerializer().serialize(TimeWindow(1, 2)) == (1).to_bytes(8, "big") + (
         2
     ).to_bytes(8, "big")
+
+
+def test_partition_custom_keeps_event_timestamps_for_windows():
+    from streamstate.common import Time, WatermarkStrategy
+    from streamstate.datastream import TumblingEventTimeWindows
+
+    env = make_env(parallelism=2, max_records=4)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(
+        lambda v, t: v * 1000
+    )
+    sums = (
+        env.from_collection(list(range(10)))
+        .assign_timestamps_and_watermarks(strategy)
+        .partition_custom(_Mod(), lambda v: v)
+        .map(lambda v: ("all", v))
+        .key_by(lambda p: p[0])
+        .window(TumblingEventTimeWindows.of(Time.seconds(5)))
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .execute_and_collect()
+    )
+    with sums as results:
+        assert sorted(results) == [("all", 0 + 1 + 2 + 3 + 4), ("all", 5 + 6 + 7 + 8 + 9)]
