@@ -46,7 +46,7 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest -q tests $(PYTEST_ARGS)
-	$(BIN)/python -m ruff check src tests examples
+	$(BIN)/python -m ruff check src tests examples tools
 	$(BIN)/python -m mypy src
 	$(BIN)/lint-imports
 
@@ -54,7 +54,7 @@ test-unit: venv
 	$(BIN)/python -m pytest -q tests/unit $(PYTEST_ARGS)
 
 lint: venv
-	$(BIN)/python -m ruff check src tests examples
+	$(BIN)/python -m ruff check src tests examples tools
 	$(BIN)/python -m ruff format --check src tests examples || echo "ruff format: the files above would be reformatted (not enforced)"
 	$(BIN)/python -m mypy src
 	$(BIN)/lint-imports
