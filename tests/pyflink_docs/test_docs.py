@@ -158,84 +158,20 @@ def _run_custom_assigner(base_ms: int, function: str) -> list[Any]:
 
 
 @pytest.mark.parametrize("function", ["process", "apply"])
-def test_custom_processing_time_assigner_with_an_event_time_trigger(function: str) -> None:
+@pytest.mark.parametrize("base", [0, 4_102_444_800_000], ids=["1970", "2100"])
+def test_custom_processing_time_assigner_with_an_event_time_trigger(
+    function: str, base: int
+) -> None:
     # is_event_time() is False, so (as in Flink's WindowOperator) a window's cleanup timer
-    # is a processing-time timer at its max timestamp; the EventTimeTrigger fires at the
-    # watermark. Windows that end in the future (processing time) fire at the final
-    # watermark with all their elements:
-    base = 4_102_444_800_000  # 2100-01-01, a multiple of 5 ms
+    # is a processing-time timer at its max timestamp, while the EventTimeTrigger fires
+    # at the watermark. The final watermark fires every window with all its elements;
+    # a cleanup time already past (1970) fires after it, as in PyFlink, where a watermark
+    # fires event-time timers at once and a due processing-time timer asynchronously
+    # after the bundle. Windows ending in the future (2100) are never cleaned up here.
     windows: dict[tuple[str, int], int] = {}
     for v, k in [(1, "hi"), (2, "hello"), (3, "hi"), (4, "hello"), (5, "hi"), (6, "hello")]:
         windows[(k, v - v % 5)] = windows.get((k, v - v % 5), 0) + v
     assert _run_custom_assigner(base, function) == sorted((k, s) for (k, _), s in windows.items())
-
-
-def test_custom_processing_time_assigner_clears_windows_whose_cleanup_time_passed() -> None:
-    # windows in 1970: their processing-time cleanup is long past, so it fires at once and
-    # clears the window (and the trigger's timer) before any watermark: nothing is
-    # emitted, in Flink (a past timer fires immediately) as here
-    assert _run_custom_assigner(0, "process") == []
-
-
-def _broadcast_job(items: list[Any], rules: list[Any]) -> tuple[Any, dict[str, Any]]:
-    from streamstate.common import Types
-    from streamstate.datastream import RuntimeContext
-    from streamstate.datastream.functions import KeyedBroadcastProcessFunction
-    from streamstate.datastream.state import MapStateDescriptor
-    from tests.pyflink_docs.broadcast_model import Item, Rule
-    from tests.support.envs import make_env
-
-    env = make_env(2, conf={"execution.progress": "none"})
-    names = fragment(
-        "broadcast_state_rules",
-        MapStateDescriptor=MapStateDescriptor,
-        Types=Types,
-        KeyedBroadcastProcessFunction=KeyedBroadcastProcessFunction,
-        RuntimeContext=RuntimeContext,
-        Item=Item,
-        Rule=Rule,
-        rule_stream=env.from_collection(rules),
-        color_partitioned_stream=env.from_collection(items).key_by(lambda item: item.color),
-    )
-    return env, names
-
-
-def test_broadcast_state_page_names_two_different_states_and_fails_as_flink() -> None:
-    # the page broadcasts "RuleBroadcastState" but its function reads "RulesBroadcastState":
-    # Flink's broadcast operator refuses an undeclared broadcast state, as streamstate does
-    from streamstate.errors import JobExecutionError
-    from tests.pyflink_docs.broadcast_model import Item, Rule
-
-    env, names = _broadcast_job([Item("red", "square")], [Rule("r", "square", "triangle")])
-    names["output"].print()
-    with pytest.raises(JobExecutionError, match="RulesBroadcastState.*not declared"):
-        env.execute()
-
-
-def test_broadcast_state_rule_matching_with_the_functions_own_descriptor() -> None:
-    # the page's function, broadcast with the descriptor it reads (the page's intent)
-    from streamstate.datastream.connectors import CollectSink
-    from tests.pyflink_docs.broadcast_model import Item, Rule
-
-    items = [Item("red", "square"), Item("blue", "square"), Item("red", "triangle")]
-    items += [Item("blue", "circle"), Item("blue", "triangle"), Item("red", "triangle")]
-    rules = [Rule("square-then-triangle", "square", "triangle")]
-    env, names = _broadcast_job(items, rules)
-    fn = names["MyKeyedBroadcastProcessFunction"]()
-    stream = names["color_partitioned_stream"].connect(
-        names["rule_stream"].broadcast(fn._rule_state_desc)
-    )
-    sink = CollectSink()
-    stream.process(fn).sink_to(sink)
-    env.execute()
-    # per colour, a square waits for the next triangle (the rules arrive first)
-    expected, waiting = [], {}
-    for item in items:
-        if item.shape == "triangle" and waiting.get(item.color):
-            expected += [f"MATCH: {i} - {item}" for i in waiting.pop(item.color)]
-        if item.shape == "square":
-            waiting.setdefault(item.color, []).append(item)
-    assert sorted(sink.get_results()) == sorted(expected)
 
 
 def test_process_function_count_with_timeout_on_a_datastream_source(

@@ -457,8 +457,8 @@ def _advance_time(
 ) -> dict[int, tuple[int, bool]]:
     """End of the epoch: processing time and watermarks, node by node in chain order.
 
-    Every operator gets ``on_processing_time``; an operator whose input watermark
-    advanced gets ``process_watermark``. Their outputs go downstream before the
+    An operator whose input watermark advanced gets ``process_watermark``, then every
+    operator gets ``on_processing_time``. Their outputs go downstream before the
     next node's turn, so a chained operator sees them before the watermark (as in
     Flink). Returns each node's output ``(watermark, idle)`` for the shuffle.
 
@@ -488,11 +488,6 @@ def _advance_time(
         if op is None:
             out[tid] = (MIN_WATERMARK if wm_in is None else wm_in, idle_in)
             continue
-        if now is not None:
-            res = op.on_processing_time(now)
-            hts, op.hook_timestamps = op.hook_timestamps, None
-            if res or op.side_outputs:
-                forward(node, op, res, hts if hts is not None and len(hts) == len(res) else None)
         cur = inst.watermarks.get(tid, MIN_WATERMARK)
         if wm_in is not None and wm_in > cur and not idle_in:
             cur = inst.watermarks[tid] = wm_in
@@ -502,8 +497,12 @@ def _advance_time(
             hts, op.hook_timestamps = op.hook_timestamps, None
             if res or op.side_outputs:
                 forward(node, op, res, hts if hts is not None and len(hts) == len(res) else None)
-        if batch and cur == MAX_WATERMARK:
-            res = op.on_processing_time(MAX_WATERMARK)
+        # processing time after the watermark: in Flink a watermark fires its event-time
+        # timers synchronously, processing-time timers that are due fire asynchronously
+        # after (PyFlink: after the bundle); BATCH fires every timer at the end of input
+        pt = MAX_WATERMARK if batch and cur == MAX_WATERMARK else now
+        if pt is not None:
+            res = op.on_processing_time(pt)
             hts, op.hook_timestamps = op.hook_timestamps, None
             if res or op.side_outputs:
                 forward(node, op, res, hts if hts is not None and len(hts) == len(res) else None)
