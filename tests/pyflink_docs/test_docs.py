@@ -174,6 +174,67 @@ def test_custom_processing_time_assigner_with_an_event_time_trigger(
     assert _run_custom_assigner(base, function) == sorted((k, s) for (k, _), s in windows.items())
 
 
+def _broadcast_job(items: list[Any], rules: list[Any]) -> tuple[Any, dict[str, Any]]:
+    from streamstate.common import Types
+    from streamstate.datastream import RuntimeContext
+    from streamstate.datastream.functions import KeyedBroadcastProcessFunction
+    from streamstate.datastream.state import MapStateDescriptor
+    from tests.pyflink_docs.broadcast_model import Item, Rule
+    from tests.support.envs import make_env
+
+    env = make_env(2, conf={"execution.progress": "none"})
+    names = fragment(
+        "broadcast_state_rules",
+        MapStateDescriptor=MapStateDescriptor,
+        Types=Types,
+        KeyedBroadcastProcessFunction=KeyedBroadcastProcessFunction,
+        RuntimeContext=RuntimeContext,
+        Item=Item,
+        Rule=Rule,
+        rule_stream=env.from_collection(rules),
+        color_partitioned_stream=env.from_collection(items).key_by(lambda item: item.color),
+    )
+    return env, names
+
+
+def test_broadcast_state_page_names_two_different_states_and_fails_as_flink() -> None:
+    # the page broadcasts "RuleBroadcastState" but its function reads "RulesBroadcastState":
+    # Flink's broadcast operator refuses an undeclared broadcast state, as streamstate does
+    from streamstate.errors import JobExecutionError
+    from tests.pyflink_docs.broadcast_model import Item, Rule
+
+    env, names = _broadcast_job([Item("red", "square")], [Rule("r", "square", "triangle")])
+    names["output"].print()
+    with pytest.raises(JobExecutionError, match="RulesBroadcastState.*not declared"):
+        env.execute()
+
+
+def test_broadcast_state_rule_matching_with_the_functions_own_descriptor() -> None:
+    # the page's function, broadcast with the descriptor it reads (the page's intent)
+    from streamstate.datastream.connectors import CollectSink
+    from tests.pyflink_docs.broadcast_model import Item, Rule
+
+    items = [Item("red", "square"), Item("blue", "square"), Item("red", "triangle")]
+    items += [Item("blue", "circle"), Item("blue", "triangle"), Item("red", "triangle")]
+    rules = [Rule("square-then-triangle", "square", "triangle")]
+    env, names = _broadcast_job(items, rules)
+    fn = names["MyKeyedBroadcastProcessFunction"]()
+    stream = names["color_partitioned_stream"].connect(
+        names["rule_stream"].broadcast(fn._rule_state_desc)
+    )
+    sink = CollectSink()
+    stream.process(fn).sink_to(sink)
+    env.execute()
+    # per colour, a square waits for the next triangle (the rules arrive first)
+    expected, waiting = [], {}
+    for item in items:
+        if item.shape == "triangle" and waiting.get(item.color):
+            expected += [f"MATCH: {i} - {item}" for i in waiting.pop(item.color)]
+        if item.shape == "square":
+            waiting.setdefault(item.color, []).append(item)
+    assert sorted(sink.get_results()) == sorted(expected)
+
+
 def test_process_function_count_with_timeout_on_a_datastream_source(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
