@@ -103,6 +103,7 @@ def test_operator_hints_are_kept_and_keyed_streams_refuse_them():
         keyed.disable_chaining,
         keyed.start_new_chain,
         keyed.force_non_parallel,
+        lambda: keyed.set_max_parallelism(8),
         keyed.cache,
         keyed.rescale,
         lambda: keyed.partition_custom(_Mod(), lambda v: v),

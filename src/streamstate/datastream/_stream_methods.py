@@ -187,6 +187,9 @@ class KeyedStreamRefusals:
     def force_non_parallel(self) -> Any:
         return _refuse("Set force non-parallel")
 
+    def set_max_parallelism(self, max_parallelism: int) -> Any:
+        return _refuse("Set max parallelism")
+
     def set_buffer_timeout(self, timeout_millis: int) -> Any:
         return _refuse("Set buffer timeout")
 
