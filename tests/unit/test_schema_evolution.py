@@ -68,6 +68,12 @@ def _no_leftover_migrations() -> Any:
     serializer._MIGRATIONS.update(saved)
 
 
+@dataclasses.dataclass(frozen=True)
+class FrozenDict:
+    a: int
+    b: str | None = None
+
+
 def kg(k: Any) -> int:
     return compute_key_group_for_serialized_key(KEY_SER.serialize(k), MAX_P)
 
@@ -273,6 +279,17 @@ def test_dataclass_serializer_round_trips_and_rebuilds_from_its_snapshot() -> No
         assert s.deserialize(s.serialize(v)) == v
         r = restore_serializer(s.snapshot_configuration())
         assert r == s and r.deserialize(s.serialize(v)) == v
+    # bulk (column-wise) paths, with nulls, frozen classes, one value and none
+    for t, vs in (
+        (Types.DATACLASS(FrozenDict), [FrozenDict(1, "é"), FrozenDict(2), FrozenDict(3, "")]),
+        (Types.DATACLASS(Frozen), [Frozen(1, "x"), Frozen(2)]),
+        (Types.DATACLASS(SensorV2), [SensorV2(1.0, "a", "F", ["t"])]),
+        (Types.DATACLASS(SensorV2), []),
+    ):
+        s = serializer_for(t)
+        assert s.deserialize_many(s.serialize_many(vs)) == vs
+    with pytest.raises(TypeError, match="SensorV1"):
+        serializer_for(Types.DATACLASS(SensorV1)).serialize_many([SensorV2(1.0, "a")])
     # a snapshot of a class that no longer exists reads named rows, migrated on restore
     gone = serializer_for(Types.DATACLASS(SensorV1)).snapshot_configuration()
     gone = type(gone)(gone.name, gone.version, {**gone.params, "class": "no.such:Sensor"})
@@ -320,3 +337,44 @@ def _restore(store: DefaultOperatorStateStore, data: bytes) -> None:
     from streamstate.runtime.state.operator import decode_operator_snapshot
 
     store.restore(decode_operator_snapshot(data))
+
+
+def test_rocksdb_native_checkpoint_migrates_on_restore_and_stays_untouched(
+    rocks: Any, tmp_path: Any
+) -> None:
+    # a native (incremental) RocksDB checkpoint or savepoint: restored SST files, then
+    # the state's column family is rewritten in the restoring backend's own database
+    import hashlib
+
+    from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
+    from tests.support import backends as H
+
+    storage = FileSystemCheckpointStorageAccess(str(tmp_path / "chk"))
+    storage.initialize_job("job1")
+    b = rocks.backend()
+    b.incremental = True
+    st = b.get_partitioned_state(ValueStateDescriptor("s", ROW_V1))
+    for k in KEYS:
+        H.at(b, k)
+        st.update(row_v1(k))
+    h = b.snapshot_incremental(storage, 1, "op-0")
+
+    def digest() -> dict[str, str]:
+        root = tmp_path / "chk"
+        return {
+            str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*"))
+            if p.is_file()
+        }
+
+    before = digest()
+    r = rocks.backend()
+    r.restore([h])
+    st2 = r.get_partitioned_state(ValueStateDescriptor("s", ROW_V2))
+    for k in KEYS:
+        H.at(r, k)
+        assert st2.value().as_dict() == {"temp": k / 2, "id": f"s{k}", "unit": None}
+    assert r.migrated_entries == {"s": len(KEYS)}
+    assert digest() == before
+    H.at(b, 3)
+    assert st.value() == row_v1(3)  # the checkpointing backend still reads the old schema

@@ -29,7 +29,7 @@ import importlib
 import operator
 import struct
 from collections.abc import Callable, Sequence
-from itertools import accumulate
+from itertools import accumulate, repeat
 from typing import Any
 
 from streamstate.common.row import Row
@@ -55,6 +55,8 @@ from streamstate.runtime.serializers.fastpath import Unrolled
 __all__ = ["DataclassSerializer", "resolve_record"]
 
 _U32 = struct.Struct(">I")
+_ENCODE = operator.methodcaller("encode", "utf-8", "surrogatepass")
+_DECODE = operator.methodcaller("decode", "utf-8", "surrogatepass")
 #: first byte of a column-wise bulk blob (the framed form starts with a marker 0 or 1)
 _BULK = b"\x02"
 
@@ -262,7 +264,7 @@ class DataclassSerializer(Unrolled, FieldSerializer):
                 bits, col = bytes(mask), tuple(v for v in col if v is not None)
             if type(f) is StringSerializer and all(type(v) is str for v in col):
                 flags |= 2
-                enc = [v.encode("utf-8", "surrogatepass") for v in col]
+                enc = list(map(_ENCODE, col))
                 blob = struct.pack(f">{len(enc)}I", *map(len, enc)) + b"".join(enc)
             else:
                 blob = f.serialize_many(col)
@@ -288,10 +290,9 @@ class DataclassSerializer(Unrolled, FieldSerializer):
                 k = n - (sum(bin(b).count("1") for b in bits) if bits is not None else 0)
                 lens = struct.unpack_from(f">{k}I", blob)
                 ends = list(accumulate(lens, initial=4 * k))
-                col: list[Any] = [
-                    blob[a:b].decode("utf-8", "surrogatepass")
-                    for a, b in zip(ends, ends[1:], strict=False)
-                ]
+                col: list[Any] = list(
+                    map(_DECODE, map(blob.__getitem__, map(slice, ends, ends[1:])))
+                )
             else:
                 col = f.deserialize_many(blob)
             if bits is not None:
@@ -302,11 +303,11 @@ class DataclassSerializer(Unrolled, FieldSerializer):
         if cls is None or self._slots:
             make = self._make
             return [make(list(r)) for r in zip(*columns, strict=True)]
-        new, out = object.__new__, []
-        for r in zip(*columns, strict=True):
-            obj: Any = new(cls)
-            obj.__dict__.update(zip(names, r, strict=True))
-            out.append(obj)
+        # every step a C-level map: the instance dicts, the instances, their __dict__
+        dicts = map(dict, map(zip, repeat(names), zip(*columns, strict=True)))
+        out: list[Any] = list(map(object.__new__, repeat(cls, n)))
+        for _ in map(object.__setattr__, out, repeat("__dict__"), dicts):  # frozen too
+            pass
         return out
 
     def __eq__(self, other: object) -> bool:
