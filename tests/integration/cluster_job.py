@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -35,7 +36,9 @@ def run(spark, chk_dir: str, hosts: str, placement: str, backend: str) -> dict:
         ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION
     )
     sink = count_job(env, data)
+    t0 = time.monotonic()
     result = env.execute("local-cluster count")
+    seconds = time.monotonic() - t0
     acc = result.get_all_accumulator_results()
     expected: dict[str, int] = {}
     for k, _ in data:
@@ -43,6 +46,7 @@ def run(spark, chk_dir: str, hosts: str, placement: str, backend: str) -> dict:
     out = sink.get_results()
     return {
         "config": f"{hosts}:{placement}:{backend}",
+        "seconds": round(seconds, 1),
         "correct": final_counts(out) == expected and len(out) == len(data),
         "epochs": acc["epochs"],
         "cache_hits": acc["cache_hits"],

@@ -88,7 +88,7 @@ def main() -> None:
     if victim is not None:
         os.kill(jvms[victim], signal.SIGKILL)
     killed_at = client.epochs_completed
-    result = client.get_job_execution_result(timeout=600)
+    result = client.get_job_execution_result().result(600)
     out = sink.get_results()
     t_killed = time.monotonic() - t0
     acc = result.get_all_accumulator_results()
