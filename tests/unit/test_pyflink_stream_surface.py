@@ -104,6 +104,8 @@ def test_operator_hints_are_kept_and_keyed_streams_refuse_them():
         keyed.start_new_chain,
         keyed.force_non_parallel,
         lambda: keyed.set_max_parallelism(8),
+        lambda: keyed.set_uid_hash("x"),
+        keyed.get_name,
         keyed.cache,
         keyed.rescale,
         lambda: keyed.partition_custom(_Mod(), lambda v: v),

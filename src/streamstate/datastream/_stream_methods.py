@@ -190,6 +190,12 @@ class KeyedStreamRefusals:
     def set_max_parallelism(self, max_parallelism: int) -> Any:
         return _refuse("Set max parallelism")
 
+    def set_uid_hash(self, uid_hash: str) -> Any:
+        return _refuse("Set uid hash")
+
+    def get_name(self) -> Any:
+        return _refuse("Get name")
+
     def set_buffer_timeout(self, timeout_millis: int) -> Any:
         return _refuse("Set buffer timeout")
 
