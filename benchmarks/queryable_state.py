@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     conf = Configuration()
     conf.set_string("execution.epoch.max-records", str(args.epoch_records))
     conf.set_string("execution.progress", "none")
+    conf.set_string("state.backend.type", args.backend)
     env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
     env.set_parallelism(2)
     probe = Epochs()
@@ -171,7 +172,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for k in range(3000):  # consecutive keys hash to every one of the 128 groups
                 c.get_kv_state(jid, NAME, k, Types.LONG(), desc)
         cold = time.perf_counter() - t0
-        fig: dict[str, Any] = {"keys": keys, "warm_up_s_3000_lookups": cold}
+        fig: dict[str, Any] = {
+            "keys": keys,
+            "backend": args.backend,
+            "warm_up_s_3000_lookups": cold,
+        }
         print(f"warm-up (builds every key group's copy): {cold:.1f} s", flush=True)
         for procs in (1, 4):
             lat = clients(jid, keys, procs, args.seconds, None)
@@ -231,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rate", type=int, default=1000)
     p.add_argument("--phase-seconds", type=float, default=3.0)
     p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--backend", default="hashmap", choices=["hashmap", "rocksdb"])
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
     fig = run(args)

@@ -79,7 +79,7 @@ def query_state(job_id: str, name: str, params: Mapping[str, Any]) -> tuple[int,
     if not raw_keys:
         return 400, {"errors": ["give at least one key: ?key=<key> (repeat for a batch)"]}
     try:
-        op, _, _ = service.resolve(name)
+        op = service.resolve(name)[0]
         key_type = str(params.get("key_type", "auto"))
         keys = [_parse(k, key_type, op.key_serializer.name) for k in raw_keys]
         answer = service.lookup(name, keys, as_of=str(params.get("as_of", "epoch")))

@@ -268,10 +268,9 @@ class SubtaskAck:
     timings: SubtaskTimings = SubtaskTimings()
     #: user metric identifier -> (kind, what changed this epoch): see api/metrics.py
     user_metrics: Mapping[str, tuple[str, Any]] = field(default_factory=dict)
-    #: keyed operator uid -> (state name, kind, queryable name or None) of its registered
-    #: states (what the query server may answer, see runtime/queryable/)
-    keyed_states: Mapping[str, tuple[tuple[str, str, str | None], ...]] = field(
-        default_factory=dict
-    )
+    #: keyed operator uid -> (state name, kind, queryable name or None, the type infos of a
+    #: queryable state) of its registered states (what the query server may answer, see
+    #: runtime/queryable/)
+    keyed_states: Mapping[str, tuple[tuple[Any, ...], ...]] = field(default_factory=dict)
     #: "<operator uid>.<state name>" -> entries migrated to a new schema this epoch
     migrated: Mapping[str, int] = field(default_factory=dict)

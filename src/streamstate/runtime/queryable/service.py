@@ -88,6 +88,9 @@ class _Registered:
     uid: str
     state_name: str
     kind: str
+    #: the job's descriptor's type infos (None: unknown, e.g. restored from a checkpoint's
+    #: properties; the state is then read with pass-through serializers)
+    type_infos: tuple[Any, ...] | None = None
 
 
 class QueryableStateService:
@@ -120,14 +123,23 @@ class QueryableStateService:
         queryable, plain = {}, {}
         for a in acks:
             for uid, states in a.keyed_states.items():
-                for name, kind, qname in states:
+                for name, kind, qname, type_infos in states:
                     if name.startswith("_timer_state/"):
                         continue
-                    reg = _Registered(uid, name, kind)
+                    reg = _Registered(uid, name, kind, type_infos)
                     if qname is not None:
                         queryable[qname] = reg
                     plain[name] = reg
-        if queryable.keys() - self._queryable.keys() or plain.keys() - self._plain.keys():
+        # a registration changes when new, or when it gains the job's type infos (kept
+        # otherwise: a copy read with other serializers is rebuilt)
+        queryable = {
+            k: v
+            for k, v in queryable.items()
+            if (o := self._queryable.get(k)) is None
+            or o.type_infos is None
+            or (o.uid, o.state_name, o.kind) != (v.uid, v.state_name, v.kind)
+        }
+        if plain.keys() - self._plain.keys() or queryable:
             with self._lock:
                 self._queryable = {**self._queryable, **queryable}
                 self._plain = {**self._plain, **plain}
@@ -265,8 +277,9 @@ class QueryableStateService:
         with self._lock:
             return sorted(self._queryable)
 
-    def resolve(self, name: str) -> tuple[QueryableOperator, str, str]:
-        """``(operator, state name, kind)`` of queryable state ``name``, or a typed error."""
+    def resolve(self, name: str) -> tuple[QueryableOperator, str, str, Any]:
+        """``(operator, state name, kind, type infos)`` of queryable state ``name``, or a
+        typed error."""
         with self._lock:
             reg = self._queryable.get(name)
             plain = self._plain.get(name)
@@ -291,7 +304,7 @@ class QueryableStateService:
         op = self.operators.get(reg.uid)
         if op is None:
             raise UnknownKvStateError(f"state {name!r} lives in no keyed operator of the job")
-        return op, reg.state_name, reg.kind
+        return op, reg.state_name, reg.kind, reg.type_infos
 
     def decode_keys(
         self, op: QueryableOperator, key_type: Mapping[str, Any] | None, blobs: Sequence[bytes]
@@ -320,13 +333,13 @@ class QueryableStateService:
         keys: Sequence[Any],
         as_of: str = "epoch",
         kind: str | None = None,
-        resolved: tuple[QueryableOperator, str, str] | None = None,
+        resolved: tuple[QueryableOperator, str, str, Any] | None = None,
     ) -> QueryAnswer:
         """The values of ``keys`` in queryable state ``name``, all as of one snapshot
         (``resolved``: what :meth:`resolve` returned for ``name``, when the caller has it)."""
         if as_of not in AS_OF:
             raise ConfigurationError(f"as_of must be one of {AS_OF}, got {as_of!r}")
-        op, state_name, state_kind = resolved or self.resolve(name)
+        op, state_name, state_kind, type_infos = resolved or self.resolve(name)
         if kind is not None and kind != state_kind:
             raise WrongKeyTypeError(
                 f"queryable state {name!r} is {state_kind} state, but the request's descriptor "
@@ -349,7 +362,7 @@ class QueryableStateService:
                 raise StateNotAvailableYetError(self._unavailable(as_of))
             try:
                 values = [
-                    cache.read(snap, op, state_name, state_kind, k, kg)
+                    cache.read(snap, op, (state_name, state_kind, type_infos), k, kg)
                     for k, kg in zip(keys, groups, strict=True)
                 ]
             except StaleSnapshot:

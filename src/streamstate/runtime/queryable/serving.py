@@ -28,6 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamstate.api.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
 from streamstate.errors import StateMigrationError
 from streamstate.runtime.checkpoint.handles import (
     ByteStreamStateHandle,
@@ -47,7 +54,14 @@ from streamstate.runtime.state.format.keyed import join_delta, split_delta
 from streamstate.runtime.state.registry import create_keyed_backend
 from streamstate.runtime.state_reader import passthrough_descriptor
 
-__all__ = ["QueryableOperator", "ServingCache", "ServingSnapshot", "StaleSnapshot", "read_one"]
+__all__ = [
+    "QueryableOperator",
+    "ServingCache",
+    "ServingSnapshot",
+    "StaleSnapshot",
+    "read_descriptor",
+    "read_one",
+]
 
 
 #: delta files kept in memory (split by key group) for the serving copies that still have
@@ -154,8 +168,8 @@ class _Entry:
         self.token: Token = (-1, -1)
         #: the lineage the copy is at (identity check first: lineages are immutable)
         self.lineage: Lineage | None = None
-        #: state name -> (state handle, whether it is stored with TTL)
-        self.states: dict[str, tuple[Any, bool]] = {}
+        #: state name -> (state handle, whether it is stored with TTL, the type infos read with)
+        self.states: dict[str, tuple[Any, bool, Any]] = {}
 
     def close(self) -> None:
         if self.backend is not None:
@@ -210,23 +224,68 @@ class _Entry:
         if part is not None:
             self.backend.apply_delta(part)
 
-    def read(self, state_name: str, kind: str, key: Any, key_group: int) -> Any:
+    def read(self, state: tuple[str, str, Any], key: Any, key_group: int) -> Any:
+        """``key``'s value of ``state`` = (name, kind, the job's type infos or None)."""
+        state_name, kind, type_infos = state
         entry = self.states.get(state_name)
+        if entry is not None and entry[2] != type_infos:
+            # first read with other serializers (the job's became known): a fresh copy
+            self.close()
+            raise StaleSnapshot()
         if entry is None:
-            plain = passthrough_descriptor(state_name, kind)
+            plain = read_descriptor(state_name, kind, type_infos)
             try:
-                entry = (self.backend.get_partitioned_state(plain), False)
+                entry = (self.backend.get_partitioned_state(plain), False, type_infos)
             except StateMigrationError:
                 # written with TTL: read the stored form, unwrap below (nothing expires here)
                 stored = ttl.stored_form_descriptor(plain)
-                entry = (self.backend.get_partitioned_state(stored), True)
+                entry = (self.backend.get_partitioned_state(stored), True, type_infos)
             self.states[state_name] = entry
-        handle, with_ttl = entry
+        handle, with_ttl, _ = entry
         self.backend.set_current_key(key, key_group)
         value = read_one(handle, kind)
         if with_ttl:
             value = ttl.unwrap_stored(passthrough_descriptor(state_name, kind), value)
         return value
+
+
+def _keep_last(a: Any, b: Any) -> Any:
+    return b
+
+
+class _Stored:
+    """An aggregate function whose result is the stored accumulator."""
+
+    def create_accumulator(self) -> Any:
+        return None
+
+    def add(self, value: Any, accumulator: Any) -> Any:
+        return value
+
+    def get_result(self, accumulator: Any) -> Any:
+        return accumulator
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return b
+
+
+def read_descriptor(name: str, kind: str, type_infos: tuple[Any, ...] | None) -> Any:
+    """A descriptor reading state ``name`` as stored: with the job's type infos when known
+    (so the serializers match the recorded ones and nothing is migrated, which RocksDB
+    would do for the whole state), else pass-through (pickle reads any serializer's data
+    on the heap backend, where migration is read-side)."""
+    if type_infos is None:
+        return passthrough_descriptor(name, kind)
+    t = type_infos
+    if kind == "value":
+        return ValueStateDescriptor(name, t[0])
+    if kind == "list":
+        return ListStateDescriptor(name, t[0])
+    if kind == "map":
+        return MapStateDescriptor(name, t[0], t[1])
+    if kind == "reducing":
+        return ReducingStateDescriptor(name, _keep_last, t[0])
+    return AggregatingStateDescriptor(name, _Stored(), t[0])
 
 
 class ServingCache:
@@ -305,12 +364,12 @@ class ServingCache:
         self,
         snap: ServingSnapshot,
         op: QueryableOperator,
-        state_name: str,
-        kind: str,
+        state: tuple[str, str, Any],
         key: Any,
         key_group: int,
     ) -> Any:
-        """``key``'s value of state ``state_name`` as of ``snap`` (StaleSnapshot: re-pin)."""
+        """``key``'s value of ``state`` (name, kind, type infos) as of ``snap``
+        (StaleSnapshot: re-pin)."""
         lin = snap.lineages[(op.uid, op.subtask_of(key_group))]
         entry = self._entry(op, op.serving_range(key_group))
         self.used = True
@@ -320,7 +379,7 @@ class ServingCache:
             ):
                 self.builds += 1
             entry.advance(lin, self._delta_part, self._cached_bases)
-            return entry.read(state_name, kind, key, key_group)
+            return entry.read(state, key, key_group)
 
     def refresh(self, snap: ServingSnapshot) -> int:
         """Bring every copy held to ``snap`` (after a publish, off the lookups' path, so that

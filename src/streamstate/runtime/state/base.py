@@ -193,10 +193,13 @@ class KeyedStateBackend(ABC):
 
         return registered_handle(self.operator_name, entry, descriptor)
 
-    def registered_states(self) -> tuple[tuple[str, str, str | None], ...]:
-        """``(state name, kind, queryable name or None)`` of every registered state (sorted)."""
+    def registered_states(self) -> tuple[tuple[Any, ...], ...]:
+        """``(state name, kind, queryable name or None, type infos)`` of every registered
+        state, sorted by name (the type infos of queryable states only, else None)."""
         return tuple(
-            sorted((n, d.kind, d.get_queryable_state_name()) for n, (d, _) in self._handles.items())
+            (n, d.kind, q, d._type_infos() if q is not None else None)
+            for n, (d, _) in sorted(self._handles.items())
+            for q in (d.get_queryable_state_name(),)
         )
 
     @abstractmethod
