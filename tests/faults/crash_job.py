@@ -6,6 +6,7 @@ As a script (the driver SIGKILL suite, ``test_crash.py``)::
 
     python crash_job.py files OUT CHK
     python crash_job.py postgres URL|TABLE CHK       (also postgres-wal: the write-ahead sink)
+    python crash_job.py spark-table OUT CHK          (SparkTableSink, parquet)
     streamstate run --from-checkpoint CHK crash_job.py -- <the same arguments>
 
 ``CRASH_AT=<point>:<n>`` SIGKILLs this driver process (with the in-process runner also
@@ -17,7 +18,8 @@ the worker) at the ``n``-th occurrence of ``point``:
 * ``metadata-write``: while ``_metadata`` is written (half a temp file, no rename);
 * ``after-metadata``: after ``_metadata`` was stored, before the sinks commit;
 * ``commit``: in the middle of a sink commit (after the first rename / COMMIT PREPARED;
-  the write-ahead sink: after a checkpoint's rows and commit record were written).
+  the write-ahead sink: after a checkpoint's rows and commit record were written;
+  SparkTableSink: after a batch's data file was renamed into the table).
 
 The hooks wrap the real code paths in this process only (fault injection, not mocks);
 ``install_crash_hooks`` installs them when run as a script. Imported (the Spark worker
@@ -41,7 +43,7 @@ from streamstate.datastream import (
     KeyedProcessFunction,
     StreamExecutionEnvironment,
 )
-from streamstate.datastream.connectors import FileSink, RollingPolicy
+from streamstate.datastream.connectors import FileSink, RollingPolicy, SparkTableSink
 from streamstate.datastream.connectors.jdbc import (
     JdbcConnectionOptions,
     JdbcExactlyOnceOptions,
@@ -50,6 +52,7 @@ from streamstate.datastream.connectors.jdbc import (
 )
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.runtime.checkpoint import coordinator, storage
+from streamstate.spark import table_sink
 from streamstate.testing import TickingClock, crash_once
 
 
@@ -62,6 +65,7 @@ class Spec:
 
 SPECS = {
     "files": Spec(600, 13, 40),
+    "spark-table": Spec(150, 7, 30),
     "postgres": Spec(400, 11, 30),
     "postgres-wal": Spec(400, 11, 30),
 }
@@ -118,6 +122,13 @@ def install_crash_hooks() -> None:
     _after(postgres.PostgresTwoPhaseCommitSink, "pre_commit", "pre-commit")
     _after(postgres.PostgresTwoPhaseCommitSink, "commit", "commit")
     _after(postgres.PostgresWriteAheadSink, "send_values", "commit")
+    publish = table_sink.SparkTableCommitter._publish
+
+    def crashing_publish(fs: Any, src: str, dest: str) -> None:
+        publish(fs, src, dest)
+        hit("commit")  # a batch's first data files are in the table, the others not yet
+
+    table_sink.SparkTableCommitter._publish = staticmethod(crashing_publish)  # type: ignore[method-assign]
 
 
 class RunningSum(KeyedProcessFunction):
@@ -183,6 +194,8 @@ def build(env: Any, kind: str, sink: Any, fail: Any = None, records: int | None 
     sums = ds.key_by(lambda v: v[0]).process(RunningSum())
     if kind == "files":
         sums.map(as_line).sink_to(sink).uid("files")
+    elif kind == "spark-table":
+        sums.sink_to(sink).uid("spark-table")
     else:
         sums.add_sink(sink).uid("postgres")
 
@@ -251,6 +264,14 @@ class ExitAfterSend(postgres.PostgresWriteAheadSink):
         self._ctx_for_crash = runtime_context
 
 
+SPARK_TABLE_ROW = Types.ROW_NAMED(["i", "k", "total"], [Types.LONG(), Types.STRING(), Types.LONG()])
+
+
+def spark_table_sink_for(out: str) -> SparkTableSink:
+    """A parquet SparkTableSink; its committer runs Spark (local) in this driver process."""
+    return SparkTableSink(out, format="parquet", type_info=SPARK_TABLE_ROW)
+
+
 def wal_sink_for(url: str, table: str) -> Any:
     return postgres.PostgresWriteAheadSink(
         f"INSERT INTO {table} (i, k, total) VALUES (%s, %s, %s)", url, batch_size=7
@@ -273,6 +294,8 @@ def main(kind: str, target: str, chk: str) -> None:
     url, _, table = target.partition("|")
     if kind == "files":
         sink = file_sink_for(target)
+    elif kind == "spark-table":
+        sink = spark_table_sink_for(target)
     elif kind == "postgres-wal":
         sink = wal_sink_for(url, table)
     else:

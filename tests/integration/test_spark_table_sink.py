@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from streamstate.common import Types
@@ -71,22 +73,27 @@ def test_restore_finishes_a_half_done_commit(spark, tmp_path):
     table = str(tmp_path / "t")
     staging = SparkTableCommitter.staging_dir(table)
 
-    def committer():
-        return SparkTableCommitter(table, "json", SaveMode.APPEND, {}, ROW, True)
+    def committer(token):
+        return SparkTableCommitter(table, "json", SaveMode.APPEND, {}, ROW, True, token=token)
 
-    first = committer()
+    first = committer("runa")
     first.abort(0)
     for epoch in (1, 2):
-        path = f"{staging}/0-e{epoch}.rows"
+        path = f"{staging}/runa-0-e{epoch}.rows"
         write_staged_rows(path, [(epoch * 10 + i, "k") for i in range(3)])
         first.prepare(epoch, [path, None])
     state = first.snapshot(2)  # stored in _metadata; the driver dies before commit(2)
     # the crashed driver had got as far as Spark's write of the batch
     first._spark_write(state["files"], f"{table}/_streamstate/out/{state['batch']}")
-    second = committer()
+    # ... and had staged epoch 3, which no checkpoint covers
+    write_staged_rows(f"{staging}/runa-1-e3.rows", [(30, "k")])
+    second = committer("runb")
     second.restore(state)
-    third = committer()
+    write_staged_rows(f"{staging}/runb-0-e3.rows", [(30, "k")])  # the restored run dies too
+    third = committer("runc")
     third.restore(state)  # a second crash before the next checkpoint: restore again
     rows = sorted(r.id for r in spark.read.json(table).collect())
     assert rows == [10, 11, 12, 20, 21, 22]
     assert second.batches_written == 1 and third.batches_written == 0  # found committed
+    # the dead runs' staged epochs (same lineage) are gone; nothing else is staged
+    assert os.listdir(staging) == []

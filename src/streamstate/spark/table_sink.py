@@ -100,6 +100,8 @@ class SparkTableCommitter(SinkCommitter):
         self.type_info = type_info
         self.exactly_once = exactly_once
         self.token = token
+        #: the first run of this job's restore chain (the token of its fresh start)
+        self.lineage = token
         self.uid = uuid.uuid4().hex[:12]
         self.pending: dict[int, list[str]] = {}
         self.committed_up_to = 0
@@ -131,19 +133,59 @@ class SparkTableCommitter(SinkCommitter):
             _remove(self.pending.pop(e))
         if after_epoch == 0 and not self.started:
             self._start()
+            self._register()
         self._remove_orphans()
 
     def snapshot(self, up_to_epoch: int) -> Any:
         files = [f for e, fs in sorted(self.pending.items()) if e <= up_to_epoch for f in fs]
-        return {"batch": f"{self.uid}-{up_to_epoch}", "files": files}
+        return {"batch": f"{self.uid}-{up_to_epoch}", "files": files, "lineage": self.lineage}
 
     def restore(self, state: Any) -> None:
         self.started = True  # a restored job keeps what the table holds
         if state:
+            self.lineage = state.get("lineage") or self.token
             self._write_batch(state["batch"], state["files"])
+        self._register()
+        self._remove_dead_runs()
 
     def finish(self) -> None:
         self._remove_orphans()
+        if self.token:  # nothing of this run is left to clean
+            fs, p = _fs(f"{self._runs_dir()}/{self.token}")
+            if fs.exists(p):
+                fs.rm(p)
+
+    def _runs_dir(self) -> str:
+        return f"{self.path}/{META}/runs"
+
+    def _register(self) -> None:
+        """Record this run's token under its lineage (so a later restore of the same
+        lineage finds the staged files this run may leave when it dies)."""
+        if not self.token:
+            return
+        from streamstate.runtime.checkpoint.storage import atomic_write
+
+        fs, p = _fs(f"{self._runs_dir()}/{self.token}")
+        atomic_write(fs, p, self.lineage.encode())
+
+    def _remove_dead_runs(self) -> None:
+        """After a restore: delete the staged files of earlier runs of this lineage (runs
+        that died after the restored checkpoint; their epochs are replayed)."""
+        fs, p = _fs(self._runs_dir())
+        if not fs.exists(p):
+            return
+        dead = set()
+        for f in fs.ls(p, detail=False):
+            token = f.rsplit("/", 1)[-1]
+            if token != self.token and fs.cat_file(f).decode() == self.lineage:
+                dead.add(token)
+        staging_fs, sp = _fs(self.staging_dir(self.path))
+        if staging_fs.exists(sp):
+            for f in staging_fs.ls(sp, detail=False):
+                if f.rsplit("/", 1)[-1].split("-", 1)[0] in dead:
+                    staging_fs.rm(f)
+        for token in dead:
+            fs.rm(f"{p}/{token}")
 
     def _remove_orphans(self) -> None:
         """Delete the staged files of this sink's failed epochs (whose acks never came)."""
@@ -185,7 +227,7 @@ class SparkTableCommitter(SinkCommitter):
         if fs.exists(out):
             for src in _visible(fs, out):
                 name = src.rstrip("/").rsplit("/", 1)[-1]
-                fs.mv(src, f"{p}/batch-{batch}-{name}")
+                self._publish(fs, src, f"{p}/batch-{batch}-{name}")
         from streamstate.runtime.checkpoint.storage import atomic_write
 
         atomic_write(fs, marker, b"committed\n")
@@ -193,6 +235,11 @@ class SparkTableCommitter(SinkCommitter):
         _remove(files)
         if fs.exists(out):
             fs.rm(out, recursive=True)
+
+    @staticmethod
+    def _publish(fs: Any, src: str, dest: str) -> None:
+        """Step 3 for one data file: rename it into the table (visible from now on)."""
+        fs.mv(src, dest)
 
     def _url(self, local: str) -> str:
         """``local`` (a path of the table's file system) as the URL Spark writes to."""
