@@ -177,3 +177,33 @@ def test_a_migration_that_cannot_succeed_fails_the_job_without_restarts(
     assert any(isinstance(x, StateMigrationError) for x in chain) or "StateMigrationError" in text
     assert "'seen'" in text and "field 'n'" in text
     assert digest(tmp_path / "one") == before  # the checkpoint is untouched
+
+
+@pytest.mark.parametrize(
+    "fmt,first,second",
+    [("CANONICAL", "rocksdb", "hashmap"), ("NATIVE", "rocksdb", "rocksdb")],
+)
+def test_a_savepoint_restores_into_changed_state_classes(
+    tmp_path: Path, fmt: str, first: str, second: str
+) -> None:
+    from streamstate.common.savepoint import SavepointFormatType
+    from tests.support.savepoints import stop_with_savepoint
+
+    env = make_env(tmp_path, "one", first)
+    sink = CollectSink()
+    env.from_collection(ROWS).set_parallelism(1).key_by(lambda v: v[0]).process(
+        Summing(v2=False)
+    ).uid("sum").sink_to(sink)
+    sp = stop_with_savepoint(
+        env, tmp_path / "sp", at=1, format_type=getattr(SavepointFormatType, fmt)
+    )
+    env2 = make_env(tmp_path, "two", second)
+    env2.set_restore_path(sp)
+    _, result = run(env2, [*ROWS, ("a", 10)], Summing(v2=True))
+    assert result.get_accumulator_result("state_migrated_entries.sum.total") >= 1
+    chk = result.get_accumulator_result("latest-checkpoint")
+    totals = read_keyed_state(chk, "sum", ValueStateDescriptor("total", Types.DATACLASS(ReadingV2)))
+    want: dict[str, int] = {}
+    for k, v in [*ROWS, ("a", 10)]:
+        want[k] = want.get(k, 0) + v
+    assert totals == {k: ReadingV2(v) for k, v in want.items()}
