@@ -11,9 +11,21 @@ from typing import Any
 
 import pytest
 
-from tests.pyflink_docs.conftest import Run
-
 DOCS = Path(__file__).parent / "programs" / "docs"
+
+
+def run_doc_program(capfd: pytest.CaptureFixture[str], name: str) -> list[str]:
+    """Run the complete program ``programs/docs/<name>.py`` as ``__main__`` on the
+    in-process runner; the lines it prints."""
+    from tests.pyflink_docs.conftest import strip_subtask
+
+    conf = '{"rest.enabled": "false", "execution.progress": "none", "execution.runner": "local"}'
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STREAMSTATE_CONF", conf)
+        capfd.readouterr()
+        runpy.run_path(str(DOCS / f"{name}.py"), run_name="__main__")
+        out = capfd.readouterr().out
+    return [strip_subtask(line) for line in out.splitlines() if line.strip()]
 
 
 def fragment(name: str, **names: Any) -> dict[str, Any]:
@@ -21,7 +33,7 @@ def fragment(name: str, **names: Any) -> dict[str, Any]:
     return runpy.run_path(str(DOCS / f"{name}.py"), init_globals=names)
 
 
-def test_state_count_window_average(run_program: Run) -> None:
+def test_state_count_window_average(capfd: pytest.CaptureFixture[str]) -> None:
     # a poor man's count window: per key, the average of every 2 elements; the stream
     # has no declared type, so PyFlink prints str() of the tuples
     data = [(1, 3), (1, 5), (1, 7), (1, 4), (1, 2)]
@@ -31,7 +43,7 @@ def test_state_count_window_average(run_program: Run) -> None:
         if len(pending) == 2:
             expected.append(str((k, int(sum(pending) / 2))))
             pending = []
-    assert run_program("docs.state_count_window_average") == expected  # (1, 4), (1, 5)
+    assert run_doc_program(capfd, "state_count_window_average") == expected  # (1, 4), (1, 5)
 
 
 @pytest.mark.xfail(
@@ -39,8 +51,8 @@ def test_state_count_window_average(run_program: Run) -> None:
     reason="the example reads a Table API datagen source (pyflink.table): not supported, "
     "see docs/limitations.md",
 )
-def test_process_function_count_with_timeout(run_program: Run) -> None:
-    run_program("docs.process_function_count_with_timeout")
+def test_process_function_count_with_timeout(capfd: pytest.CaptureFixture[str]) -> None:
+    run_doc_program(capfd, "process_function_count_with_timeout")
 
 
 def test_checkpointing_configuration() -> None:
