@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -35,7 +37,7 @@ from streamstate.api.state import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from streamstate.errors import StateMigrationError
+from streamstate.errors import StateMigrationError, StateNotAvailableYetError
 from streamstate.runtime.checkpoint.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
@@ -64,6 +66,8 @@ __all__ = [
 ]
 
 
+log = logging.getLogger("streamstate")
+
 #: delta files kept in memory (split by key group) for the serving copies that still have
 #: to apply them; a refresh drops those no longer in the newest snapshot's lineages
 DELTA_CACHE = 256
@@ -84,6 +88,33 @@ class _Verified(StreamStateHandle):
 
     def read_range(self, offset: int, length: int) -> bytes:
         return self.data[offset : offset + length]
+
+
+_GRAVEYARD: queue.SimpleQueue[Any] = queue.SimpleQueue()
+_DISPOSER: list[threading.Thread] = []
+_DISPOSER_LOCK = threading.Lock()
+
+
+def _dispose_later(backend: Any) -> None:
+    """Dispose a replaced copy on a background thread: closing a RocksDB database and
+    deleting its directory takes tens of ms that no lookup should wait for."""
+    with _DISPOSER_LOCK:
+        if not _DISPOSER:
+            t = threading.Thread(
+                target=_dispose_loop, name="streamstate-query-dispose", daemon=True
+            )
+            t.start()
+            _DISPOSER.append(t)
+    _GRAVEYARD.put(backend)
+
+
+def _dispose_loop() -> None:
+    while True:
+        backend = _GRAVEYARD.get()
+        try:
+            backend.dispose()
+        except Exception:  # a copy that cannot be disposed only leaks its directory
+            log.warning("queryable state: disposing a serving copy failed", exc_info=True)
 
 
 class StaleSnapshot(Exception):
@@ -171,9 +202,13 @@ class _Entry:
         #: state name -> (state handle, whether it is stored with TTL, the type infos read with)
         self.states: dict[str, tuple[Any, bool, Any]] = {}
 
-    def close(self) -> None:
+    def close(self, now: bool = False) -> None:
+        """Drop the copy (disposed in the background unless ``now``)."""
         if self.backend is not None:
-            self.backend.dispose()
+            if now:
+                self.backend.dispose()
+            else:
+                _dispose_later(self.backend)
         self.backend = None
         self.lineage = None
         self.states = {}
@@ -370,7 +405,11 @@ class ServingCache:
     ) -> Any:
         """``key``'s value of ``state`` (name, kind, type infos) as of ``snap``
         (StaleSnapshot: re-pin)."""
-        lin = snap.lineages[(op.uid, op.subtask_of(key_group))]
+        lin = snap.lineages.get((op.uid, op.subtask_of(key_group)))
+        if lin is None:  # e.g. a BATCH job, which keeps no state versions
+            raise StateNotAvailableYetError(
+                f"operator {op.uid!r} has no state version as of {snap.as_of} {snap.epoch}"
+            )
         entry = self._entry(op, op.serving_range(key_group))
         self.used = True
         with entry.lock:
@@ -424,4 +463,4 @@ class ServingCache:
             self._bases.clear()
         for e in entries:
             with e.lock:
-                e.close()
+                e.close(now=True)
