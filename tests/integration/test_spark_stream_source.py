@@ -96,3 +96,19 @@ def test_restore_resumes_at_the_checkpointed_offsets(spark, tmp_path):
         _write(indir, f)  # new files arrive while no job runs
     second = _ids_job(spark, tmp_path, indir, "second", restore=latest.path)
     assert sorted(first + second) == list(range(200))
+
+
+def test_rate_source_with_a_failure_delivers_no_value_twice(spark, tmp_path):
+    env = make_env(spark, epoch_records=25, **{"execution.epoch.max-epochs": "5"})
+    env.enable_checkpointing(1)  # every epoch boundary
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
+    df = spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+    ds = env.from_spark_stream(df, str(tmp_path / "spark"))
+    assert ds._t.output_type == Types.ROW_NAMED(
+        ["timestamp", "value"], [Types.SQL_TIMESTAMP(), Types.LONG()]
+    )
+    fail = FailOnce(str(tmp_path), epoch=3, subtask=0, after_records=1)
+    with use_default_clock(TickingClock(start_ms=1000)):
+        out = list(ds.map(lambda r: r.value).map(fail).execute_and_collect("rate"))
+    assert fail.fired
+    assert out and len(set(out)) == len(out)
