@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import uuid
 from functools import partial
@@ -124,7 +126,12 @@ def _stage_partition(base: str, fields: list[str], nested: bool, index: int, row
 def stage_dataframe(df: Any, staging_dir: str | None = None) -> list[StagedSplit]:
     """Write every partition of ``df`` into its own staged rows file (one Spark job);
     the splits ``[path, rows]`` in partition order."""
-    base = (staging_dir or default_staging_dir("df")).rstrip("/")
+    if staging_dir is None:
+        staging_dir = default_staging_dir("df")
+        # re-staged by every from_dataframe() call (also for a restore): a local temp
+        # directory only this process uses, removed when it ends
+        atexit.register(shutil.rmtree, staging_dir, True)
+    base = staging_dir.rstrip("/")
     base = f"{base}/{uuid.uuid4().hex}"
     if "://" not in base:
         os.makedirs(base, exist_ok=True)
