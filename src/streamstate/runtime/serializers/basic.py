@@ -236,10 +236,11 @@ class _StructSerializer(FieldSerializer):
         """All ``values`` packed back to back (no nulls)."""
         fast = self.fast_types
         checked = list(values)
-        for i, v in enumerate(checked):
-            if type(v) not in fast:
-                self.check_null(v)
-                checked[i] = self.check(v)
+        if not set(map(type, checked)).issubset(fast):  # else nothing to check (C-level scan)
+            for i, v in enumerate(checked):
+                if type(v) not in fast:
+                    self.check_null(v)
+                    checked[i] = self.check(v)
         try:
             return struct.pack(f">{len(checked)}{self.fmt}", *checked)
         except (struct.error, OverflowError):
