@@ -1,6 +1,7 @@
 """Run PyFlink's example programs, read from the pinned ``apache-flink`` wheel
 (``tests/support/pyflink_examples.py``; ``pyflink`` -> ``streamstate`` in the imports
-only), as ``python <program>.py [args]`` runs them, and return what they print.
+only), or our re-expressions of the documentation pages' programs (``pages.<name>``),
+as ``python <program>.py [args]`` runs them, and return what they print.
 
 The programs build their environment with ``StreamExecutionEnvironment.
 get_execution_environment()``; the runner and the quiet console come from
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import json
 import re
+import runpy
 import sys
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -90,7 +93,12 @@ def run_program(
         keys.update(conf or {})
         monkeypatch.setenv("STREAMSTATE_CONF", json.dumps(keys))
         capfd.readouterr()
-        run_as_main(name, list(argv))
+        if name.startswith("pages."):  # ours, committed: tests/pyflink_docs/pages/
+            monkeypatch.setattr(sys, "argv", [name, *argv])
+            page = Path(__file__).parent / (name.replace(".", "/") + ".py")
+            runpy.run_path(str(page), run_name="__main__")
+        else:
+            run_as_main(name, list(argv))
         out, _err = capfd.readouterr()
         lines = [line for line in out.splitlines() if line.strip()]
         return [strip_subtask(line) for line in lines] if strip else lines
