@@ -14,6 +14,7 @@ registered on its keyed backends with their ``set_queryable`` names
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,6 +41,7 @@ from streamstate.runtime.queryable.serving import (
     StaleSnapshot,
 )
 from streamstate.runtime.serializers.base import TypeSerializer
+from streamstate.runtime.serializers.key import deserialize_untrusted
 from streamstate.runtime.state.format.serializers import restore_serializer
 
 __all__ = [
@@ -314,6 +316,11 @@ class QueryableStateService:
             raise WrongKeyTypeError("the request carries no key type")
         token = (op.uid, str(key_type))
         ser = self._key_types.get(token)
+        if ser is None and '"pickle"' in json.dumps(key_type):
+            raise WrongKeyTypeError(
+                "keys of a pickled type cannot be looked up remotely (the server never "
+                "unpickles what a client sends): key the job by a declared key type"
+            )
         if ser is None:
             try:
                 ser = restore_serializer(dict(key_type), "<key>")
@@ -322,8 +329,9 @@ class QueryableStateService:
             check_key_type(op, ser)
             if len(self._key_types) < 64:
                 self._key_types[token] = ser  # checked: the same key type costs a lookup
+        decode = deserialize_untrusted if ser.name == "default_key" else ser.deserialize
         try:
-            return [ser.deserialize(b) for b in blobs]
+            return [decode(b) for b in blobs]
         except Exception as e:  # any decoding failure is a bad key from the client
             raise WrongKeyTypeError(f"a key of the request cannot be decoded: {e}") from e
 

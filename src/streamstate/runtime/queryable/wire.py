@@ -5,8 +5,8 @@ Every message is a frame: a 4-byte big-endian length, then the payload. A payloa
 its bytes. A request's blobs are its keys, serialized with the serializer of the request's
 key type (its snapshot is in the header); a response's single blob is the pickled list of
 values (the client trusts its server, as for any pickle-based RPC; the server never
-unpickles anything before the job's token checked out, and only through the key type's
-serializer).
+unpickles what a client sends: keys decode only after the job's token checked out, with a
+key type that is not pickle-based, see ``QueryableStateService.decode_keys``).
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from streamstate.runtime.serializers.basic import read_varint, write_varint
 __all__ = [
     "DefaultKeySerializer",
     "default_key_serializer",
+    "deserialize_untrusted",
 ]
 
 # type tags (part of the format: never renumber)
@@ -137,7 +138,7 @@ def _read_blob(data: bytes, pos: int) -> tuple[bytes, int]:
     return data[pos:end], end
 
 
-def _read(data: bytes, pos: int) -> tuple[Any, int]:
+def _read(data: bytes, pos: int, allow_pickle: bool = True) -> tuple[Any, int]:
     """Decode the nested encoding at ``pos``; returns ``(value, next_pos)``."""
     tag = data[pos]
     pos += 1
@@ -163,7 +164,7 @@ def _read(data: bytes, pos: int) -> tuple[Any, int]:
         n, pos = read_varint(data, pos)
         items = []
         for _ in range(n):
-            v, pos = _read(data, pos)
+            v, pos = _read(data, pos, allow_pickle)
             items.append(v)
         return tuple(items), pos
     if tag == _T_ROW:
@@ -175,11 +176,11 @@ def _read(data: bytes, pos: int) -> tuple[Any, int]:
         if has_names:
             names = []
             for _ in range(n):
-                name, pos = _read(data, pos)
+                name, pos = _read(data, pos, allow_pickle)
                 names.append(name)
         values = []
         for _ in range(n):
-            v, pos = _read(data, pos)
+            v, pos = _read(data, pos, allow_pickle)
             values.append(v)
         row = Row(*values)
         row._fields = names
@@ -187,9 +188,32 @@ def _read(data: bytes, pos: int) -> tuple[Any, int]:
             row.set_row_kind(RowKind(kind))
         return row, pos
     if tag == _T_PICKLE:
+        if not allow_pickle:
+            raise ValueError("a pickled key (or key part) from an untrusted source")
         b, pos = _read_blob(data, pos)
         return pickle.loads(b), pos
     raise ValueError(f"corrupt key: unknown type tag {tag}")
+
+
+def deserialize_untrusted(data: bytes) -> Any:
+    """A key of the default encoding from an untrusted source (a queryable-state client):
+    as :meth:`DefaultKeySerializer.deserialize`, but nothing is unpickled (ValueError)."""
+    tag = data[0]
+    if tag == _T_STR:
+        return data[1:].decode("utf-8", "surrogatepass")
+    if tag == _T_BIGINT:
+        return int.from_bytes(data[1:], "big", signed=True)
+    if tag == _T_BYTES:
+        return bytes(data[1:])
+    if tag == _T_PICKLE:
+        raise ValueError("a pickled key from an untrusted source")
+    try:
+        value, pos = _read(data, 0, allow_pickle=False)
+    except (IndexError, struct.error):
+        raise ValueError("corrupt key: truncated") from None
+    if pos != len(data):
+        raise ValueError(f"corrupt key: {len(data) - pos} trailing bytes")
+    return value
 
 
 class DefaultKeySerializer(TypeSerializer):
