@@ -95,6 +95,47 @@ class _Registered:
     type_infos: tuple[Any, ...] | None = None
 
 
+class _Refresher:
+    """A thread per service, started by the first publish after a lookup, that brings the
+    serving copies held to each newly published snapshot (``ServingCache.refresh``)."""
+
+    def __init__(self, service: QueryableStateService) -> None:
+        self.service = service
+        self.published = threading.Event()
+        self.closed = False
+        self.thread: threading.Thread | None = None
+
+    def wake(self) -> None:
+        if not any(len(c) for c in self.service.caches.values()):
+            return  # nothing queried yet: nothing to keep fresh
+        if self.thread is None:
+            self.thread = threading.Thread(
+                target=self._loop,
+                name=f"streamstate-query-refresh-{self.service.job_id}",
+                daemon=True,
+            )
+            self.thread.start()
+        self.published.set()
+
+    def stop(self) -> None:
+        self.closed = True
+        self.published.set()
+
+    def _loop(self) -> None:
+        while not self.closed:
+            self.published.wait()
+            self.published.clear()
+            for as_of, cache in self.service.caches.items():
+                snap = self.service.snapshot(as_of)
+                if snap is not None and not self.closed:
+                    try:
+                        cache.refresh(snap)
+                    except Exception:  # lookups bring their copy up themselves
+                        log.debug(
+                            "queryable state: refreshing serving copies failed", exc_info=True
+                        )
+
+
 class QueryableStateService:
     """See the module docstring. Thread-safe: the driver publishes, query threads look up."""
 
@@ -112,10 +153,8 @@ class QueryableStateService:
         self.caches = {a: ServingCache(max_entries) for a in AS_OF}
         #: (operator uid, key type snapshot) -> its checked serializer
         self._key_types: dict[tuple[str, str], TypeSerializer] = {}
-        #: wakes the refresher: serving copies move to a new snapshot off the lookup path
-        self._published = threading.Event()
-        self._closed = False
-        self._refresher: threading.Thread | None = None
+        #: moves the serving copies to a new snapshot off the lookup path
+        self._refresher = _Refresher(self)
         with _LIVE_LOCK:
             _LIVE[job_id] = self
 
@@ -205,33 +244,7 @@ class QueryableStateService:
         )
         with self._lock:
             self._snapshots["epoch"] = snap
-        self._wake_refresher()
-
-    def _wake_refresher(self) -> None:
-        if not any(len(c) for c in self.caches.values()):
-            return  # nothing queried yet: nothing to keep fresh
-        if self._refresher is None:
-            self._refresher = threading.Thread(
-                target=self._refresh_loop,
-                name=f"streamstate-query-refresh-{self.job_id}",
-                daemon=True,
-            )
-            self._refresher.start()
-        self._published.set()
-
-    def _refresh_loop(self) -> None:
-        while not self._closed:
-            self._published.wait()
-            self._published.clear()
-            for as_of, cache in self.caches.items():
-                snap = self.snapshot(as_of)
-                if snap is not None and not self._closed:
-                    try:
-                        cache.refresh(snap)
-                    except Exception:  # lookups bring their copy up themselves
-                        log.debug(
-                            "queryable state: refreshing serving copies failed", exc_info=True
-                        )
+        self._refresher.wake()
 
     def publish_checkpoint(
         self,
@@ -251,7 +264,7 @@ class QueryableStateService:
         )
         with self._lock:
             self._snapshots["checkpoint"] = snap
-        self._wake_refresher()
+        self._refresher.wake()
 
     def retract_epoch(self, why: str) -> None:
         """The job failed: the latest epoch may be rolled back; answer nothing as of an
@@ -262,8 +275,7 @@ class QueryableStateService:
 
     def close(self) -> None:
         """The job ended: forget it and release the serving copies."""
-        self._closed = True
-        self._published.set()
+        self._refresher.stop()
         with _LIVE_LOCK:
             if _LIVE.get(self.job_id) is self:
                 del _LIVE[self.job_id]
