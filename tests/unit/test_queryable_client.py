@@ -105,6 +105,8 @@ class ClientProbe(JobObserver):
         c = self.client
         one = c.get_kv_state(job_id, "counts", KEYS[0], Types.STRING(), COUNT)
         assert one.get() == one.value and one.epoch >= 1
+        future = c.get_kv_state_async(job_id, "counts", KEYS[0], Types.STRING(), COUNT)
+        assert future.result(30) == one
         with pytest.raises(UnknownJobError):
             c.get_kv_state("nojob", "counts", "k0", Types.STRING(), COUNT)
         with pytest.raises(UnknownKvStateError, match="queryable states: 'counts'"):

@@ -14,6 +14,7 @@ Errors are typed (:mod:`streamstate.errors`): ``UnknownJobError``,
 
 from __future__ import annotations
 
+import concurrent.futures
 import pickle
 import socket
 import threading
@@ -90,6 +91,7 @@ class QueryableStateClient:
         self._sock: socket.socket | None = None
         self._last: dict[str, Any] | None = None
         self._lock = threading.Lock()
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     @classmethod
     def for_job(cls, job_id: str, timeout: float = 10.0) -> QueryableStateClient:
@@ -167,8 +169,38 @@ class QueryableStateClient:
             head.get("checkpoint_id"),
         )
 
+    def get_kv_state_async(
+        self,
+        job_id: str,
+        queryable_state_name: str,
+        key: Any,
+        key_type_info: Any,
+        state_descriptor: Any,
+        as_of: str = "epoch",
+    ) -> concurrent.futures.Future[KvStateResponse]:
+        """:meth:`get_kv_state` as a future (Flink's ``getKvState`` returns one); the
+        client's requests still go one at a time over its connection."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix="streamstate-query-client"
+                )
+            pool = self._pool
+        return pool.submit(
+            self.get_kv_state,
+            job_id,
+            queryable_state_name,
+            key,
+            key_type_info,
+            state_descriptor,
+            as_of,
+        )
+
     def shutdown(self) -> None:
         """Close the connection (Flink's ``shutdownAndWait``)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         with self._lock:
             if self._sock is not None:
                 self._sock.close()
