@@ -115,3 +115,15 @@ class _Unbounded:
         src = SequenceSource(0, 10)
         src.bounded = False
         return src
+
+
+def test_to_dataframe_after_a_failure_holds_each_record_once(spark, sales, tmp_path):
+    env = make_env(spark, epoch_records=20)
+    env.enable_checkpointing(2500, CheckpointingMode.EXACTLY_ONCE)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
+    fail = FailOnce(str(tmp_path), epoch=4, subtask=0, after_records=2)
+    with use_default_clock(TickingClock(start_ms=1000)):
+        df = env.from_dataframe(sales).map(fail).to_dataframe("to-df")
+    assert fail.fired
+    assert df.columns == ["id", "key", "amount"]  # inferred from the Rows
+    assert sorted(r.id for r in df.collect()) == list(range(300))

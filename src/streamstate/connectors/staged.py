@@ -25,12 +25,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from streamstate.common.row import Row, RowKind
-from streamstate.connectors.base import Source
+from streamstate.connectors.base import SinkCommitter, Source
 from streamstate.errors import ConfigurationError, StreamStateError
 from streamstate.runtime.operators.base import StreamOperator
 
 __all__ = [
     "MAGIC",
+    "StagedFilesCommitter",
     "StagedRowsSinkOperator",
     "StagedRowsSource",
     "StagedSplit",
@@ -211,3 +212,38 @@ class StagedRowsSinkOperator(StreamOperator):
         path = f"{self.staging_dir}/{self.token}-{self.ctx.subtask_index}-{uuid.uuid4().hex}.rows"
         write_staged_rows(path, rows)
         return path
+
+
+class StagedFilesCommitter(SinkCommitter):
+    """Keeps the staged files of committed epochs (``to_dataframe`` reads them); an epoch
+    is kept at most once, files of rolled-back or re-committed epochs are deleted."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, list[str]] = {}
+        self.committed: list[str] = []
+        self.committed_up_to = 0
+
+    def prepare(self, epoch: int, results: list[Any]) -> None:
+        self.pending.setdefault(epoch, []).extend(r for r in results if r)
+
+    def commit(self, up_to_epoch: int) -> None:
+        for e in sorted(e for e in self.pending if e <= up_to_epoch):
+            files = self.pending.pop(e)
+            if e > self.committed_up_to:
+                self.committed.extend(files)
+            else:
+                _remove_files(files)
+        self.committed_up_to = max(self.committed_up_to, up_to_epoch)
+
+    def abort(self, after_epoch: int) -> None:
+        for e in [e for e in self.pending if e > after_epoch]:
+            _remove_files(self.pending.pop(e))
+
+
+def _remove_files(files: list[str]) -> None:
+    import fsspec
+
+    for f in files:
+        fs, p = fsspec.core.url_to_fs(f)
+        if fs.exists(p):
+            fs.rm(p)

@@ -330,41 +330,21 @@ class DataStream(StreamMethods):
         return CloseableIterator(results) if limit is None else results[:limit]
 
     def to_dataframe(
-        self, job_execution_name: str | None = None, type_info: Any = None, spark: Any = None
+        self,
+        job_execution_name: str | None = None,
+        type_info: Any = None,
+        spark: Any = None,
+        staging_path: str | None = None,
     ) -> Any:
-        """Run the (bounded) job and return this stream's records as a Spark DataFrame.
+        """Run the (bounded) job; its records as a Spark DataFrame whose schema is that of
+        ``type_info``, else of the stream's declared type, else inferred by Spark. Records
+        of committed epochs only, staged by the subtasks under ``staging_path`` (default a
+        temp dir removed at process exit; on a cluster, one every worker reads) and read
+        lazily by Spark tasks (docs/architecture.md, *Spark in and out*)."""
+        from streamstate.spark.dataframes import stream_to_dataframe
 
-        The schema comes from ``type_info``, else the stream's declared type (the source's
-        or the last ``output_type=``): a record type (``ROW_NAMED``, ``ROW``, ``TUPLE``)
-        gives one column per field, any other type one ``value`` column. Without a type,
-        Spark infers the schema from the records (``Row`` field names become columns).
-        The records are those of ``execute_and_collect`` (exactly-once with checkpointing);
-        they pass through the driver, so this is for results that fit in its memory."""
-        from streamstate.spark.dataframes import records_to_dataframe
-
-        _check_bounded(self._t, self._env, "to_dataframe()")
-        records = list(self.execute_and_collect(job_execution_name or "to_dataframe"))
-        return records_to_dataframe(
-            records, type_info or self._t.output_type, spark or self._env._spark
-        )
-
-
-def _check_bounded(t: Transformation, env: Any, what: str) -> None:
-    if env.get_configuration().get_string("execution.epoch.max-epochs", None):
-        return
-    stack, seen = [t], set()
-    while stack:
-        n = stack.pop()
-        if n.id in seen:
-            continue
-        seen.add(n.id)
-        if n.kind is TransformationKind.SOURCE and not getattr(n.payload, "bounded", True):
-            raise ConfigurationError(
-                f"{what} needs a bounded job, but source {n.name!r} is unbounded: use "
-                f"sink_to(SparkTableSink(...)) for unbounded streams, or bound the run with "
-                f"execution.epoch.max-epochs"
-            )
-        stack.extend(n.inputs)
+        name = job_execution_name or "to_dataframe"
+        return stream_to_dataframe(self, name, type_info, spark, staging_path)
 
 
 class CloseableIterator:

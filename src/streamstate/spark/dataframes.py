@@ -4,7 +4,7 @@
   reverse of :func:`streamstate.spark.schema.spark_type`.
 * :func:`stage_dataframe` writes each partition of a DataFrame as one staged rows file
   (``connectors/staged.py``), in one Spark job: what ``env.from_dataframe`` reads.
-* :func:`records_to_dataframe` builds a DataFrame from a bounded job's records.
+* :func:`stream_to_dataframe` runs a bounded job and returns its output as a DataFrame.
 """
 
 from __future__ import annotations
@@ -18,17 +18,26 @@ from functools import partial
 from typing import Any
 
 from streamstate.common.typeinfo import TypeInformation, Types
-from streamstate.connectors.staged import StagedSplit, write_staged_rows
+from streamstate.connectors.staged import (
+    StagedFilesCommitter,
+    StagedRowsSinkOperator,
+    StagedSplit,
+    read_staged_rows,
+    write_staged_rows,
+)
 from streamstate.errors import ConfigurationError
-from streamstate.spark.schema import from_spark, record_schema
+from streamstate.runtime.graph import TransformationKind
+from streamstate.spark.schema import from_spark, record_converter, record_schema
 
 __all__ = [
     "active_spark",
     "default_staging_dir",
+    "check_bounded",
+    "converted_rows",
     "plain_record",
-    "records_to_dataframe",
     "schema_of",
     "stage_dataframe",
+    "stream_to_dataframe",
     "type_info_of",
 ]
 
@@ -146,21 +155,78 @@ def schema_of(df: Any) -> TypeInformation:
     return type_info_of(df.schema)
 
 
-def records_to_dataframe(records: list[Any], type_info: Any = None, spark: Any = None) -> Any:
-    """A DataFrame of ``records``: columns of ``type_info`` (record types: one column per
-    field, else one ``value`` column), or a schema Spark infers from Row/tuple records."""
-    from streamstate.spark.schema import record_converter
+def converted_rows(convert: Any, path: str) -> list[Any]:
+    """The records of a staged rows file, each through ``convert`` (Spark task side)."""
+    return [convert(r) for r in read_staged_rows(path)]
 
-    session = active_spark(spark)
-    if type_info is not None:
-        conv = record_converter(type_info)
-        return session.createDataFrame([conv(r) for r in records], record_schema(type_info))
-    if not records:
+
+class _StagedOutput:
+    """The sink of ``to_dataframe``: subtasks stage their records; committed files kept."""
+
+    def __init__(self, staging_dir: str) -> None:
+        self.staging_dir = staging_dir
+        self.committer: StagedFilesCommitter | None = None
+
+    def _sink_parts(self) -> tuple[str, Any, Any]:
+        def committer(exactly_once: bool = True) -> StagedFilesCommitter:
+            self.committer = StagedFilesCommitter()
+            return self.committer
+
+        op = partial(StagedRowsSinkOperator, self.staging_dir, uuid.uuid4().hex[:12])
+        return "ToDataFrame", op, committer
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"staging_dir": self.staging_dir, "committer": None}
+
+
+def check_bounded(t: Any, env: Any, what: str) -> None:
+    """Refuse ``what`` when a source of ``t`` is unbounded (unless max-epochs ends the job)."""
+    if env.get_configuration().get_string("execution.epoch.max-epochs", None):
+        return
+    stack, seen = [t], set()
+    while stack:
+        n = stack.pop()
+        if n.id in seen:
+            continue
+        seen.add(n.id)
+        if n.kind is TransformationKind.SOURCE and not getattr(n.payload, "bounded", True):
+            raise ConfigurationError(
+                f"{what} needs a bounded job, but source {n.name!r} is unbounded: use "
+                f"sink_to(SparkTableSink(...)) for unbounded streams, or bound the run with "
+                f"execution.epoch.max-epochs"
+            )
+        stack.extend(n.inputs)
+
+
+def stream_to_dataframe(
+    ds: Any, job_name: str, type_info: Any = None, spark: Any = None, staging_dir: str | None = None
+) -> Any:
+    """Run ``ds``'s (bounded) job and return its records as a DataFrame (see
+    ``DataStream.to_dataframe``): every subtask stages its epochs' records; the DataFrame
+    reads the committed files in Spark tasks, lazily (the staged files stay until this
+    process ends when ``staging_dir`` is the default)."""
+    check_bounded(ds._t, ds._env, "to_dataframe()")
+    if staging_dir is None:
+        staging_dir = default_staging_dir("out")
+        atexit.register(shutil.rmtree, staging_dir, True)
+    sink = _StagedOutput(staging_dir.rstrip("/"))
+    ds.sink_to(sink)
+    ds._env.execute(job_name)
+    assert sink.committer is not None
+    files = list(sink.committer.committed)
+    session = active_spark(spark if spark is not None else ds._env._spark)
+    ti = type_info if type_info is not None else ds._t.output_type
+    if ti is None and not files:
         raise ConfigurationError(
             "to_dataframe() of an empty stream needs its type: declare output_type=Types... "
             "on the last operator (or pass type_info=)"
         )
-    return session.createDataFrame([plain_record(r) for r in records])
+    convert = record_converter(ti) if ti is not None else plain_record
+    rdd = session.sparkContext.parallelize(files, max(1, len(files)))
+    rdd = rdd.flatMap(partial(converted_rows, convert))
+    if ti is not None:
+        return session.createDataFrame(rdd, record_schema(ti))
+    return session.createDataFrame(rdd)
 
 
 def plain_record(r: Any) -> Any:

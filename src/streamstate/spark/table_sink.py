@@ -29,9 +29,8 @@ from functools import partial
 from typing import Any
 
 from streamstate.connectors.base import SinkCommitter
-from streamstate.connectors.staged import read_staged_rows
 from streamstate.errors import ConfigurationError
-from streamstate.spark.dataframes import active_spark, plain_record
+from streamstate.spark.dataframes import active_spark, converted_rows, plain_record
 from streamstate.spark.schema import record_converter, record_schema
 
 __all__ = ["SaveMode", "SparkTableCommitter"]
@@ -74,10 +73,6 @@ def _visible(fs: Any, path: str) -> list[str]:
         for p in fs.ls(path, detail=False)
         if not p.rstrip("/").rsplit("/", 1)[-1].startswith(("_", "."))
     ]
-
-
-def _rows(convert: Any, path: str) -> Any:
-    return [convert(r) for r in read_staged_rows(path)]
 
 
 class SparkTableCommitter(SinkCommitter):
@@ -250,7 +245,9 @@ class SparkTableCommitter(SinkCommitter):
         spark = active_spark()
         ti = self.type_info
         convert = record_converter(ti) if ti is not None else plain_record
-        rdd = spark.sparkContext.parallelize(files, len(files)).flatMap(partial(_rows, convert))
+        rdd = spark.sparkContext.parallelize(files, len(files)).flatMap(
+            partial(converted_rows, convert)
+        )
         if ti is not None:
             df = spark.createDataFrame(rdd, record_schema(ti))
         else:

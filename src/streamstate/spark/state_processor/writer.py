@@ -313,7 +313,9 @@ class SavepointWriter:
         """Move an existing operator's state to another uid (a job whose uid changed)."""
         old, new = _uid(from_uid), _uid(to_uid)
         if old in self._renamed:
-            raise ConfigurationError(f"operator {old!r} is already renamed to {self._renamed[old]!r}")
+            raise ConfigurationError(
+                f"operator {old!r} is already renamed to {self._renamed[old]!r}"
+            )
         if old not in self._existing() or old in self._removed:
             raise ConfigurationError(
                 f"change_operator_identifier: the existing savepoint has no operator {old!r}; "
