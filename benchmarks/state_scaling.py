@@ -15,7 +15,8 @@ hits/misses (subtask-epochs that found their state in the worker vs rebuilt it),
 the ratio of each median to the smallest size's (the issue's goal: <= 1.5x from 10^4
 to 10^7 keys). ``--json F`` writes the figures.
 
-Run: ``python -m benchmarks.state_scaling --backend rocksdb --sizes 10000,1000000``.
+Run: ``python -m benchmarks.state_scaling --backend rocksdb --sizes 10000,1000000``;
+``--svg docs/state_scaling_rocksdb.svg`` plots the median and p90 epoch time vs keys.
 """
 
 from __future__ import annotations
@@ -182,6 +183,77 @@ def run(spark: Any, args: Any, keys: int, savepoint: str, work: str) -> dict[str
     }
 
 
+def write_svg(rows: list[dict[str, Any]], path: str, title: str) -> None:
+    """A line chart of the median and p90 epoch time vs the number of keys (log scale),
+    written by hand (no plotting dependency), atomically."""
+    import math
+    import os
+
+    w, h, left, right, top, bottom = 680, 380, 70, 60, 50, 50
+    xs = [math.log10(r["keys"]) for r in rows]
+    x0, x1 = math.floor(min(xs)), math.ceil(max(xs))
+    x1 = x1 if x1 > x0 else x0 + 1
+    ymax = max(max(r["p90_epoch_ms"], r["median_epoch_ms"]) for r in rows) * 1.15
+    base = 10 ** math.floor(math.log10(ymax / 5)) if ymax > 0 else 1
+    step = next(m * base for m in (1, 2, 5, 10) if ymax / (m * base) <= 6)
+
+    def px(x: float) -> float:
+        return left + (x - x0) / (x1 - x0) * (w - left - right)
+
+    def py(y: float) -> float:
+        return h - bottom - y / ymax * (h - top - bottom)
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+        f'font-family="sans-serif" font-size="12">',
+        f'<rect width="{w}" height="{h}" fill="white"/>',
+        f'<text x="{w / 2}" y="22" text-anchor="middle" font-size="14">{title}</text>',
+    ]
+    y = 0.0
+    while y <= ymax:
+        out.append(
+            f'<line x1="{left}" y1="{py(y):.1f}" x2="{w - right}" y2="{py(y):.1f}" '
+            f'stroke="#ddd"/><text x="{left - 6}" y="{py(y) + 4:.1f}" '
+            f'text-anchor="end">{y:g}</text>'
+        )
+        y += step
+    for e in range(x0, x1 + 1):
+        out.append(
+            f'<line x1="{px(e):.1f}" y1="{top}" x2="{px(e):.1f}" y2="{h - bottom}" '
+            f'stroke="#eee"/><text x="{px(e):.1f}" y="{h - bottom + 18}" '
+            f'text-anchor="middle">10^{e}</text>'
+        )
+    out.append(
+        f'<text x="{(left + w - right) / 2}" y="{h - 10}" text-anchor="middle">'
+        f"keys of state</text>"
+        f'<text x="16" y="{(top + h - bottom) / 2}" text-anchor="middle" '
+        f'transform="rotate(-90 16 {(top + h - bottom) / 2})">epoch time (ms)</text>'
+    )
+    for key, colour, label in (
+        ("median_epoch_ms", "#1f77b4", "median"),
+        ("p90_epoch_ms", "#ff7f0e", "p90"),
+    ):
+        pts = " ".join(f"{px(x):.1f},{py(r[key]):.1f}" for x, r in zip(xs, rows, strict=True))
+        out.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for x, r in zip(xs, rows, strict=True):
+            out.append(
+                f'<circle cx="{px(x):.1f}" cy="{py(r[key]):.1f}" r="3" fill="{colour}"/>'
+                f'<text x="{px(x) + 5:.1f}" y="{py(r[key]) - 6:.1f}" fill="{colour}">'
+                f"{r[key]:.0f}</text>"
+            )
+        lx = left + 10 + (0 if label == "median" else 90)
+        out.append(
+            f'<line x1="{lx}" y1="{top - 12}" x2="{lx + 20}" y2="{top - 12}" '
+            f'stroke="{colour}" stroke-width="2"/>'
+            f'<text x="{lx + 25}" y="{top - 8}">{label} (ms)</text>'
+        )
+    out.append("</svg>")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(out) + "\n")
+    os.replace(tmp, path)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=("heap", "rocksdb"), default="rocksdb")
@@ -192,7 +264,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--changelog", action="store_true", help="state.changelog.enabled: true")
     p.add_argument("--json", help="also write the figures to this file")
+    p.add_argument("--svg", help="also plot the epoch times vs keys into this SVG file")
+    p.add_argument("--from-json", help="only plot (--svg) the figures of an earlier --json")
     args = p.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        write_svg(saved["rows"], args.svg, _title(argparse.Namespace(**saved["args"])))
+        return
 
     from benchmarks.peers import spark_stateful as peers
 
@@ -240,6 +319,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=2)
+    if args.svg:
+        write_svg(rows, args.svg, _title(args))
+
+
+def _title(args: Any) -> str:
+    return (
+        f"{args.backend}: epoch time vs state ({args.records} records/epoch, "
+        f"{args.touched} keys touched, checkpoint every {args.checkpoint_every})"
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,177 @@
+"""A Spark standalone cluster of two workers, started from the pip install, measured.
+
+Starts a master and two workers on this machine with ``spark-class`` from the installed
+``pyspark`` (no Spark download: ``org.apache.spark.deploy.master.Master`` and
+``org.apache.spark.deploy.worker.Worker``, one core and ``--worker-memory`` each), then:
+
+1. runs the keyed count of ``tests/integration/cluster_job.py`` (3000 records, 50 keys,
+   150 records per epoch, a checkpoint every epoch, parallelism 2) once per
+   configuration (subtask hosts on/off x preferred locations on/off, heap and RocksDB),
+   reporting per run the subtask-epochs whose state was found in place and the ones
+   whose task ran on the executor of the subtask's previous epoch;
+2. kills one executor JVM with SIGKILL in the middle of a job
+   (``tests/integration/executor_kill_job.py``) and checks the output against the
+   failure-free run.
+
+Everything is stopped at the end (the processes it started, by pid).
+
+Run: ``python -m benchmarks.standalone_cluster [--json FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+JOBS = os.path.join(ROOT, "tests", "integration")
+CONFIGS = [
+    "true:true:hashmap",
+    "true:true:rocksdb",
+    "false:true:hashmap",
+    "false:true:rocksdb",
+    "false:false:hashmap",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spark_class() -> str:
+    import pyspark
+
+    return os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
+
+
+def start_cluster(work: str, workers: int, memory: str) -> tuple[str, str, list[subprocess.Popen]]:
+    """Master URL, its web UI and the started processes (master first)."""
+    import pyspark
+
+    env = dict(os.environ)
+    env["SPARK_HOME"] = os.path.dirname(pyspark.__file__)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    port, ui = free_port(), free_port()
+    procs = []
+    log = open(os.path.join(work, "master.log"), "w")
+    procs.append(
+        subprocess.Popen(
+            [spark_class(), "org.apache.spark.deploy.master.Master"]
+            + ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    )
+    master = f"spark://127.0.0.1:{port}"
+    for i in range(workers):
+        wdir = os.path.join(work, f"worker-{i}")
+        os.makedirs(wdir)
+        wlog = open(os.path.join(work, f"worker-{i}.log"), "w")
+        procs.append(
+            subprocess.Popen(
+                [spark_class(), "org.apache.spark.deploy.worker.Worker"]
+                + ["--cores", "1", "--memory", memory, "--work-dir", wdir]
+                + ["--webui-port", str(free_port()), "--host", "127.0.0.1", master],
+                stdout=wlog,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        )
+    ui_url = f"http://127.0.0.1:{ui}/json/"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(ui_url, timeout=5) as r:
+                if json.load(r).get("aliveworkers", 0) >= workers:
+                    return master, ui_url, procs
+        except OSError:
+            pass
+        time.sleep(1)
+    stop(procs)
+    raise RuntimeError(f"the standalone cluster did not come up; logs in {work}")
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for p in reversed(procs):  # workers first (they stop their executors), then the master
+        p.terminate()
+    for p in reversed(procs):
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def reports(cmd: list[str]) -> list[dict[str, Any]]:
+    env = dict(os.environ)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(proc.stderr[-3000:])
+    return [json.loads(ln[len("REPORT ") :]) for ln in lines]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--worker-memory", default="1g")
+    p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args(argv)
+    work = tempfile.mkdtemp(prefix="ss-standalone-")
+    t0 = time.monotonic()
+    master, _, procs = start_cluster(work, 2, args.worker_memory)
+    started = time.monotonic() - t0
+    try:
+        t0 = time.monotonic()
+        runs = reports(
+            [sys.executable, os.path.join(JOBS, "cluster_job.py"), master, f"{work}/chk"]
+            + args.configs.split(",")
+        )
+        t_runs = time.monotonic() - t0
+        print(f"standalone cluster {master}: 2 workers up in {started:.1f} s")
+        print(
+            f"{'hosts:placement:backend':<26s} {'correct':>7s} {'in place':>10s} "
+            f"{'same exec':>10s} {'seconds':>8s}"
+        )
+        for r in runs:
+            total = r["cache_hits"] + r["cache_misses"]
+            moved = r["executor_kept"] + r["executor_moved"]
+            print(
+                f"{r['config']:<26s} {r['correct']!s:>7s} "
+                f"{r['cache_hits']:>4d}/{total:<5d} {r['executor_kept']:>4d}/{moved:<5d} "
+                f"{r.get('seconds', 0):>8.1f}",
+                flush=True,
+            )
+        print(f"(all runs: {t_runs:.1f} s in one Spark application)", flush=True)
+        t0 = time.monotonic()
+        (kill,) = reports(
+            [sys.executable, os.path.join(JOBS, "executor_kill_job.py"), master, f"{work}/kill"]
+        )
+        t_kill = time.monotonic() - t0
+    finally:
+        stop(procs)
+    shutil.rmtree(work, ignore_errors=True)  # kept when a run failed: its logs are there
+    print(
+        f"executor {kill['killed_executor']} killed after epoch {kill['killed_after_epochs']}: "
+        f"output equal to the failure-free run: {kill['equal']}, restarts {kill['restarts']}, "
+        f"executors after: {kill['executors_after']} ({t_kill:.1f} s with start-up)"
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"master_start_s": started, "runs": runs, "kill": kill}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
