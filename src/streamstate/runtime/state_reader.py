@@ -198,26 +198,6 @@ def list_keyed_states(
 # Reading keyed state
 
 
-class _PassThroughAggregate:
-    """An AggregateFunction whose result is the stored accumulator (for inspection)."""
-
-    def create_accumulator(self) -> Any:
-        return None
-
-    def add(self, value: Any, accumulator: Any) -> Any:
-        return value
-
-    def get_result(self, accumulator: Any) -> Any:
-        return accumulator
-
-    def merge(self, acc_a: Any, acc_b: Any) -> Any:
-        return acc_b
-
-
-def _keep_last(a: Any, b: Any) -> Any:
-    return b
-
-
 def passthrough_descriptor(name: str, kind: str) -> StateDescriptor:
     """A descriptor of kind ``kind`` that reads state ``name`` as stored, whatever its type.
 
@@ -232,9 +212,9 @@ def passthrough_descriptor(name: str, kind: str) -> StateDescriptor:
     if kind == "map":
         return MapStateDescriptor(name)
     if kind == "reducing":
-        return ReducingStateDescriptor(name, _keep_last)
+        return ReducingStateDescriptor(name, ttl.keep_last)
     if kind == "aggregating":
-        return AggregatingStateDescriptor(name, _PassThroughAggregate())
+        return AggregatingStateDescriptor(name, ttl.StoredAggregate())
     raise ConfigurationError(f"unknown state kind {kind!r}; accepted: {', '.join(STATE_KINDS)}")
 
 

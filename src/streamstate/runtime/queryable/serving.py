@@ -284,26 +284,6 @@ class _Entry:
         return value
 
 
-def _keep_last(a: Any, b: Any) -> Any:
-    return b
-
-
-class _Stored:
-    """An aggregate function whose result is the stored accumulator."""
-
-    def create_accumulator(self) -> Any:
-        return None
-
-    def add(self, value: Any, accumulator: Any) -> Any:
-        return value
-
-    def get_result(self, accumulator: Any) -> Any:
-        return accumulator
-
-    def merge(self, a: Any, b: Any) -> Any:
-        return b
-
-
 def read_descriptor(name: str, kind: str, type_infos: tuple[Any, ...] | None) -> Any:
     """A descriptor reading state ``name`` as stored: with the job's type infos when known
     (so the serializers match the recorded ones and nothing is migrated, which RocksDB
@@ -319,8 +299,8 @@ def read_descriptor(name: str, kind: str, type_infos: tuple[Any, ...] | None) ->
     if kind == "map":
         return MapStateDescriptor(name, t[0], t[1])
     if kind == "reducing":
-        return ReducingStateDescriptor(name, _keep_last, t[0])
-    return AggregatingStateDescriptor(name, _Stored(), t[0])
+        return ReducingStateDescriptor(name, ttl.keep_last, t[0])
+    return AggregatingStateDescriptor(name, ttl.StoredAggregate(), t[0])
 
 
 class ServingCache:

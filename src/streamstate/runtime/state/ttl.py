@@ -68,9 +68,11 @@ if TYPE_CHECKING:
     from streamstate.runtime.state.base import KeyedStateBackend
 
 __all__ = [
+    "StoredAggregate",
     "TtlCleanupWarning",
     "create_state",
     "expired_entry_filter",
+    "keep_last",
     "stored_form_descriptor",
     "unwrap_stored",
 ]
@@ -102,12 +104,14 @@ def _raw_descriptor(descriptor: StateDescriptor, reduce_fn: Any, agg_fn: Any) ->
     raise TypeError(f"state TTL is not supported for {descriptor!r}")
 
 
-def _keep_last(a: Any, b: Any) -> Any:
+def keep_last(a: Any, b: Any) -> Any:
+    """A reduce function for reading reducing state as stored (the later value wins)."""
     return b
 
 
-class _StoredAggregate:
-    """An AggregateFunction whose result is the stored accumulator (for reading)."""
+class StoredAggregate:
+    """An AggregateFunction whose result is the stored accumulator (for reading state as
+    stored: the state reader, queryable-state serving, TTL's stored form)."""
 
     def create_accumulator(self) -> Any:
         return None
@@ -128,7 +132,7 @@ def stored_form_descriptor(descriptor: StateDescriptor) -> StateDescriptor:
     Used by the state reader: no expiry is applied; reducing/aggregating state
     read back the stored ``TtlValue`` of the aggregate / accumulator.
     """
-    return _raw_descriptor(descriptor, _keep_last, _StoredAggregate())
+    return _raw_descriptor(descriptor, keep_last, StoredAggregate())
 
 
 def unwrap_stored(descriptor: StateDescriptor, stored: Any) -> Any:
