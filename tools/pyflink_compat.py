@@ -32,6 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+if __package__:  # imported as tools.pyflink_compat (the parity tests)
+    from tools.pyflink_surface import signature_of
+else:  # run as a script: tools/ is on sys.path
+    from pyflink_surface import signature_of
+
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "tools" / "pyflink_surface.json"
 EXCLUSIONS = ROOT / "src" / "streamstate" / "common" / "pyflink_compat.toml"
@@ -39,15 +44,6 @@ DOC = ROOT / "docs" / "pyflink-compat.md"
 
 SUPPORTED, DIFFERENT, UNSUPPORTED = "supported", "different", "unsupported"
 MISSING, SIGNATURE, STALE = "missing", "signature", "stale"
-
-_KINDS = {
-    inspect.Parameter.POSITIONAL_ONLY: "positional_only",
-    inspect.Parameter.POSITIONAL_OR_KEYWORD: "positional",
-    inspect.Parameter.VAR_POSITIONAL: "var_positional",
-    inspect.Parameter.KEYWORD_ONLY: "keyword_only",
-    inspect.Parameter.VAR_KEYWORD: "var_keyword",
-}
-
 
 @dataclass
 class Entry:
@@ -114,41 +110,14 @@ def _static_member(cls: type, name: str) -> tuple[bool, Any]:
 def _call_params(raw: Any, kind: str) -> list[list[Any]] | None:
     """Parameters as a caller passes them (self / cls dropped); None when unknown."""
     if isinstance(raw, staticmethod):
-        fn, drop = raw.__func__, False
-    elif isinstance(raw, classmethod):
-        fn, drop = raw.__func__, True
-    elif inspect.isfunction(raw):
-        fn, drop = raw, kind == "method"
-    elif callable(raw):
-        fn, drop = raw, kind == "method" and not inspect.isclass(raw)
-    else:
-        return None
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-    params = list(sig.parameters.values())
-    if (
-        drop
-        and params
-        and params[0].kind
-        in (
-            inspect.Parameter.POSITIONAL_ONLY,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        )
-    ):
-        params = params[1:]
-    return [
-        [p.name, _KINDS[p.kind], p.default is not inspect.Parameter.empty, _literal(p)]
-        for p in params
-    ]
-
-
-def _literal(p: inspect.Parameter) -> str | None:
-    d = p.default
-    if d is inspect.Parameter.empty or not isinstance(d, (type(None), bool, int, float, str)):
-        return None
-    return repr(d)
+        return signature_of(raw.__func__, False)
+    if isinstance(raw, classmethod):
+        return signature_of(raw.__func__, True)
+    if inspect.isfunction(raw):
+        return signature_of(raw, kind == "method")
+    if callable(raw):
+        return signature_of(raw, kind == "method" and not inspect.isclass(raw))
+    return None
 
 
 def signature_problem(pyflink: list[list[Any]], ours: list[list[Any]]) -> str:
