@@ -76,31 +76,61 @@ def timed(fn: Callable[[], Any]) -> float:
 
 # -- PostgreSQL -------------------------------------------------------------------------------
 
+INSERT = "INSERT INTO {} (i, k, v) VALUES (%s, %s, %s)"
+UPSERT = INSERT + " ON CONFLICT (i) DO UPDATE SET k = EXCLUDED.k, v = EXCLUDED.v"
+
+
+def fresh_table(url: str, name: str) -> str:
+    """Table ``name`` of rows ``(i, k, v)``, dropped and created empty."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(f"DROP TABLE IF EXISTS {name}")
+        c.execute(f"CREATE TABLE {name} (i BIGINT PRIMARY KEY, k TEXT, v DOUBLE PRECISION)")
+    return name
+
+
+def jdbc_options(url: str) -> tuple[Any, Any]:
+    """The connection and execution options (batches of ``BATCH``) of the JDBC sinks."""
+    conn = JdbcConnectionOptions.JdbcConnectionOptionsBuilder().with_url(url).build()
+    return conn, JdbcExecutionOptions.builder().with_batch_size(BATCH).build()
+
+
+def postgres_job(
+    url: str, data: list[Any], epoch_records: int
+) -> Callable[[Callable[[str], Any], str], Callable[[int], float]]:
+    """``job(sink_for, name)``: a timed run writing ``data`` through ``sink_for(table)`` into
+    table ``name``, fresh each run (in-process runner, a checkpoint every epoch)."""
+
+    def job(sink_for: Callable[[str], Any], name: str) -> Callable[[int], float]:
+        def run(r: int) -> float:
+            t = fresh_table(url, name)
+            with tempfile.TemporaryDirectory() as chk:
+                env = env_for(epoch_records, chk)
+                env.from_collection(data).add_sink(sink_for(t))
+                return timed(lambda: env.execute(name))
+
+        return run
+
+    return job
+
 
 def postgres_figures(url: str, data: list[Any], epoch_records: int, repeat: int) -> dict[str, Any]:
     import psycopg
 
-    def fresh(name: str) -> str:
-        with psycopg.connect(url, autocommit=True) as c:
-            c.execute(f"DROP TABLE IF EXISTS {name}")
-            c.execute(f"CREATE TABLE {name} (i BIGINT PRIMARY KEY, k TEXT, v DOUBLE PRECISION)")
-        return name
-
     def baseline_inserts(r: int) -> float:
-        t = fresh("bench_plain")
+        t = fresh_table(url, "bench_plain")
         with psycopg.connect(url, autocommit=True) as c:
 
             def go() -> None:
                 with c.cursor() as cur:
                     for s in range(0, len(data), BATCH):
-                        cur.executemany(
-                            f"INSERT INTO {t} (i, k, v) VALUES (%s, %s, %s)", data[s : s + BATCH]
-                        )
+                        cur.executemany(INSERT.format(t), data[s : s + BATCH])
 
             return timed(go)
 
     def baseline_copy(r: int) -> float:
-        t = fresh("bench_copy")
+        t = fresh_table(url, "bench_copy")
         with psycopg.connect(url, autocommit=True) as c:
 
             def go() -> None:
@@ -110,22 +140,11 @@ def postgres_figures(url: str, data: list[Any], epoch_records: int, repeat: int)
 
             return timed(go)
 
-    conn = JdbcConnectionOptions.JdbcConnectionOptionsBuilder().with_url(url).build()
-    execution = JdbcExecutionOptions.builder().with_batch_size(BATCH).build()
-
-    def job(sink_for: Callable[[str], Any], name: str) -> Callable[[int], float]:
-        def run(r: int) -> float:
-            t = fresh(name)
-            with tempfile.TemporaryDirectory() as chk:
-                env = env_for(epoch_records, chk)
-                env.from_collection(data).add_sink(sink_for(t))
-                return timed(lambda: env.execute(name))
-
-        return run
-
+    conn, execution = jdbc_options(url)
+    job = postgres_job(url, data, epoch_records)
     exactly_once = job(
         lambda t: JdbcSink.exactly_once_sink(
-            f"INSERT INTO {t} (i, k, v) VALUES (%s, %s, %s)",
+            INSERT.format(t),
             None,
             conn,
             execution,
@@ -133,16 +152,7 @@ def postgres_figures(url: str, data: list[Any], epoch_records: int, repeat: int)
         ),
         "bench_exactly_once",
     )
-    upsert = job(
-        lambda t: JdbcSink.sink(
-            f"INSERT INTO {t} (i, k, v) VALUES (%s, %s, %s) "
-            f"ON CONFLICT (i) DO UPDATE SET k = EXCLUDED.k, v = EXCLUDED.v",
-            None,
-            conn,
-            execution,
-        ),
-        "bench_upsert",
-    )
+    upsert = job(lambda t: JdbcSink.sink(UPSERT.format(t), None, conn, execution), "bench_upsert")
     n = len(data)
     secs = {
         "baseline_executemany": best(repeat, baseline_inserts),

@@ -30,16 +30,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.sinks import BATCH, best, env_for, rows, timed
+from benchmarks.sinks import (
+    BATCH,
+    INSERT,
+    UPSERT,
+    best,
+    jdbc_options,
+    postgres_job,
+    rows,
+    timed,
+)
 from streamstate.common import Configuration
 from streamstate.datastream import StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink, SparkTableSink
-from streamstate.datastream.connectors.jdbc import (
-    JdbcConnectionOptions,
-    JdbcExactlyOnceOptions,
-    JdbcExecutionOptions,
-    JdbcSink,
-)
+from streamstate.datastream.connectors.jdbc import JdbcExactlyOnceOptions, JdbcSink
 from streamstate.datastream.connectors.write_ahead import PostgresWriteAheadSink
 from streamstate.testing import TickingClock
 
@@ -114,34 +118,14 @@ def spark_figures(spark: Any, n: int, epoch_records: int, repeat: int) -> dict[s
 
 
 def postgres_figures(url: str, data: list[Any], epoch_records: int, repeat: int) -> dict[str, Any]:
-    import psycopg
-
-    def fresh(name: str) -> str:
-        with psycopg.connect(url, autocommit=True) as c:
-            c.execute(f"DROP TABLE IF EXISTS {name}")
-            c.execute(f"CREATE TABLE {name} (i BIGINT PRIMARY KEY, k TEXT, v DOUBLE PRECISION)")
-        return name
-
-    conn = JdbcConnectionOptions.JdbcConnectionOptionsBuilder().with_url(url).build()
-    execution = JdbcExecutionOptions.builder().with_batch_size(BATCH).build()
-
-    def job(sink_for: Callable[[str], Any], name: str) -> Callable[[int], float]:
-        def run(r: int) -> float:
-            t = fresh(name)
-            with tempfile.TemporaryDirectory() as chk:
-                env = env_for(epoch_records, chk)
-                env.from_collection(data).add_sink(sink_for(t))
-                return timed(lambda: env.execute(name))
-
-        return run
-
-    insert = "INSERT INTO {} (i, k, v) VALUES (%s, %s, %s)"
+    conn, execution = jdbc_options(url)
+    job = postgres_job(url, data, epoch_records)
     secs = {
         "JdbcSink.exactly_once_sink": best(
             repeat,
             job(
                 lambda t: JdbcSink.exactly_once_sink(
-                    insert.format(t),
+                    INSERT.format(t),
                     None,
                     conn,
                     execution,
@@ -153,22 +137,13 @@ def postgres_figures(url: str, data: list[Any], epoch_records: int, repeat: int)
         "PostgresWriteAheadSink": best(
             repeat,
             job(
-                lambda t: PostgresWriteAheadSink(insert.format(t), url, batch_size=BATCH),
+                lambda t: PostgresWriteAheadSink(INSERT.format(t), url, batch_size=BATCH),
                 "bench_wal",
             ),
         ),
         "JdbcSink.sink upsert": best(
             repeat,
-            job(
-                lambda t: JdbcSink.sink(
-                    insert.format(t) + " ON CONFLICT (i) DO UPDATE SET k = EXCLUDED.k, "
-                    "v = EXCLUDED.v",
-                    None,
-                    conn,
-                    execution,
-                ),
-                "bench_upsert",
-            ),
+            job(lambda t: JdbcSink.sink(UPSERT.format(t), None, conn, execution), "bench_upsert"),
         ),
     }
     n = len(data)
