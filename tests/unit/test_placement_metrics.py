@@ -34,3 +34,27 @@ def test_without_executors_nothing_is_counted():
     m.absorb(1, ack(0, None, True))
     assert "executor_kept" not in m.stats and "executor_moved" not in m.stats
     assert "subtask-executors" not in m.accumulators("job", None)
+
+
+def test_a_worker_finds_its_executor_on_its_ancestors_command_line():
+    import subprocess
+    import sys
+
+    # a parent started as an executor JVM is (CoarseGrainedExecutorBackend's flags), and a
+    # child process of it (as pyspark.daemon's workers are) asking where it runs
+    child = (
+        "import subprocess, sys; print(subprocess.run([sys.executable, '-c', "
+        "'from streamstate.spark.placement import executor_location; "
+        "print(executor_location())'], capture_output=True, text=True).stdout.strip())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", child, "--executor-id", "7", "--hostname", "10.0.0.5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.stdout.strip() == "executor_10.0.0.5_7", out.stderr
+    # outside an executor (local mode, the driver, this test): no location
+    from streamstate.spark.placement import executor_location
+
+    assert executor_location() is None
