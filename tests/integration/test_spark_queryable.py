@@ -6,41 +6,21 @@ from __future__ import annotations
 
 import pytest
 
-from streamstate.common import Configuration, Types
+from streamstate.common import Types
 from streamstate.common.job_status import JobStatus
-from streamstate.common.restart_strategy import RestartStrategies
-from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.connectors.collect import CollectSink
-from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.errors import StateNotAvailableYetError
 from streamstate.queryablestate import QueryableStateClient
 from streamstate.runtime.job_status import JobObserver
 from streamstate.runtime.state_reader import read_keyed_state
 from streamstate.testing import FailOnce
+from tests.support.envs import checkpoint_every_epoch, make_env
+from tests.support.queryable import COUNT, QueryableCount, counts
 
 pytestmark = pytest.mark.spark
 
 KEYS = [f"k{i}" for i in range(10)]
 RECORDS = [KEYS[(i * 7) % len(KEYS)] for i in range(40)]
-COUNT = ValueStateDescriptor("count", Types.LONG())
-
-
-class QCount(KeyedProcessFunction):
-    def open(self, ctx):
-        d = ValueStateDescriptor("count", Types.LONG())
-        d.set_queryable("counts")
-        self.count = ctx.get_state(d)
-
-    def process_element(self, value, ctx):
-        self.count.update((self.count.value() or 0) + 1)
-        yield value
-
-
-def counts(records):
-    out = {}
-    for k in records:
-        out[k] = out.get(k, 0) + 1
-    return out
 
 
 class Probe(JobObserver):
@@ -69,19 +49,13 @@ class Probe(JobObserver):
 
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
 def test_lookups_on_spark_match_the_checkpoint(spark, tmp_path, backend):
-    conf = Configuration()
-    conf.set_string("execution.epoch.max-records", "8")
-    conf.set_string("state.backend.type", backend)
-    env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
-    env.set_parallelism(2)
-    env.enable_checkpointing(1)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 0))
+    env = make_env(2, spark=spark, max_records=8, restarts=2, state_backend_type=backend)
+    checkpoint_every_epoch(env, tmp_path / "chk")
     probe = Probe(tmp_path / "chk")
     env.add_job_observer(probe)
     env.from_collection(RECORDS).map(FailOnce(str(tmp_path), epoch=3)).key_by(
         lambda v: v, key_type=Types.STRING()
-    ).process(QCount()).uid("q").sink_to(CollectSink())
+    ).process(QueryableCount()).uid("q").sink_to(CollectSink())
     env.execute("queryable-spark")
     assert probe.restarting == ["not available yet"]
     assert len(probe.answers) >= len(RECORDS) // 8

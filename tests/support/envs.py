@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from streamstate.common import Configuration, RestartStrategies
-from streamstate.datastream import StreamExecutionEnvironment
+from streamstate.datastream import ExternalizedCheckpointCleanup, StreamExecutionEnvironment
 
-__all__ = ["REBUILD_INSTANCES", "make_env", "rebuild_instances"]
+__all__ = ["REBUILD_INSTANCES", "checkpoint_every_epoch", "make_env", "rebuild_instances"]
 
 REBUILD_INSTANCES = "execution.runner.local.rebuild-instances"
 #: what make_env sets REBUILD_INSTANCES to when not told (tests flip it with monkeypatch)
@@ -53,4 +53,17 @@ def make_env(
     env.set_parallelism(parallelism)
     if restarts is not None:
         env.set_restart_strategy(RestartStrategies.fixed_delay_restart(restarts, 0))
+    return env
+
+
+def checkpoint_every_epoch(
+    env: StreamExecutionEnvironment, directory: Any, *, retain: bool = False
+) -> StreamExecutionEnvironment:
+    """A checkpoint at every epoch, into ``directory``; ``retain``: the checkpoints stay
+    when the job ends (RETAIN_ON_CANCELLATION), for reading them back."""
+    env.enable_checkpointing(1)
+    cc = env.get_checkpoint_config()
+    cc.set_checkpoint_storage_dir(str(directory))
+    if retain:
+        cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
     return env

@@ -15,15 +15,11 @@ import urllib.request
 
 import pytest
 
-from streamstate.common import Configuration, Types
+from streamstate.common import Types
 from streamstate.common.job_status import JobStatus
 from streamstate.common.restart_strategy import RestartStrategies
 from streamstate.control.registry import list_jobs
-from streamstate.datastream import (
-    ExternalizedCheckpointCleanup,
-    KeyedProcessFunction,
-    StreamExecutionEnvironment,
-)
+from streamstate.datastream import KeyedProcessFunction
 from streamstate.datastream.connectors.collect import CollectSink
 from streamstate.datastream.state import ListStateDescriptor, ValueStateDescriptor
 from streamstate.errors import (
@@ -38,43 +34,22 @@ from streamstate.queryablestate import QueryableStateClient
 from streamstate.runtime.job_status import JobObserver
 from streamstate.runtime.state_reader import read_keyed_state
 from streamstate.testing import FailOnce
+from tests.support.envs import checkpoint_every_epoch, make_env
+from tests.support.queryable import COUNT, QueryableCount, counts
 
 KEYS = [f"k{i}" for i in range(10)]
-COUNT = ValueStateDescriptor("count", Types.LONG())
 
 
-class Count(KeyedProcessFunction):
+class Count(QueryableCount):
     def open(self, ctx):
-        d = ValueStateDescriptor("count", Types.LONG())
-        d.set_queryable("counts")
-        self.count = ctx.get_state(d)
+        super().open(ctx)
         self.hidden = ctx.get_list_state(ListStateDescriptor("hidden"))
-
-    def process_element(self, value, ctx):
-        self.count.update((self.count.value() or 0) + 1)
-        yield value
-
-
-def counts(records):
-    out = {}
-    for k in records:
-        out[k] = out.get(k, 0) + 1
-    return out
 
 
 def env_for(tmp_path, parallelism=2, per_epoch=4, backend=None):
-    conf = Configuration()
-    conf.set_string("execution.runner", "local")
-    conf.set_string("execution.epoch.max-records", str(per_epoch))
-    if backend:
-        conf.set_string("state.backend.type", backend)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    env.enable_checkpointing(1)
-    cc = env.get_checkpoint_config()
-    cc.set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
-    return env
+    keys = {"state_backend_type": backend} if backend else {}
+    env = make_env(parallelism, max_records=per_epoch, **keys)
+    return checkpoint_every_epoch(env, tmp_path / "chk", retain=True)
 
 
 class ClientProbe(JobObserver):

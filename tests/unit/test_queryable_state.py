@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamstate.common import Configuration, Types
-from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from streamstate.common import Types
+from streamstate.datastream import KeyedProcessFunction
 from streamstate.datastream.connectors.collect import CollectSink
 from streamstate.datastream.state import (
     ListStateDescriptor,
@@ -21,6 +21,7 @@ from streamstate.errors import (
 from streamstate.runtime.job_status import JobObserver
 from streamstate.runtime.queryable.service import service_of
 from streamstate.runtime.state_reader import read_keyed_state
+from tests.support.envs import checkpoint_every_epoch, make_env
 
 KEYS = [f"k{i}" for i in range(12)]
 RECORDS = [(KEYS[i % len(KEYS)], i) for i in range(120)]
@@ -102,16 +103,9 @@ class Probe(JobObserver):
 
 
 def run(tmp_path, parallelism=2, backend=None, records=RECORDS, per_epoch=5, probe=None):
-    conf = Configuration()
-    conf.set_string("execution.runner", "local")
-    conf.set_string("execution.epoch.max-records", str(per_epoch))
-    conf.set_string("rest.enabled", "false")
-    if backend:
-        conf.set_string("state.backend.type", backend)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    env.enable_checkpointing(1)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
+    keys = {"state_backend_type": backend} if backend else {}
+    env = make_env(parallelism, max_records=per_epoch, rest_enabled="false", **keys)
+    checkpoint_every_epoch(env, tmp_path / "chk")
     probe = probe or Probe(tmp_path / "chk")
     env.add_job_observer(probe)
     env.from_collection(records).key_by(lambda v: v[0]).process(AllKinds()).uid("counter").sink_to(
@@ -156,11 +150,7 @@ class LastOf(JobObserver):
 
 
 def test_as_queryable_state_value_and_reducing(tmp_path):
-    conf = Configuration()
-    conf.set_string("execution.runner", "local")
-    conf.set_string("rest.enabled", "false")
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
+    env = make_env(2, rest_enabled="false")
     probe = LastOf(["latest", "sums"])
     env.add_job_observer(probe)
     records = [(KEYS[i % 3], i) for i in range(30)]

@@ -6,12 +6,8 @@ import os
 
 import pytest
 
-from streamstate.common import Configuration, Types
-from streamstate.datastream import (
-    ExternalizedCheckpointCleanup,
-    KeyedProcessFunction,
-    StreamExecutionEnvironment,
-)
+from streamstate.common import Types
+from streamstate.datastream import KeyedProcessFunction
 from streamstate.datastream.connectors.collect import CollectSink
 from streamstate.datastream.state import (
     AggregatingStateDescriptor,
@@ -34,6 +30,7 @@ from streamstate.runtime.state_reader import (
     passthrough_descriptor,
     read_keyed_state,
 )
+from tests.support.envs import checkpoint_every_epoch, make_env
 
 RECORDS = [("a", 1), ("b", 1), ("a", 1), ("c", 5), ("a", 2), ("b", 3), ("d", 7)]
 
@@ -73,15 +70,9 @@ class AllKinds(KeyedProcessFunction):
 
 
 def run_job(tmp_path, records=RECORDS, parallelism=2):
-    conf = Configuration()
-    conf.set_string("execution.runner", "local")
-    conf.set_string("execution.epoch.max-records", "3")
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    env.enable_checkpointing(1)
-    cc = env.get_checkpoint_config()
-    cc.set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
+    env = checkpoint_every_epoch(
+        make_env(parallelism, max_records=3), tmp_path / "chk", retain=True
+    )
     sink = CollectSink()
     env.from_collection(records).key_by(lambda v: v[0]).process(AllKinds()).uid("counter").sink_to(
         sink
