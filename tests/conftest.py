@@ -1,4 +1,5 @@
-"""Shared fixtures: one session-scoped ``local[2]`` SparkSession for integration tests."""
+"""Shared fixtures: one session-scoped ``local[2]`` SparkSession for integration tests; a
+throwaway PostgreSQL server per test module (``pg``)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,12 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def pg():
+    """The URL of a throwaway PostgreSQL server for this test module (tests/support/postgres.py)."""
+    from tests.support.postgres import postgres_server
+
+    with postgres_server() as url:
+        yield url

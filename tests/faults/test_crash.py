@@ -18,7 +18,6 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ import pytest
 
 from tests.faults import crash_job
 from tests.support.files import committed_lines
-from tests.support.postgres import postgres_server
 
 JOB = str(Path(__file__).with_name("crash_job.py"))
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -76,12 +74,6 @@ def kill_points() -> list[tuple[str, str, int]]:
 def test_there_are_at_least_20_kill_points_per_suite():
     assert sum(1 for p in kill_points() if p[0] == "files") >= 20
     assert {p[1] for p in kill_points() if p[0] == "postgres"} == set(POINTS["postgres"])
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
 
 
 class Target:

@@ -17,7 +17,6 @@ driver suite).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +28,9 @@ from streamstate.testing import FailOnce, TickingClock
 from tests.faults import crash_job
 from tests.support import envs
 from tests.support.files import committed_lines
-from tests.support.postgres import postgres_server
 
 RECORDS = 80
 CRASH_EPOCH = 5
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
 
 
 def new_table(pg: str, name: str) -> str:

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-import pytest
 
 from streamstate.connectors.postgres import copy_statement
 from streamstate.datastream.connectors.jdbc import (
@@ -23,7 +21,6 @@ from streamstate.datastream.connectors.jdbc import (
 )
 from streamstate.testing import FailOnce, TickingClock
 from tests.support import envs
-from tests.support.postgres import postgres_server
 
 COLUMNS = "i BIGINT PRIMARY KEY, t TEXT, n NUMERIC, at TIMESTAMP, tags TEXT[]"
 DATA = [
@@ -36,12 +33,6 @@ DATA = [
     )
     for i in range(120)
 ]
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
 
 
 def test_only_plain_inserts_become_copy():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -18,15 +17,8 @@ from streamstate.datastream.connectors.jdbc import (
 from streamstate.errors import ConfigurationError
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.support import envs
-from tests.support.postgres import postgres_server
 
 N = 40
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
 
 
 @pytest.fixture

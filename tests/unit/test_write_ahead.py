@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -21,7 +20,6 @@ from streamstate.datastream.connectors.write_ahead import (
 from streamstate.errors import ConfigurationError
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.support import envs
-from tests.support.postgres import postgres_server
 
 N = 60
 
@@ -121,12 +119,6 @@ def test_committer_must_be_a_checkpoint_committer():
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
 
 
 @pytest.fixture
