@@ -18,8 +18,6 @@ from streamstate.common.serializer import (
 )
 from streamstate.common.typeinfo import TypeInformation, Types
 from streamstate.datastream.state import ValueStateDescriptor
-from streamstate.runtime.checkpoint.handles import ByteStreamStateHandle, KeyGroupsStateHandle
-from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_for_serialized_key
 from streamstate.runtime.serializers import base, compat
 from streamstate.runtime.serializers.base import PickleSerializer
 from streamstate.runtime.serializers.registry import (
@@ -27,11 +25,10 @@ from streamstate.runtime.serializers.registry import (
     restore_serializer,
     serializer_for,
 )
-from streamstate.runtime.state.registry import create_keyed_backend, registered_keyed_backends
+from streamstate.runtime.state.registry import registered_keyed_backends
+from tests.support.restore import KEYS, kg, write_then_restore
 
 C = TypeSerializerSchemaCompatibility
-MAX_P = 16
-KEY_SER = PickleSerializer()
 _POINT = struct.Struct(">dd")
 
 
@@ -119,37 +116,13 @@ def test_incomplete_serializer_cannot_be_created() -> None:
 
 @pytest.mark.parametrize("backend", registered_keyed_backends())
 def test_descriptor_with_custom_serializer_snapshots_and_restores(backend: str) -> None:
-    def fresh() -> Any:
-        return create_keyed_backend(
-            backend,
-            operator_name="op",
-            key_group_range=KeyGroupRange(0, MAX_P - 1),
-            max_parallelism=MAX_P,
-            key_serializer=KEY_SER,
-        )
-
-    def kg(k: Any) -> int:
-        return compute_key_group_for_serialized_key(KEY_SER.serialize(k), MAX_P)
-
-    desc = ValueStateDescriptor("pos", PointTypeInfo())
-    b = fresh()
-    try:
-        st = b.get_partitioned_state(desc)
-        for i in range(20):
-            b.set_current_key(i, kg(i))
-            st.update((float(i), float(-i)))
-        snap = b.snapshot()
-    finally:
-        b.dispose()
-    assert "test_point" in repr(snap.meta)  # the serializer snapshot is in the checkpoint
-    h = KeyGroupsStateHandle(
-        ByteStreamStateHandle.of(snap.data), KeyGroupRange(0, MAX_P - 1), snap.offsets, snap.meta
+    nb, h = write_then_restore(
+        backend, ValueStateDescriptor("pos", PointTypeInfo()), lambda i: (float(i), float(-i))
     )
-    nb = fresh()
     try:
-        nb.restore([h])
+        assert "test_point" in repr(h.meta)  # the serializer snapshot is in the checkpoint
         st = nb.get_partitioned_state(ValueStateDescriptor("pos", PointTypeInfo()))
-        for i in range(20):
+        for i in KEYS:
             nb.set_current_key(i, kg(i))
             assert st.value() == (float(i), float(-i))
     finally:

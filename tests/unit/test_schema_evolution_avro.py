@@ -18,7 +18,7 @@ from streamstate.errors import StateMigrationError
 from streamstate.runtime.serializers.registry import restore_serializer, serializer_for
 from streamstate.runtime.state.operator import DefaultOperatorStateStore, decode_operator_snapshot
 from streamstate.runtime.state.registry import registered_keyed_backends
-from tests.unit.test_schema_evolution import KEYS, fresh, kg, write_then_restore
+from tests.support.restore import KEYS, fresh, kg, write_then_restore
 
 V1 = {
     "type": "record",
@@ -170,7 +170,7 @@ def test_pickled_versioned_state_is_upgraded_by_its_hook(backend: str, monkeypat
     for k in KEYS:
         b.set_current_key(k, kg(k))
         st.update(Account(f"o{k}", k * 100))
-    from tests.unit.test_schema_evolution import checkpoint
+    from tests.support.restore import checkpoint
 
     h = checkpoint(b)
     b.dispose()

@@ -19,7 +19,7 @@ from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.errors import StateMigrationError
 from streamstate.runtime.serializers.registry import serializer_for
 from streamstate.runtime.state.registry import registered_keyed_backends
-from tests.unit.test_schema_evolution import checkpoint, fresh, kg
+from tests.support.restore import checkpoint, fresh, kg
 
 #: field type name -> (type info, values)
 TYPES: dict[str, tuple[Any, Any]] = {
