@@ -66,22 +66,49 @@ def exit_in_epoch(tmp_path: Path) -> FailOnce:
     return FailOnce(str(tmp_path), epoch=CRASH_EPOCH, subtask=0, mode="exit", after_records=3)
 
 
-@pytest.mark.parametrize("point", ["epoch", "pre-commit"])
-def test_file_sink_worker_exit_then_restart_equals_the_failure_free_run(spark, tmp_path, point):
-    out = tmp_path / "out"
-    sink: Any = crash_job.file_sink_for(str(out))
+def exits_after(cls: type) -> Any:
+    """A function turning a PostgreSQL sink into ``cls``, its subclass whose worker exits
+    right after a step of epoch ``CRASH_EPOCH`` (the marker file in ``marker_dir``)."""
+
+    def wrap(sink: Any, marker_dir: str) -> Any:
+        sink.__class__ = cls
+        sink.marker_dir, sink.crash_epoch = marker_dir, CRASH_EPOCH
+        return sink
+
+    return wrap
+
+
+def run_with_worker_exit(
+    spark: Any, tmp_path: Path, kind: str, sink: Any, point: str, exit_after: Any, marker: str
+) -> None:
+    """Runs the ``kind`` job into ``sink`` while a worker exits: in epoch ``CRASH_EPOCH``
+    (``point`` "epoch") or right after the sink's step (the sink ``exit_after(sink,
+    marker_dir)`` leaves file ``marker``); the job restarts once and finishes."""
     fail = None
     if point == "epoch":
         fail = exit_in_epoch(tmp_path)
     else:
-        sink = crash_job.ExitAfterPreCommit(sink, str(tmp_path), CRASH_EPOCH)
+        sink = exit_after(sink, str(tmp_path))
     env = env_for(tmp_path, spark)
-    crash_job.build(env, "files", sink, fail, RECORDS)
-    result = env.execute(f"files-worker-exit-{point}")
-    assert os.path.exists(
-        tmp_path / ("fail-once.failed" if fail else "file-sink-pre-commit.failed")
-    )
+    crash_job.build(env, kind, sink, fail, RECORDS)
+    result = env.execute(f"{kind}-worker-exit-{point}")
+    assert os.path.exists(tmp_path / ("fail-once.failed" if fail else marker))
     assert result.get_accumulator_result("restarts") == 1
+
+
+@pytest.mark.parametrize("point", ["epoch", "pre-commit"])
+def test_file_sink_worker_exit_then_restart_equals_the_failure_free_run(spark, tmp_path, point):
+    out = tmp_path / "out"
+    sink = crash_job.file_sink_for(str(out))
+    run_with_worker_exit(
+        spark,
+        tmp_path,
+        "files",
+        sink,
+        point,
+        lambda s, d: crash_job.ExitAfterPreCommit(s, d, CRASH_EPOCH),
+        "file-sink-pre-commit.failed",
+    )
     assert committed_lines(out) == crash_job.expected_lines("files", RECORDS)
     assert hidden(out) == []  # the dead attempt's segments were deleted at the restore
 
@@ -90,17 +117,9 @@ def test_file_sink_worker_exit_then_restart_equals_the_failure_free_run(spark, t
 def test_postgres_worker_exit_then_restart_equals_the_failure_free_run(spark, pg, tmp_path, point):
     table = new_table(pg, f"worker_exit_{point.replace('-', '_')}")
     sink = crash_job.jdbc_sink_for(pg, table)
-    fail = None
-    if point == "epoch":
-        fail = exit_in_epoch(tmp_path)
-    else:
-        sink.__class__ = crash_job.ExitAfterPrepare
-        sink.marker_dir, sink.crash_epoch = str(tmp_path), CRASH_EPOCH
-    env = env_for(tmp_path, spark)
-    crash_job.build(env, "postgres", sink, fail, RECORDS)
-    result = env.execute(f"postgres-worker-exit-{point}")
-    assert os.path.exists(tmp_path / ("fail-once.failed" if fail else "postgres-pre-commit.failed"))
-    assert result.get_accumulator_result("restarts") == 1
+    exit_after = exits_after(crash_job.ExitAfterPrepare)
+    marker = "postgres-pre-commit.failed"
+    run_with_worker_exit(spark, tmp_path, "postgres", sink, point, exit_after, marker)
     assert table_rows(pg, table) == crash_job.expected("postgres", RECORDS)
     assert prepared(pg, table) == []
 
@@ -111,17 +130,9 @@ def test_postgres_write_ahead_worker_exit_then_restart_equals_the_failure_free_r
 ):
     table = new_table(pg, f"wal_worker_exit_{point.replace('-', '_')}")
     sink = crash_job.wal_sink_for(pg, table)
-    fail = None
-    if point == "epoch":
-        fail = exit_in_epoch(tmp_path)
-    else:
-        sink.__class__ = crash_job.ExitAfterSend
-        sink.marker_dir, sink.crash_epoch = str(tmp_path), CRASH_EPOCH
-    env = env_for(tmp_path, spark)
-    crash_job.build(env, "postgres-wal", sink, fail, RECORDS)
-    result = env.execute(f"wal-worker-exit-{point}")
-    assert os.path.exists(tmp_path / ("fail-once.failed" if fail else "postgres-wal-send.failed"))
-    assert result.get_accumulator_result("restarts") == 1
+    exit_after = exits_after(crash_job.ExitAfterSend)
+    marker = "postgres-wal-send.failed"
+    run_with_worker_exit(spark, tmp_path, "postgres-wal", sink, point, exit_after, marker)
     # the rows written right before the worker died are not written again
     assert table_rows(pg, table) == crash_job.expected("postgres-wal", RECORDS)
 
