@@ -96,6 +96,19 @@ def jdbc_options(url: str) -> tuple[Any, Any]:
     return conn, JdbcExecutionOptions.builder().with_batch_size(BATCH).build()
 
 
+def exactly_once_sink(url: str, table: str) -> Any:
+    """``JdbcSink.exactly_once_sink`` inserting into ``table`` (transaction ids prefixed by it)."""
+    conn, execution = jdbc_options(url)
+    eo = JdbcExactlyOnceOptions.builder().with_transaction_id_prefix(table).build()
+    return JdbcSink.exactly_once_sink(INSERT.format(table), None, conn, execution, eo)
+
+
+def upsert_sink(url: str, table: str) -> Any:
+    """``JdbcSink.sink`` upserting into ``table`` (``INSERT ... ON CONFLICT DO UPDATE``)."""
+    conn, execution = jdbc_options(url)
+    return JdbcSink.sink(UPSERT.format(table), None, conn, execution)
+
+
 def postgres_job(
     url: str, data: list[Any], epoch_records: int
 ) -> Callable[[Callable[[str], Any], str], Callable[[int], float]]:
@@ -140,19 +153,9 @@ def postgres_figures(url: str, data: list[Any], epoch_records: int, repeat: int)
 
             return timed(go)
 
-    conn, execution = jdbc_options(url)
     job = postgres_job(url, data, epoch_records)
-    exactly_once = job(
-        lambda t: JdbcSink.exactly_once_sink(
-            INSERT.format(t),
-            None,
-            conn,
-            execution,
-            JdbcExactlyOnceOptions.builder().with_transaction_id_prefix(t).build(),
-        ),
-        "bench_exactly_once",
-    )
-    upsert = job(lambda t: JdbcSink.sink(UPSERT.format(t), None, conn, execution), "bench_upsert")
+    exactly_once = job(lambda t: exactly_once_sink(url, t), "bench_exactly_once")
+    upsert = job(lambda t: upsert_sink(url, t), "bench_upsert")
     n = len(data)
     secs = {
         "baseline_executemany": best(repeat, baseline_inserts),

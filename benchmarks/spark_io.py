@@ -33,17 +33,16 @@ from typing import Any
 from benchmarks.sinks import (
     BATCH,
     INSERT,
-    UPSERT,
     best,
-    jdbc_options,
+    exactly_once_sink,
     postgres_job,
     rows,
     timed,
+    upsert_sink,
 )
 from streamstate.common import Configuration
 from streamstate.datastream import StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink, SparkTableSink
-from streamstate.datastream.connectors.jdbc import JdbcExactlyOnceOptions, JdbcSink
 from streamstate.datastream.connectors.write_ahead import PostgresWriteAheadSink
 from streamstate.testing import TickingClock
 
@@ -118,21 +117,10 @@ def spark_figures(spark: Any, n: int, epoch_records: int, repeat: int) -> dict[s
 
 
 def postgres_figures(url: str, data: list[Any], epoch_records: int, repeat: int) -> dict[str, Any]:
-    conn, execution = jdbc_options(url)
     job = postgres_job(url, data, epoch_records)
     secs = {
         "JdbcSink.exactly_once_sink": best(
-            repeat,
-            job(
-                lambda t: JdbcSink.exactly_once_sink(
-                    INSERT.format(t),
-                    None,
-                    conn,
-                    execution,
-                    JdbcExactlyOnceOptions.builder().with_transaction_id_prefix(t).build(),
-                ),
-                "bench_eo",
-            ),
+            repeat, job(lambda t: exactly_once_sink(url, t), "bench_eo")
         ),
         "PostgresWriteAheadSink": best(
             repeat,
@@ -141,10 +129,7 @@ def postgres_figures(url: str, data: list[Any], epoch_records: int, repeat: int)
                 "bench_wal",
             ),
         ),
-        "JdbcSink.sink upsert": best(
-            repeat,
-            job(lambda t: JdbcSink.sink(UPSERT.format(t), None, conn, execution), "bench_upsert"),
-        ),
+        "JdbcSink.sink upsert": best(repeat, job(lambda t: upsert_sink(url, t), "bench_upsert")),
     }
     n = len(data)
     rate = {k: round(n / s) for k, s in secs.items()}
