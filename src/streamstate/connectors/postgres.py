@@ -230,11 +230,17 @@ class PostgresCheckpointCommitter(_Connected, CheckpointCommitter):
         )
 
     def create_resource(self) -> None:
-        self._connection().execute(
-            f"CREATE TABLE IF NOT EXISTS {self.table} (job_id TEXT NOT NULL, "
-            f"operator_id TEXT NOT NULL, subtask INT NOT NULL, checkpoint_id BIGINT NOT NULL, "
-            f"PRIMARY KEY (job_id, operator_id, subtask))"
-        )
+        conn = self._connection()
+        # Subtasks create the table concurrently, and two racing CREATE TABLE IF NOT EXISTS
+        # can fail on PostgreSQL's catalog index: a transaction-scoped advisory lock on the
+        # table's name serializes them.
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self.table} (job_id TEXT NOT NULL, "
+                f"operator_id TEXT NOT NULL, subtask INT NOT NULL, "
+                f"checkpoint_id BIGINT NOT NULL, PRIMARY KEY (job_id, operator_id, subtask))"
+            )
 
     def close(self) -> None:
         self._disconnect()
