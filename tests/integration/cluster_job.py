@@ -63,21 +63,9 @@ def run(spark, chk_dir: str, hosts: str, placement: str, backend: str) -> dict:
 def main() -> None:
     master, chk_dir = sys.argv[1], sys.argv[2]
     configs = sys.argv[3:] or ["true:true:hashmap"]
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # tests stay on loopback
-    from pyspark.sql import SparkSession
+    from tests.support.cluster import cluster_session
 
-    spark = (
-        SparkSession.builder.master(master)
-        .config("spark.ui.enabled", "false")
-        .config("spark.executor.memory", "768m")
-        .config("spark.python.worker.reuse", "true")
-        # a standalone worker starts executors with its own environment, not the driver's
-        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = cluster_session(master, "ERROR")
     for n, config in enumerate(configs):
         hosts, placement, backend = config.split(":")
         report = run(spark, os.path.join(chk_dir, str(n)), hosts, placement, backend)

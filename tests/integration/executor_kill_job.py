@@ -52,21 +52,9 @@ def job(spark, chk_dir: str):
 def main() -> None:
     master, chk_dir = sys.argv[1], sys.argv[2]
     kill_after = int(sys.argv[3]) if len(sys.argv) > 3 else 5
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # tests stay on loopback
-    from pyspark.sql import SparkSession
+    from tests.support.cluster import cluster_session
 
-    spark = (
-        SparkSession.builder.master(master)
-        .config("spark.ui.enabled", "false")
-        .config("spark.executor.memory", "768m")
-        .config("spark.python.worker.reuse", "true")
-        # a standalone worker starts executors with its own environment, not the driver's
-        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("OFF")  # the lost executor's task failures are expected
+    spark = cluster_session(master, "OFF")  # the lost executor's task failures are expected
     app_id = spark.sparkContext.applicationId
 
     # the failure-free run: the same job on the in-process runner (same epochs, same
