@@ -36,6 +36,7 @@ __all__ = [
     "StagedRowsSource",
     "StagedSplit",
     "read_staged_rows",
+    "read_staged_splits",
     "write_staged_rows",
 ]
 
@@ -113,6 +114,21 @@ def read_staged_rows(path: str) -> list[Any]:
     return rows
 
 
+def read_staged_splits(assignment: Any, budget: int) -> tuple[list[Any], list[list[int]]]:
+    """At most ``budget`` rows of the staged splits ``[index, path, position, count]``, in
+    order, and the ``[index, new position]`` of every split read from (a Source's read)."""
+    out: list[Any] = []
+    progress = []
+    for i, path, pos, count in assignment:
+        if budget <= 0:
+            break
+        end = min(count, pos + budget)
+        out.extend(read_staged_rows(path)[pos:end])
+        budget -= end - pos
+        progress.append([i, end])
+    return out, progress
+
+
 def _named_rows(fields: list[str], values: list[tuple[Any, ...]]) -> list[Row]:
     """``Row(**dict(zip(fields, v)))`` for each ``v``, sharing one name list (fast path)."""
     new, insert, out = Row.__new__, RowKind.INSERT, []
@@ -160,17 +176,7 @@ class StagedRowsSource(Source):
         return plans
 
     def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
-        out: list[Any] = []
-        progress = []
-        for i, path, pos, count in assignment:
-            if budget <= 0:
-                break
-            end = min(count, pos + budget)
-            rows = read_staged_rows(path)
-            out.extend(rows[pos:end])
-            budget -= end - pos
-            progress.append([i, end])
-        return out, progress
+        return read_staged_splits(assignment, budget)
 
     def apply_progress(self, state: Any, progress: list[Any]) -> Any:
         positions = list(state["positions"])

@@ -27,7 +27,7 @@ import uuid
 from typing import Any
 
 from streamstate.connectors.base import Source
-from streamstate.connectors.staged import read_staged_rows
+from streamstate.connectors.staged import read_staged_splits
 from streamstate.errors import ConfigurationError
 
 __all__ = ["SparkStreamSource"]
@@ -161,13 +161,4 @@ class SparkStreamSource(Source):
 
     # -- worker -----------------------------------------------------------------------------
     def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
-        out: list[Any] = []
-        progress = []
-        for i, path, pos, count in assignment:
-            if budget <= 0:
-                break
-            end = min(count, pos + budget)
-            out.extend(read_staged_rows(path)[pos:end])
-            budget -= end - pos
-            progress.append([i, end])
-        return out, progress
+        return read_staged_splits(assignment, budget)
