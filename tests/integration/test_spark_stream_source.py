@@ -9,7 +9,7 @@ import pytest
 from streamstate.common import Row, Types
 from streamstate.datastream import CheckpointingMode, ExternalizedCheckpointCleanup
 from streamstate.runtime.state_reader import list_checkpoints
-from streamstate.testing import FailOnce, TickingClock, use_default_clock
+from streamstate.testing import FailOnce, TickingClock, _first_time, use_default_clock
 from tests.integration.jobs import CountPerKey, make_env
 
 pytestmark = pytest.mark.spark
@@ -98,8 +98,21 @@ def test_restore_resumes_at_the_checkpointed_offsets(spark, tmp_path):
     assert sorted(first + second) == list(range(200))
 
 
+class FailInFirstEpochWithRecords(FailOnce):
+    """FailOnce at the first epoch >= ``epoch`` in which the subtask sees records: the rate
+    source's rows arrive by wall-clock time, so which epoch has them varies between runs."""
+
+    def _should_fail(self) -> bool:
+        ctx = self._ctx
+        if ctx is None or ctx.get_index_of_this_subtask() != self.subtask:
+            return False
+        if getattr(ctx, "epoch", 0) < self.epoch:
+            return False
+        return _first_time(self.marker)
+
+
 def test_rate_source_with_a_failure_delivers_no_value_twice(spark, tmp_path):
-    env = make_env(spark, epoch_records=25, **{"execution.epoch.max-epochs": "5"})
+    env = make_env(spark, epoch_records=25, **{"execution.epoch.max-epochs": "8"})
     env.enable_checkpointing(1)  # every epoch boundary
     env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
     df = spark.readStream.format("rate").option("rowsPerSecond", 50).load()
@@ -107,7 +120,7 @@ def test_rate_source_with_a_failure_delivers_no_value_twice(spark, tmp_path):
     assert ds._t.output_type == Types.ROW_NAMED(
         ["timestamp", "value"], [Types.SQL_TIMESTAMP(), Types.LONG()]
     )
-    fail = FailOnce(str(tmp_path), epoch=3, subtask=0, after_records=1)
+    fail = FailInFirstEpochWithRecords(str(tmp_path), epoch=2, subtask=0)
     with use_default_clock(TickingClock(start_ms=1000)):
         out = list(ds.map(lambda r: r.value).map(fail).execute_and_collect("rate"))
     assert fail.fired
