@@ -205,6 +205,7 @@ KNOWN_KEYS: dict[str, Validator] = {
     "queryable-state.bind-address": _any,
     "queryable-state.proxy.query-threads": _int(1),
     "queryable-state.cache.max-entries": _int(1),
+    "queryable-state.serve-on-executors": _bool,
     "execution.runner.spark.quiet": _bool,
     # ExecutionConfig (common/execution_config.py)
     "pipeline.global-job-parameters": _map,

@@ -109,7 +109,10 @@ class JobExecutor:
         self.restored_from: str | None = None
         #: published epoch/checkpoint snapshots for queryable state (runtime/queryable/)
         self.queryable = QueryableStateService(
-            self.job_id, queryable_operators(plan, settings), settings.queryable_cache_entries
+            self.job_id,
+            queryable_operators(plan, settings),
+            settings.queryable_cache_entries,
+            self.metrics.stats,
         )
         self.loop = EpochLoop(self)
 
@@ -369,6 +372,9 @@ def build_task_specs(
             ttl_time_provider=settings.ttl_time_provider,
             backend_options=dict(settings.backend_options),
             batch=settings.batch,
+            serve_queries=settings.queryable_on_executors
+            and not settings.batch
+            and any(n.keyed for n in st.nodes.values()),
         )
         specs[st.id] = cloudpickle.dumps(spec)
     return specs

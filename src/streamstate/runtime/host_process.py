@@ -20,6 +20,7 @@ Run as ``python -m streamstate.runtime.host_process host <socket> <job id> <idle
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 import pickle
@@ -44,6 +45,7 @@ PREWARM = (
     "streamstate.runtime.task",
     "streamstate.runtime.versions",
     "streamstate.runtime.subtask_host",
+    "streamstate.runtime.queryable.query_host",
     "streamstate.runtime.state.heap.backend",
     "streamstate.runtime.checkpoint.filesystem",
     "streamstate.runtime.checkpoint.memory",
@@ -59,6 +61,13 @@ class _Host:
         self.last = time.monotonic()
 
     def serve(self) -> None:
+        from streamstate.runtime import task
+        from streamstate.runtime.queryable.query_host import ensure_query_host
+
+        # acks of subtasks with keyed state name this machine's query host (started then)
+        task.QUERY_HOST[:] = [
+            functools.partial(ensure_query_host, idle_timeout_s=self.idle_timeout_s)
+        ]
         listener = Listener(self.path, family="AF_UNIX", authkey=authkey(self.job_id))
         os.chmod(self.path, 0o600)
         threading.Thread(target=self._watchdog, daemon=True).start()
@@ -190,6 +199,8 @@ def _fork(
     job_id: str,
     idle: float,
     paths: list[str],
+    kind: str = "subtask",
+    bind: str = "",
 ) -> int:
     pid = os.fork()
     if pid:
@@ -202,7 +213,12 @@ def _fork(
         os.dup2(err, 2)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         sys.path[:] = paths
-        _Host(path, job_id, idle).serve()
+        if kind == "query":
+            from streamstate.runtime.queryable.query_host import serve
+
+            serve(path, job_id, bind, idle)
+        else:
+            _Host(path, job_id, idle).serve()
     finally:
         os._exit(1)
 

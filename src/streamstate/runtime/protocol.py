@@ -44,9 +44,8 @@ __all__ = [
 ]
 
 #: Bumped whenever a message changes shape; driver and workers must agree on it.
-PROTOCOL_VERSION = (
-    6  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated; v6: .executor
-)
+PROTOCOL_VERSION = 7  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated;
+# v6: .executor; v7: SubtaskAck.query_host, StageTaskSpec.serve_queries
 
 #: The destination index of acks that go back to the driver (leaf stages).
 DRIVER = -1
@@ -203,6 +202,9 @@ class StageTaskSpec:
     backend_options: Mapping[str, Any] = field(default_factory=dict)
     #: the job runs in BATCH mode (``JobSettings.batch``): no state versions are written
     batch: bool = False
+    #: run a query host on the executors that serves this stage's keyed state
+    #: (``queryable-state.serve-on-executors``, runtime/queryable/query_host.py)
+    serve_queries: bool = False
     protocol_version: int = PROTOCOL_VERSION
 
 
@@ -274,3 +276,6 @@ class SubtaskAck:
     keyed_states: Mapping[str, tuple[tuple[Any, ...], ...]] = field(default_factory=dict)
     #: "<operator uid>.<state name>" -> entries migrated to a new schema this epoch
     migrated: Mapping[str, int] = field(default_factory=dict)
+    #: ``(address, secret)`` of the query host on this subtask's machine that serves its
+    #: keyed state (runtime/queryable/query_host.py); ``None``: the driver serves it
+    query_host: tuple[str, str] | None = None

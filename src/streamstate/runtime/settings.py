@@ -112,6 +112,9 @@ class JobSettings:
     batch: bool = False
     #: ``queryable-state.cache.max-entries``: serving copies the query server keeps
     queryable_cache_entries: int = 512
+    #: ``queryable-state.serve-on-executors``: a query host on each executor machine serves
+    #: the state of the subtasks there (runtime/queryable/query_host.py), not the driver
+    queryable_on_executors: bool = False
 
     @staticmethod
     def from_environment(
@@ -176,6 +179,9 @@ class JobSettings:
             queryable_cache_entries=conf_int(
                 configuration, "queryable-state.cache.max-entries", 512, minimum=1
             ),
+            queryable_on_executors=_conf_bool(
+                configuration, "queryable-state.serve-on-executors", default=False
+            ),
         )
 
 
@@ -206,10 +212,10 @@ def _duration_s(conf: Any, key: str) -> float:
     return 0.0 if raw is None else parse_duration_ms(raw) / 1000.0
 
 
-def _conf_bool(conf: Any, *keys: str) -> bool:
+def _conf_bool(conf: Any, *keys: str, default: bool = False) -> bool:
     raw = _conf_str(conf, *keys)
     if raw is None:
-        return False
+        return default
     if raw.lower() not in ("true", "false"):
         raise ConfigurationError(f"{keys[0]} must be true or false, got {raw!r}")
     return raw.lower() == "true"

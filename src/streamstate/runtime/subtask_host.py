@@ -244,14 +244,22 @@ def _zygote_path(directory: str) -> str:
     return os.path.join(directory, f"zygote-{h.hexdigest()[:16]}.sock")
 
 
-def fork_host(directory: str, path: str, job_id: str, idle_timeout_s: float) -> int | None:
-    """Have this machine's zygote (started if needed) fork the host of ``path``; its pid,
-    or ``None`` when no zygote answers (the caller starts the host itself)."""
+def fork_host(
+    directory: str,
+    path: str,
+    job_id: str,
+    idle_timeout_s: float,
+    kind: str = "subtask",
+    bind: str = "",
+) -> int | None:
+    """Have this machine's zygote (started if needed) fork the host of ``path`` (``kind``:
+    a subtask host, or a ``query`` host listening on ``bind``, runtime/queryable/
+    query_host.py); its pid, or ``None`` when no zygote answers (the caller starts it)."""
     zp = _zygote_path(directory)
     try:
         conn = _connect(zp)
         with conn:
-            conn.send(("fork", path, job_id, idle_timeout_s, list(sys.path)))
+            conn.send(("fork", path, job_id, idle_timeout_s, list(sys.path), kind, bind))
             # the host writes where this worker writes (a zygote's own stdout may be the
             # pipe of an executor that is gone)
             send_handle(conn, 1, 0)

@@ -98,6 +98,9 @@ _SPECS: dict[tuple[str, int], StageTaskSpec] = {}
 _INSTANCES: dict[tuple[str, int, int], _SubtaskInstance] = {}
 CACHE_STATS = {"hits": 0, "misses": 0}
 _WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+#: set in a subtask host: ``(job id, executor) -> (address, secret)`` of its machine's
+#: query host, or None (runtime/queryable/query_host.ensure_query_host)
+QUERY_HOST: list[Any] = []
 
 
 def _spec(spec_blob: Any) -> StageTaskSpec:
@@ -424,6 +427,9 @@ def run_stage_partition(
             keyed_states={uid: b.registered_states() for uid, b in inst.backends.items()},
             migrated=drain_migrated(inst.backends, inst.op_stores),
             user_metrics=report_user_metrics(inst.contexts),
+            query_host=QUERY_HOST[0](spec.job_id, executor)
+            if QUERY_HOST and spec.serve_queries and inst.backends
+            else None,
         )
     except BaseException:
         # A half-processed instance must never serve a later epoch.

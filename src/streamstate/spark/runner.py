@@ -25,6 +25,7 @@ from streamstate.errors import TaskFailure
 from streamstate.runtime.executor import EpochRunner
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import EpochSpec, SubtaskAck
+from streamstate.runtime.queryable.query_host import stop_query_host
 from streamstate.runtime.subtask_host import DEFAULT_IDLE_TIMEOUT_S, run_hosted, stop_hosts
 from streamstate.runtime.task import run_stage_partition
 from streamstate.spark.placement import (
@@ -72,6 +73,7 @@ def _stage_partition(
 
 
 def _stop_hosts(job_id: str, _index: int, _it: Any) -> Any:
+    stop_query_host(job_id)  # the machine's query host goes with the subtask hosts
     return iter(stop_hosts(job_id))
 
 

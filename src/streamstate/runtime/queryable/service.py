@@ -34,6 +34,7 @@ from streamstate.runtime.keygroups import (
     compute_key_group_range_for_operator_index,
 )
 from streamstate.runtime.protocol import Lineage, SubtaskAck
+from streamstate.runtime.queryable.forwarding import QueryHosts, answer
 from streamstate.runtime.queryable.serving import (
     QueryableOperator,
     ServingCache,
@@ -140,9 +141,19 @@ class QueryableStateService:
     """See the module docstring. Thread-safe: the driver publishes, query threads look up."""
 
     def __init__(
-        self, job_id: str, operators: Mapping[str, QueryableOperator], max_entries: int = 512
+        self,
+        job_id: str,
+        operators: Mapping[str, QueryableOperator],
+        max_entries: int = 512,
+        stats: dict[str, int] | None = None,
     ) -> None:
         self.job_id = job_id
+        #: keys answered by query hosts / by the driver (the job's metrics when given)
+        self.stats: dict[str, int] = {} if stats is None else stats
+        #: connections to the query hosts on the executors (query_host.py)
+        self.hosts = QueryHosts()
+        #: (uid, subtask) -> the query host of its machine, as of the last epoch's acks
+        self._hosts: dict[tuple[str, int], tuple[str, str]] = {}
         self.operators = dict(operators)
         self._lock = threading.Lock()
         self._snapshots: dict[str, ServingSnapshot | None] = dict.fromkeys(AS_OF)
@@ -219,6 +230,14 @@ class QueryableStateService:
     ) -> None:
         """The driver folded epoch ``epoch``'s acks: learn registrations, publish it."""
         self.register_states(acks.values())
+        hosts = dict(self._hosts)
+        for a in acks.values():
+            for uid in a.keyed_states:
+                if a.query_host is not None:
+                    hosts[(uid, a.subtask)] = tuple(a.query_host)  # type: ignore[assignment]  # (address, secret)
+                else:
+                    hosts.pop((uid, a.subtask), None)
+        self._hosts = hosts
         self.publish_epoch(epoch, attempt, lineages)
 
     def checkpoint_completed(self, md: Any, job_state: Any) -> None:
@@ -241,6 +260,7 @@ class QueryableStateService:
             None,
             {k: v for k, v in lineages.items() if k[0] in self.operators},
             self.operators,
+            self._hosts,
         )
         with self._lock:
             self._snapshots["epoch"] = snap
@@ -261,6 +281,7 @@ class QueryableStateService:
             checkpoint_id,
             {k: v for k, v in lineages.items() if k[0] in self.operators},
             self.operators,
+            self._hosts,
         )
         with self._lock:
             self._snapshots["checkpoint"] = snap
@@ -272,10 +293,12 @@ class QueryableStateService:
         with self._lock:
             self._snapshots["epoch"] = None
             self._why_unavailable = why
+        self._hosts = {}  # executors may be lost: the next epoch's acks name the hosts again
 
     def close(self) -> None:
         """The job ended: forget it and release the serving copies."""
         self._refresher.stop()
+        self.hosts.close()
         with _LIVE_LOCK:
             if _LIVE.get(self.job_id) is self:
                 del _LIVE[self.job_id]
@@ -380,11 +403,9 @@ class QueryableStateService:
             snap = self.snapshot(as_of)
             if snap is None:
                 raise StateNotAvailableYetError(self._unavailable(as_of))
+            state = (state_name, state_kind, type_infos)
             try:
-                values = [
-                    cache.read(snap, op, (state_name, state_kind, type_infos), k, kg)
-                    for k, kg in zip(keys, groups, strict=True)
-                ]
+                values = answer(self.hosts, snap, cache, op, state, keys, groups, self.stats)
             except StaleSnapshot:
                 continue
             except (OSError, FileNotFoundError) as e:

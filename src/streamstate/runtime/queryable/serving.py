@@ -168,6 +168,9 @@ class ServingSnapshot:
     #: (operator uid, subtask) -> the lineage of that subtask's state at this epoch
     lineages: Mapping[tuple[str, int], Lineage]
     operators: Mapping[str, QueryableOperator]
+    #: (operator uid, subtask) -> (address, secret) of the query host on the machine
+    #: holding that subtask's state (``query_host.py``); others are served by the driver
+    hosts: Mapping[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
 
 
 def read_one(state: Any, kind: str) -> Any:
@@ -390,6 +393,14 @@ class ServingCache:
             raise StateNotAvailableYetError(
                 f"operator {op.uid!r} has no state version as of {snap.as_of} {snap.epoch}"
             )
+        return self.read_lineage(lin, op, state, key, key_group)
+
+    def read_lineage(
+        self, lin: Lineage, op: QueryableOperator, state: tuple[str, str, Any], key: Any, kg: int
+    ) -> Any:
+        """``key``'s value (key group ``kg``) in the copy of ``lin``, the lineage of the
+        subtask owning ``kg`` (a query host is sent it by the driver)."""
+        key_group = kg
         entry = self._entry(op, op.serving_range(key_group))
         self.used = True
         with entry.lock:

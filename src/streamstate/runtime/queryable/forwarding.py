@@ -1,0 +1,226 @@
+"""The driver's side of query hosts: forward a request's keys to where their state is.
+
+:func:`answer` answers the keys of one request from one pinned
+:class:`~streamstate.runtime.queryable.serving.ServingSnapshot`: the keys of a subtask
+whose state is on a machine with a query host (``snap.hosts``, learned from the acks) go
+to that host together with the subtask's lineage in the snapshot (one message per host);
+the others, and those of a host that cannot be reached, are read from the driver's own
+serving copies as before. Every part is read at the lineages of the same snapshot, so the
+answer is one consistent cut whichever process read it; a host whose copy moved past the
+snapshot answers ``stale`` and the caller re-pins the whole request
+(:class:`~streamstate.runtime.queryable.serving.StaleSnapshot`).
+
+Objects travel once per connection: operators and lineages are sent with a reference
+(unique in this driver); the host keeps them by it (so its copies see the same lineage
+object again, as the driver's do) and asks for those it no longer has (``need``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import pickle
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+
+from streamstate.errors import QueryableStateError
+from streamstate.runtime.queryable.query_host import connect
+from streamstate.runtime.queryable.serving import (
+    QueryableOperator,
+    ServingCache,
+    ServingSnapshot,
+    StaleSnapshot,
+)
+
+__all__ = ["QueryHosts", "answer"]
+
+log = logging.getLogger("streamstate")
+
+#: a host that could not be reached is not tried again for this long (s)
+DOWN_FOR_S = 5.0
+#: how long the driver waits for a host's answer before serving the keys itself (s)
+ANSWER_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 2.0
+#: objects whose reference the driver remembers
+REFS = 4096
+
+
+class HostUnreachable(Exception):
+    """The query host cannot be reached (gone, executor lost, restarting): serve locally."""
+
+
+class _Conn:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        #: references whose object was sent on this connection
+        self.sent: set[str] = set()
+
+
+class QueryHosts:
+    """The driver's connections to one job's query hosts (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[str, list[_Conn]] = {}
+        self._down: dict[str, float] = {}
+        self._refs: OrderedDict[int, tuple[Any, str, bytes | None]] = OrderedDict()
+        self._prefix = secrets.token_hex(4)
+        self._seq = itertools.count()
+
+    def usable(self, address: str) -> bool:
+        with self._lock:
+            until = self._down.get(address)
+        return until is None or time.monotonic() > until
+
+    def _ref(self, obj: Any) -> tuple[str, bytes]:
+        """This driver's reference of ``obj`` and its pickled bytes (both made once)."""
+        with self._lock:
+            hit = self._refs.get(id(obj))
+            if hit is not None and hit[0] is obj and hit[2] is not None:
+                self._refs.move_to_end(id(obj))
+                return hit[1], hit[2]
+        blob = cloudpickle.dumps(obj)
+        ref = f"{self._prefix}-{next(self._seq)}"
+        with self._lock:
+            self._refs[id(obj)] = (obj, ref, blob)
+            while len(self._refs) > REFS:
+                self._refs.popitem(last=False)
+        return ref, blob
+
+    def _take(self, address: str, secret: str) -> _Conn:
+        with self._lock:
+            idle = self._idle.get(address)
+            if idle:
+                return idle.pop()
+        try:
+            return _Conn(connect(address, secret, CONNECT_TIMEOUT_S))
+        except (OSError, EOFError, QueryableStateError) as e:
+            with self._lock:
+                self._down[address] = time.monotonic() + DOWN_FOR_S
+            raise HostUnreachable(f"query host {address}: {e}") from e
+
+    def _give_back(self, address: str, c: _Conn) -> None:
+        with self._lock:
+            self._idle.setdefault(address, []).append(c)
+
+    def lookup(
+        self,
+        host: tuple[str, str],
+        as_of: str,
+        state: tuple[str, str, Any],
+        max_entries: int,
+        groups: Sequence[tuple[QueryableOperator, Any, list[tuple[Any, int]]]],
+    ) -> list[list[Any]]:
+        """The values of every group ``(operator, lineage, [(key, key group), ...])``,
+        read by the query host at ``host`` = (address, secret)."""
+        address, secret = host
+        refs = [(self._ref(op), self._ref(lin), items) for op, lin, items in groups]
+        c = self._take(address, secret)
+        try:
+            for _ in range(2):
+                msg = (
+                    "lookup",
+                    as_of,
+                    state,
+                    max_entries,
+                    [
+                        (
+                            o[0],
+                            None if o[0] in c.sent else o[1],
+                            n[0],
+                            None if n[0] in c.sent else n[1],
+                            items,
+                        )
+                        for o, n, items in refs
+                    ],
+                )
+                c.conn.send_bytes(pickle.dumps(msg))
+                if not c.conn.poll(ANSWER_TIMEOUT_S):
+                    raise TimeoutError(f"no answer in {ANSWER_TIMEOUT_S} s")
+                reply = pickle.loads(c.conn.recv_bytes())
+                c.sent.update(r[0] for o, n, _ in refs for r in (o, n))
+                if reply[0] != "need":
+                    break
+                c.sent.difference_update(reply[1])  # the host evicted them: send again
+        except (OSError, EOFError, TimeoutError, pickle.UnpicklingError) as e:
+            c.conn.close()
+            with self._lock:
+                self._down[address] = time.monotonic() + DOWN_FOR_S
+            raise HostUnreachable(f"query host {address}: {e}") from e
+        self._give_back(address, c)
+        if reply[0] == "ok":
+            return reply[1]  # type: ignore[no-any-return]  # the host's list of value lists
+        if reply[0] == "stale":
+            raise StaleSnapshot()
+        if reply[0] == "gone":
+            raise FileNotFoundError(reply[1])
+        if reply[0] == "error":
+            raise reply[1]
+        raise QueryableStateError(f"query host {address} answered {reply[0]!r}")
+
+    def close(self) -> None:
+        with self._lock:
+            conns = [c for cs in self._idle.values() for c in cs]
+            self._idle.clear()
+            self._refs.clear()
+        for c in conns:
+            c.conn.close()
+
+
+def answer(
+    hosts: QueryHosts | None,
+    snap: ServingSnapshot,
+    cache: ServingCache,
+    op: QueryableOperator,
+    state: tuple[str, str, Any],
+    keys: Sequence[Any],
+    groups: Sequence[int],
+    stats: dict[str, int],
+) -> list[Any]:
+    """The values of ``keys`` (key groups ``groups``) as of ``snap``: forwarded to the query
+    hosts of their subtasks where there are some, read from ``cache`` otherwise."""
+    values: list[Any] = [None] * len(keys)
+    local: list[int] = []
+    remote: dict[tuple[str, str], dict[int, list[int]]] = {}
+    for i, kg in enumerate(groups):
+        sub = op.subtask_of(kg)
+        host = snap.hosts.get((op.uid, sub))
+        if (
+            hosts is not None
+            and host is not None
+            and (op.uid, sub) in snap.lineages
+            and hosts.usable(host[0])
+        ):
+            remote.setdefault(host, {}).setdefault(sub, []).append(i)
+        else:
+            local.append(i)
+    for host, subs in remote.items():
+        assert hosts is not None
+        parts = [
+            (op, snap.lineages[(op.uid, sub)], [(keys[i], groups[i]) for i in idx])
+            for sub, idx in subs.items()
+        ]
+        try:
+            got = hosts.lookup(host, snap.as_of, state, cache.max_entries, parts)
+        except HostUnreachable as e:
+            log.info("queryable state: %s; the driver serves its keys", e)
+            local.extend(i for idx in subs.values() for i in idx)
+            continue
+        for idx, vals in zip(subs.values(), got, strict=True):
+            for i, v in zip(idx, vals, strict=True):
+                values[i] = v
+        stats["queryable_lookups_remote"] = stats.get("queryable_lookups_remote", 0) + sum(
+            len(idx) for idx in subs.values()
+        )
+    for i in local:
+        values[i] = cache.read(snap, op, state, keys[i], groups[i])
+    if local:
+        stats["queryable_lookups_driver"] = stats.get("queryable_lookups_driver", 0) + len(local)
+    return values

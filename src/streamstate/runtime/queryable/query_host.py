@@ -1,0 +1,369 @@
+"""Query hosts: queryable state served on the machine where the subtasks' state is.
+
+With ``queryable-state.serve-on-executors`` on and subtask hosts on (Spark), every
+executor machine runs one **query host** per job, a process forked from the machine's
+zygote (``host_process.py``) by the first subtask host of the job that finishes an epoch
+there (:func:`ensure_query_host`). It is not a thread of a subtask host: its lookups and
+copy refreshes never compete with an epoch for a subtask host's interpreter lock.
+
+It listens on TCP on the executor's address (loopback when the executor is unknown, i.e.
+local mode) and writes ``{pid, address, secret}`` into ``<host dir>/<job digest>-query.json``
+(owner-only directory, written atomically); the subtask hosts put address and secret into
+their acks (``SubtaskAck.query_host``), so the driver learns them like the state versions.
+A connection authenticates both ways with the secret (HMAC challenges, see :func:`handshake`)
+before anything is unpickled; only the driver, which got the secret over Spark, has it.
+
+The driver forwards the keys of the subtasks whose state is on the machine together with
+the lineage the request's snapshot pinned for each (``forwarding.py``); the host answers
+them from its own :class:`~streamstate.runtime.queryable.serving.ServingCache`, built from
+those lineages' state-version files on its local disk (heap: per key group, each epoch's
+delta applied to the copy; RocksDB: the epoch version's SST files opened by a backend in a
+local directory). It never decides which snapshot answers: the driver pins one per request.
+
+The host exits when the job's runner stops it (:func:`stop_query_host`, with the subtask
+hosts), or after ``idle_timeout_s`` without a lookup and without an epoch (the subtask hosts
+touch its file at every ack), e.g. when the driver died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import hmac
+import json
+import logging
+import os
+import pickle
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import OrderedDict
+from multiprocessing.connection import Connection
+from typing import Any
+
+from streamstate.errors import QueryableStateError, StreamStateError
+from streamstate.runtime.checkpoint.lock import process_alive
+from streamstate.runtime.queryable.serving import ServingCache, StaleSnapshot
+from streamstate.runtime.subtask_host import DEFAULT_IDLE_TIMEOUT_S, fork_host, host_dir
+
+__all__ = [
+    "QueryHost",
+    "connect",
+    "ensure_query_host",
+    "handshake",
+    "stop_query_host",
+]
+
+log = logging.getLogger("streamstate")
+
+#: how long either side waits for the other during the handshake (s)
+HANDSHAKE_TIMEOUT_S = 5.0
+#: objects (operators, lineages) a host keeps by the driver's reference
+OBJECT_CACHE = 4096
+#: connections a host serves at once
+MAX_CONNECTIONS = 64
+#: how long a worker waits for a query host it started to write its address
+_START_TIMEOUT_S = 30.0
+
+# subtask-host side: job id -> (pid, address, secret) of this machine's query host
+_KNOWN: dict[str, tuple[int, str, str]] = {}
+
+
+def _info_path(job_id: str) -> str:
+    digest = hashlib.sha256(job_id.encode()).hexdigest()[:20]
+    return os.path.join(host_dir(), f"{digest}-query.json")
+
+
+def _read_info(path: str) -> tuple[int, str, str] | None:
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        return int(d["pid"]), str(d["address"]), str(d["secret"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def bind_address(executor: str | None) -> str:
+    """Where a query host listens: the executor's host (``executor_<host>_<id>``), or
+    loopback when the executor is unknown (local mode: the driver is on this machine)."""
+    if not executor or not executor.startswith("executor_"):
+        return "127.0.0.1"
+    host = executor[len("executor_") :].rsplit("_", 1)[0]
+    return host or "127.0.0.1"
+
+
+def ensure_query_host(
+    job_id: str, executor: str | None, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+) -> tuple[str, str] | None:
+    """``(address, secret)`` of this machine's query host of ``job_id`` (started when
+    none runs), or ``None`` when it cannot be started (the driver then serves the state)."""
+    try:
+        known = _KNOWN.get(job_id)
+        path = _info_path(job_id)
+        if known is None or not process_alive(known[0]):
+            known = _start(path, job_id, bind_address(executor), idle_timeout_s)
+            _KNOWN[job_id] = known
+        with contextlib.suppress(OSError):
+            os.utime(path)  # an epoch ran: the job is alive (the host's idle watchdog)
+        return known[1], known[2]
+    except Exception:  # no query host: the driver serves this subtask's state
+        log.warning("queryable state: starting the query host failed", exc_info=True)
+        _KNOWN.pop(job_id, None)
+        return None
+
+
+def _start(path: str, job_id: str, bind: str, idle_timeout_s: float) -> tuple[int, str, str]:
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one subtask host starts it, the others wait
+        got = _read_info(path)
+        if got is not None and process_alive(got[0]):
+            return got
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        pid = fork_host(host_dir(), path, job_id, idle_timeout_s, kind="query", bind=bind)
+        proc = None
+        if pid is None:
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, path, job_id, bind, str(idle_timeout_s)],
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+                env=env,
+            )
+            pid = proc.pid
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while True:
+            got = _read_info(path)
+            if got is not None and got[0] == pid:
+                return got
+            alive = proc.poll() is None if proc is not None else process_alive(pid)
+            if not alive or time.monotonic() > deadline:
+                raise QueryableStateError(f"the query host of job {job_id} did not start")
+            time.sleep(0.002)
+
+
+def stop_query_host(job_id: str) -> list[int]:
+    """Stop this machine's query host of ``job_id`` (idempotent; with the subtask hosts)."""
+    path = _info_path(job_id)
+    got = _read_info(path)
+    _KNOWN.pop(job_id, None)
+    stopped = 0
+    if got is not None:
+        try:
+            conn = connect(got[1], got[2], timeout=2.0)
+            with conn:
+                conn.send_bytes(pickle.dumps(("stop",)))
+                if conn.poll(2.0):
+                    conn.recv_bytes()
+            stopped = 1
+        except (OSError, EOFError, QueryableStateError):
+            pass
+    for p in (path, path + ".lock"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+    return [stopped]
+
+
+# ------------------------------------------------------------------------------ the handshake
+
+
+def _mac(secret: str, role: bytes, nonce: bytes) -> bytes:
+    return hmac.new(secret.encode(), role + nonce, hashlib.sha256).digest()
+
+
+def _recv(conn: Connection, timeout: float, max_bytes: int = 256) -> bytes:
+    if not conn.poll(timeout):
+        raise QueryableStateError("the peer did not answer the handshake in time")
+    return conn.recv_bytes(max_bytes)
+
+
+def handshake(conn: Connection, secret: str, server: bool) -> None:
+    """Both sides prove they know ``secret`` (HMAC of the other side's nonce) before
+    either unpickles anything the other sends; raises QueryableStateError otherwise."""
+    t = HANDSHAKE_TIMEOUT_S
+    if server:
+        theirs = _recv(conn, t)
+        mine = secrets.token_bytes(32)
+        conn.send_bytes(mine + _mac(secret, b"host", theirs))
+        if not hmac.compare_digest(_recv(conn, t), _mac(secret, b"driver", mine)):
+            raise QueryableStateError("a query-host client failed authentication")
+    else:
+        mine = secrets.token_bytes(32)
+        conn.send_bytes(mine)
+        reply = _recv(conn, t)
+        if not hmac.compare_digest(reply[32:], _mac(secret, b"host", mine)):
+            raise QueryableStateError("the query host failed authentication")
+        conn.send_bytes(_mac(secret, b"driver", reply[:32]))
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def connect(address: str, secret: str, timeout: float) -> Connection:
+    """An authenticated connection to the query host at ``address``."""
+    sock = socket.create_connection(_split(address), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.settimeout(None)  # Connection reads a blocking descriptor; time-outs use poll()
+    conn = Connection(sock.detach())
+    try:
+        handshake(conn, secret, server=False)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+# ------------------------------------------------------------------------------ the process
+
+
+class QueryHost:
+    """The query host process (see the module docstring)."""
+
+    def __init__(self, path: str, job_id: str, bind: str, idle_timeout_s: float) -> None:
+        self.path, self.job_id, self.idle_timeout_s = path, job_id, idle_timeout_s
+        self.secret = secrets.token_hex(32)
+        family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.bind((bind, 0))
+        self.sock.listen(64)
+        host, port = self.sock.getsockname()[:2]
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.caches: dict[str, ServingCache] = {}
+        self.objects: OrderedDict[str, Any] = OrderedDict()
+        self.lock = threading.Lock()
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.last = time.monotonic()
+
+    def serve(self) -> None:
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"pid": os.getpid(), "address": self.address, "secret": self.secret}, f)
+        os.replace(tmp, self.path)  # atomic: a reader sees no file or the whole one
+        threading.Thread(target=self._watchdog, daemon=True).start()
+        while True:
+            try:
+                sock, _ = self.sock.accept()
+            except OSError:
+                continue
+            if not self.slots.acquire(blocking=False):
+                sock.close()  # the driver keeps few connections; more is not the driver
+                continue
+            threading.Thread(target=self._connection, args=(sock,), daemon=True).start()
+
+    def _watchdog(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.idle_timeout_s))
+            got = _read_info(self.path)
+            if got is None or got[0] != os.getpid():
+                self.exit()  # stopped, or another host took over the job on this machine
+            try:
+                touched = os.stat(self.path).st_mtime
+            except OSError:
+                touched = 0.0
+            idle = min(time.monotonic() - self.last, time.time() - touched)
+            if idle > self.idle_timeout_s:
+                self.exit()
+
+    def exit(self) -> None:
+        got = _read_info(self.path)
+        if got is not None and got[0] == os.getpid():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        for cache in list(self.caches.values()):
+            with contextlib.suppress(Exception):  # disposing copies is best effort at exit
+                cache.clear()
+        os._exit(0)
+
+    def _connection(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = Connection(sock.detach())
+        try:
+            handshake(conn, self.secret, server=True)
+            while True:
+                msg = pickle.loads(conn.recv_bytes())
+                self.last = time.monotonic()
+                if msg[0] == "stop":
+                    with contextlib.suppress(OSError):
+                        conn.send_bytes(pickle.dumps(("stopped",)))
+                    self.exit()
+                conn.send_bytes(pickle.dumps(self.handle(msg)))
+                self.last = time.monotonic()
+        except (OSError, EOFError, QueryableStateError):
+            return
+        finally:
+            self.slots.release()
+            conn.close()
+
+    def _objects(self, refs: list[tuple[str, bytes | None]]) -> tuple[list[Any], list[str]]:
+        out, missing = [], []
+        with self.lock:
+            for ref, blob in refs:
+                obj = self.objects.get(ref)
+                if obj is None and blob is not None:
+                    obj = self.objects[ref] = pickle.loads(blob)
+                    while len(self.objects) > OBJECT_CACHE:
+                        self.objects.popitem(last=False)
+                if obj is None:
+                    missing.append(ref)
+                else:
+                    self.objects.move_to_end(ref)
+                out.append(obj)
+        return out, missing
+
+    def _cache(self, as_of: str, max_entries: int) -> ServingCache:
+        with self.lock:
+            cache = self.caches.get(as_of)
+            if cache is None:
+                cache = self.caches[as_of] = ServingCache(max_entries)
+            cache.max_entries = max(1, int(max_entries))
+            return cache
+
+    def handle(self, msg: tuple[Any, ...]) -> tuple[Any, ...]:
+        """One request -> its reply (``ok`` | ``need`` | ``stale`` | ``gone`` | ``error``)."""
+        try:
+            if msg[0] == "lookup":
+                return self._lookup(*msg[1:])
+            raise QueryableStateError(f"unknown query-host request {msg[0]!r}")
+        except StaleSnapshot:
+            return ("stale",)
+        except OSError as e:  # the lineage's files were superseded meanwhile
+            return ("gone", str(e))
+        except StreamStateError as e:
+            return ("error", e)
+        except Exception as e:  # a bug reaches the driver as an error
+            log.exception("queryable state: a query-host request failed")
+            return ("error", QueryableStateError(f"{type(e).__name__}: {e}"))
+
+    def _lookup(
+        self, as_of: str, state: tuple[str, str, Any], max_entries: int, groups: list[Any]
+    ) -> tuple[Any, ...]:
+        """``groups``: ``(op ref, op blob, lineage ref, lineage blob, [(key, kg), ...])``;
+        a blob is sent only when the driver has not sent that object on the connection."""
+        refs = [r for g in groups for r in ((g[0], g[1]), (g[2], g[3]))]
+        objs, missing = self._objects(refs)
+        if missing:
+            return ("need", missing)
+        cache = self._cache(as_of, max_entries)
+        values = []
+        for n, (_, _, _, _, items) in enumerate(groups):
+            op, lin = objs[2 * n], objs[2 * n + 1]
+            values.append([cache.read_lineage(lin, op, state, k, kg) for k, kg in items])
+        return ("ok", values)
+
+
+def serve(path: str, job_id: str, bind: str, idle_timeout_s: float) -> None:
+    """The query host's main (forked by the zygote, or run as a module)."""
+    QueryHost(path, job_id, bind, idle_timeout_s).serve()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]))
