@@ -32,6 +32,10 @@ class Source(ABC):
     #: parallelism used when the user set none (None: the environment's)
     default_parallelism: int | None = None
     bounded: bool = True
+    #: ``read`` can go on where it stopped (``advance``): with ``execution.epoch.interval``
+    #: a reader then reads in slices and its epoch is cut by time (``runtime/sliced_read.py``);
+    #: otherwise an epoch reads the whole budget in one ``read``
+    sliced_reads: bool = False
 
     @abstractmethod
     def create_enumerator_state(self, parallelism: int) -> Any:
@@ -52,6 +56,12 @@ class Source(ABC):
     @abstractmethod
     def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
         """Worker: read at most ``budget`` records of ``assignment``; return (records, progress)."""
+
+    def advance(self, assignment: Any, progress: Any) -> Any:
+        """Worker (``sliced_reads`` sources): the assignment that continues where ``read`` of
+        ``assignment`` stopped, having reported ``progress``. The progress reported by reading
+        it must include ``progress`` (the driver only sees the last slice's)."""
+        raise NotImplementedError(f"{type(self).__name__} sets sliced_reads but has no advance")
 
     @abstractmethod
     def apply_progress(self, state: Any, progress: list[Any]) -> Any:

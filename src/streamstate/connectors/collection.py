@@ -19,6 +19,7 @@ class CollectionSource(Source):
 
     default_parallelism = 1
     bounded = True
+    sliced_reads = True
 
     def __init__(self, elements: list[Any]) -> None:
         self.elements = list(elements)
@@ -51,6 +52,9 @@ class CollectionSource(Source):
             return [], None
         end = min(len(self.elements), assignment + budget)
         return self.elements[assignment:end], end
+
+    def advance(self, assignment: Any, progress: Any) -> Any:
+        return progress  # the offset of the next element
 
     def apply_progress(self, state: Any, progress: list[Any]) -> Any:
         ends = [p for p in progress if p is not None]

@@ -54,6 +54,7 @@ _SIZE_LOOKUPS = 64
 
 class TextLineFileSource(Source):
     bounded = True
+    sliced_reads = True
 
     def __init__(
         self,
@@ -104,7 +105,10 @@ class TextLineFileSource(Source):
         progress = []
         decode = self.line_format.decode
         plain = type(self.line_format) is TextLine  # the common case without a call per line
-        for idx, path, offset in assignment:
+        for idx, path, offset, *finished in assignment:
+            if finished:  # read to its end in an earlier slice of this epoch (advance)
+                progress.append([idx, offset, True])
+                continue
             if len(out) >= budget:
                 break
             with fsspec.open(path, "rb") as f:
@@ -138,6 +142,14 @@ class TextLineFileSource(Source):
                     done = True
             progress.append([idx, offset, done])
         return out, progress
+
+    def advance(self, assignment: Any, progress: Any) -> Any:
+        reached = {idx: (offset, done) for idx, offset, done in progress}
+        out = []
+        for idx, path, offset, *finished in assignment:
+            offset, done = reached.get(idx, (offset, bool(finished)))
+            out.append([idx, path, offset, True] if done else [idx, path, offset])
+        return out
 
     def apply_progress(self, state: Any, progress: list[Any]) -> Any:
         files = [list(f) for f in state["files"]]

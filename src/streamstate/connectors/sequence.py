@@ -18,6 +18,7 @@ class SequenceSource(Source):
     """
 
     bounded = True
+    sliced_reads = True
 
     def __init__(self, start: int, end: int) -> None:
         if end < start:
@@ -47,6 +48,10 @@ class SequenceSource(Source):
             out.extend(range(nxt, nxt + take))
             progress.append([idx, nxt + take])
         return out, progress
+
+    def advance(self, assignment: Any, progress: Any) -> Any:
+        # read() reports every split of its assignment, in order
+        return [[idx, nxt, hi] for (idx, _, hi), (_, nxt) in zip(assignment, progress, strict=True)]
 
     def apply_progress(self, state: Any, progress: list[Any]) -> Any:
         splits = [list(s) for s in state["splits"]]

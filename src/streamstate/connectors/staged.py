@@ -35,6 +35,7 @@ __all__ = [
     "StagedRowsSinkOperator",
     "StagedRowsSource",
     "StagedSplit",
+    "advance_staged_splits",
     "read_staged_rows",
     "read_staged_splits",
     "write_staged_rows",
@@ -129,6 +130,13 @@ def read_staged_splits(assignment: Any, budget: int) -> tuple[list[Any], list[li
     return out, progress
 
 
+def advance_staged_splits(assignment: Any, progress: list[list[int]]) -> list[Any]:
+    """The staged splits of ``assignment`` at the positions ``progress`` reached (a Source's
+    advance; splits read to the end stay, so the next read reports them again)."""
+    ends = {i: end for i, end in progress}
+    return [[i, path, ends.get(i, pos), count] for i, path, pos, count in assignment]
+
+
 def _named_rows(fields: list[str], values: list[tuple[Any, ...]]) -> list[Row]:
     """``Row(**dict(zip(fields, v)))`` for each ``v``, sharing one name list (fast path)."""
     new, insert, out = Row.__new__, RowKind.INSERT, []
@@ -150,6 +158,7 @@ class StagedRowsSource(Source):
     """
 
     bounded = True
+    sliced_reads = True
 
     def __init__(self, splits: list[StagedSplit], default_parallelism: int | None = None) -> None:
         self.splits = [[str(p), int(n)] for p, n in splits]
@@ -177,6 +186,9 @@ class StagedRowsSource(Source):
 
     def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
         return read_staged_splits(assignment, budget)
+
+    def advance(self, assignment: Any, progress: Any) -> Any:
+        return advance_staged_splits(assignment, progress)
 
     def apply_progress(self, state: Any, progress: list[Any]) -> Any:
         positions = list(state["positions"])

@@ -154,6 +154,7 @@ KNOWN_KEYS: dict[str, Validator] = {
     "execution.savepoint.path": _any,
     "execution.epoch.max-records": _int(1),
     "execution.epoch.interval": _duration,
+    "execution.epoch.slice-records": _int(1),
     "execution.epoch.full-snapshot-interval": _int(1),
     "execution.epoch.max-epochs": _int(0),
     "execution.epoch.idle-wait-ms": _int(0),

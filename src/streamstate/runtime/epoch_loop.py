@@ -162,7 +162,11 @@ class EpochLoop:
         full = pending is None and (epoch - state.last_full_epoch) >= self.settings.full_every
         finished = {
             st.id: reads_to_end(
-                st, state.source_states[source_uid(st)], notify_only, self.settings.epoch_records
+                st,
+                state.source_states[source_uid(st)],
+                notify_only,
+                self.settings.epoch_records,
+                self.settings.epoch_interval_s > 0,
             )
             for st in self.plan.sources
         }
@@ -346,11 +350,17 @@ def acknowledge_checkpoint(
                 )
 
 
-def reads_to_end(st: Stage, source_state: Any, notify_only: bool, budget: int) -> bool:
+def reads_to_end(
+    st: Stage, source_state: Any, notify_only: bool, budget: int, cut_by_time: bool = False
+) -> bool:
     """The source is exhausted, or an epoch with ``budget`` records per reader reads all
     it has left: that epoch ends with its final watermark (timers then fire with the
     state of the same epoch, as in Flink, where a small bounded job ends milliseconds
-    after its last record)."""
+    after its last record). ``cut_by_time``: epochs are cut by ``execution.epoch.interval``,
+    so only an exhausted source counts (a reader that reads in slices may stop before the
+    end; the final watermark then comes with the next, input-free epoch)."""
     if st.source.is_finished(source_state):
         return True
-    return not notify_only and bool(st.source.finishes_within(source_state, st.parallelism, budget))
+    if notify_only or (cut_by_time and getattr(st.source, "sliced_reads", False)):
+        return False
+    return bool(st.source.finishes_within(source_state, st.parallelism, budget))

@@ -369,6 +369,8 @@ def build_task_specs(
             backend_name=settings.backend_name,
             job_parameters=dict(settings.job_parameters),
             source_budget=settings.epoch_records,
+            source_interval_s=0.0 if settings.batch else settings.epoch_interval_s,
+            source_slice=settings.epoch_slice_records,
             ttl_time_provider=settings.ttl_time_provider,
             backend_options=dict(settings.backend_options),
             batch=settings.batch,

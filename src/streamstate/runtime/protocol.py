@@ -44,8 +44,9 @@ __all__ = [
 ]
 
 #: Bumped whenever a message changes shape; driver and workers must agree on it.
-PROTOCOL_VERSION = 7  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated;
-# v6: .executor; v7: SubtaskAck.query_host, StageTaskSpec.serve_queries
+PROTOCOL_VERSION = 8  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated;
+# v6: .executor; v7: SubtaskAck.query_host, StageTaskSpec.serve_queries;
+# v8: StageTaskSpec.source_interval_s / source_slice
 
 #: The destination index of acks that go back to the driver (leaf stages).
 DRIVER = -1
@@ -196,6 +197,11 @@ class StageTaskSpec:
     job_parameters: Mapping[str, str]
     #: at most this many records per source subtask and epoch
     source_budget: int
+    #: ``execution.epoch.interval``: a reader stops reading this many seconds after it
+    #: started in an epoch (0: only the budget ends an epoch's reading)
+    source_interval_s: float = 0.0
+    #: with an interval: records read between two looks at the clock
+    source_slice: int = 1024
     #: the clock of state TTL (``runtime/state/ttl_clock.py``); ``None``: the wall clock
     ttl_time_provider: Any = None
     #: extra keyword arguments of the keyed backend (``StateBackend.backend_options()``)

@@ -22,6 +22,7 @@ __all__ = [
     "BATCH_EPOCH_RECORDS",
     "DEFAULT_EPOCH_RECORDS",
     "DEFAULT_FULL_VERSION_EVERY",
+    "DEFAULT_SLICE_RECORDS",
     "CheckpointSettings",
     "JobSettings",
     "RetentionPolicy",
@@ -31,6 +32,9 @@ __all__ = [
 DEFAULT_EPOCH_RECORDS = 100_000
 DEFAULT_FULL_VERSION_EVERY = 20
 DEFAULT_IDLE_WAIT_MS = 200
+#: with ``execution.epoch.interval``: records a reader reads (and runs through its chained
+#: operators) between two looks at the clock
+DEFAULT_SLICE_RECORDS = 1024
 #: the source budget of the one epoch of a BATCH job (no limit in practice)
 BATCH_EPOCH_RECORDS = 1 << 62
 
@@ -88,9 +92,14 @@ class JobSettings:
     max_epochs: int = 0
     #: ``execution.epoch.idle-wait-ms``: pause after an epoch that read nothing
     idle_wait_s: float = DEFAULT_IDLE_WAIT_MS / 1000.0
-    #: ``execution.epoch.interval``: epochs that did not fill their budget start at most
-    #: this often (0: back to back)
+    #: ``execution.epoch.interval``: a reader subtask stops reading this long after it
+    #: started in an epoch (the epoch is cut by time, whichever of records and time comes
+    #: first), and epochs that did not fill their budget start at most this often (0: epochs
+    #: by records only, back to back)
     epoch_interval_s: float = 0.0
+    #: ``execution.epoch.slice-records``: with an interval, records read between two looks
+    #: at the clock
+    epoch_slice_records: int = DEFAULT_SLICE_RECORDS
     #: ``execution.epoch.state-dir``: where per-epoch versions go with in-memory storage
     state_dir: str | None = None
     #: ``state.ttl.time-provider``
@@ -156,6 +165,9 @@ class JobSettings:
             )
             / 1000.0,
             epoch_interval_s=_duration_s(configuration, "execution.epoch.interval"),
+            epoch_slice_records=conf_int(
+                configuration, "execution.epoch.slice-records", DEFAULT_SLICE_RECORDS, minimum=1
+            ),
             state_dir=configuration.get_string("execution.epoch.state-dir", None),
             ttl_time_provider=ttl_time_provider_from_configuration(configuration),
             backend_name=getattr(state_backend, "backend_name", "hashmap"),

@@ -42,6 +42,8 @@ from streamstate.runtime.protocol import (
 )
 from streamstate.runtime.serializers.base import dumps_portable
 from streamstate.runtime.shuffle import ACK, DATA, WATERMARK, EdgeWriter, decode_input
+from streamstate.runtime.sliced_read import read_in_slices
+from streamstate.runtime.sliced_read import reads_in_slices as sliced
 from streamstate.runtime.state.migration import drain_migrated
 from streamstate.runtime.user_metrics import report_user_metrics
 from streamstate.runtime.versions import (
@@ -332,6 +334,10 @@ def run_stage_partition(
                     sub.source_assignment, spec.source_budget
                 )
                 source_ts = reader.epoch_timestamps  # type: ignore[attr-defined]  # a source stage's operator head is a SourceFunction operator
+            elif spec.source_interval_s > 0 and not epoch_spec.end_of_input and sliced(st.source):
+                st.source.prepare_worker()  # epochs cut by time: each slice runs through the chain
+                source_progress = read_in_slices(st, sub.source_assignment, spec, push)
+                records = []  # pushed slice by slice
             else:
                 st.source.prepare_worker()
                 records, source_progress = st.source.read(sub.source_assignment, spec.source_budget)

@@ -27,7 +27,7 @@ import uuid
 from typing import Any
 
 from streamstate.connectors.base import Source
-from streamstate.connectors.staged import read_staged_splits
+from streamstate.connectors.staged import advance_staged_splits, read_staged_splits
 from streamstate.errors import ConfigurationError
 
 __all__ = ["SparkStreamSource"]
@@ -42,6 +42,8 @@ def _fs(path: str) -> tuple[Any, str]:
 
 class SparkStreamSource(Source):
     """Reads a streaming DataFrame trigger by trigger (see module doc)."""
+
+    sliced_reads = True
 
     def __init__(
         self,
@@ -162,3 +164,6 @@ class SparkStreamSource(Source):
     # -- worker -----------------------------------------------------------------------------
     def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
         return read_staged_splits(assignment, budget)
+
+    def advance(self, assignment: Any, progress: Any) -> Any:
+        return advance_staged_splits(assignment, progress)

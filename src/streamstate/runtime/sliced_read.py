@@ -1,0 +1,52 @@
+"""Epochs cut by time: a reader subtask reads its splits in slices and stops at a deadline.
+
+With ``execution.epoch.interval`` set, a split reader's epoch ends at the earlier of its
+record budget (``execution.epoch.max-records``) and the interval, measured from when the
+subtask starts reading in that epoch. The reader reads ``execution.epoch.slice-records``
+records at a time, runs each slice through its chained operators, and looks at the clock
+between slices (never per record). The epoch is cut after the slice during which the
+deadline passed.
+
+A cut anywhere is exact and replayable because a source reports where it stopped: the
+progress of the last slice (which includes the earlier slices') goes to the driver, which
+folds it into the enumerator state committed with the epoch. A retried epoch may be cut
+elsewhere; its state is rolled back with the epoch, so exactly-once holds.
+
+A source takes part by setting ``sliced_reads = True`` and implementing
+``advance(assignment, progress)``: the assignment that continues where ``progress``
+stopped, such that reading it reports a progress that includes ``progress``. Other sources
+are read in one call with the whole budget (by records only).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["read_in_slices", "reads_in_slices"]
+
+
+def reads_in_slices(source: Any) -> bool:
+    """Whether ``source`` can be read slice by slice (``sliced_reads`` and ``advance``)."""
+    return bool(getattr(source, "sliced_reads", False))
+
+
+def read_in_slices(stage: Any, assignment: Any, spec: Any, push: Callable[..., None]) -> Any:
+    """Read ``assignment`` of ``stage.source`` until the spec's budget, a slice that comes
+    back short (nothing more for now), or the spec's interval after the start; every
+    slice is pushed into the stage's head nodes at once. Returns the progress to report
+    (where the reader stopped)."""
+    source, size = stage.source, spec.source_slice
+    deadline = time.monotonic() + spec.source_interval_s
+    left = spec.source_budget
+    while True:
+        n = min(size, left)
+        records, progress = source.read(assignment, n)
+        if records:
+            for h in stage.heads:
+                push(stage.nodes[h], records, None)
+        left -= len(records)
+        if left <= 0 or len(records) < n or time.monotonic() >= deadline:
+            return progress
+        assignment = source.advance(assignment, progress)
