@@ -14,7 +14,11 @@ value:
    throughput in a phase is its records over its epochs' time (epochs that started and
    ended inside the phase). Reported: the ratio with / without, measured in the same run.
 
-Run: ``python -m benchmarks.queryable_state [--keys 1000000] [--seconds 10] [--json FILE]``.
+With ``--serve-on-executors true`` (the default) lookups are answered by the query host on
+the executor machine (the driver forwards them), with ``false`` by the driver's own copies.
+
+Run: ``python -m benchmarks.queryable_state [--keys 1000000] [--seconds 10]
+[--serve-on-executors true|false] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from streamstate.datastream.connectors import DiscardingSink
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.queryablestate import QueryableStateClient
 from streamstate.runtime.job_status import EpochStats, JobObserver
+from streamstate.runtime.queryable.service import service_of
 
 NAME = "counts"
 
@@ -148,6 +153,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     conf.set_string("execution.epoch.max-records", str(args.epoch_records))
     conf.set_string("execution.progress", "none")
     conf.set_string("state.backend.type", args.backend)
+    conf.set_string("queryable-state.serve-on-executors", args.serve_on_executors)
     env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
     env.set_parallelism(2)
     probe = Epochs()
@@ -219,6 +225,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rounds": args.rounds,
         }
         fig["epochs"] = len(probe.epochs)
+        stats = service_of(jid).stats  # type: ignore[union-attr]  # the job runs here
+        fig["served"] = {
+            "serve_on_executors": args.serve_on_executors,
+            "by_query_hosts": stats.get("queryable_lookups_remote", 0),
+            "by_driver": stats.get("queryable_lookups_driver", 0),
+        }
         return fig
     finally:
         job.cancel()
@@ -237,6 +249,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--phase-seconds", type=float, default=3.0)
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--backend", default="hashmap", choices=["hashmap", "rocksdb"])
+    p.add_argument(
+        "--serve-on-executors",
+        default="true",
+        choices=["true", "false"],
+        help="queryable-state.serve-on-executors: query hosts next to the state, or the driver",
+    )
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
     fig = run(args)

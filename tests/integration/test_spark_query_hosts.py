@@ -5,12 +5,16 @@ with subtask hosts off the driver answers them, with the same values."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 
 from streamstate.common import Types
 from streamstate.datastream.connectors.collect import CollectSink
 from streamstate.queryablestate import QueryableStateClient
 from streamstate.runtime.job_status import JobObserver
+from streamstate.runtime.queryable.query_host import _info_path, _read_info
 from streamstate.runtime.queryable.service import service_of
 from streamstate.runtime.state_reader import read_keyed_state
 from tests.support.envs import checkpoint_every_epoch, make_env
@@ -25,12 +29,17 @@ RECORDS = [KEYS[(i * 5) % len(KEYS)] for i in range(36)]
 class Probe(JobObserver):
     """At every epoch: both kinds of lookups, the checkpoint read back, the driver's copies."""
 
-    def __init__(self, chk_dir):
+    def __init__(self, chk_dir, kill_at=None):
         self.chk_dir = chk_dir
+        self.kill_at = kill_at
         self.answers = []
         self.driver_copies = []
 
     def on_epoch(self, job_id, stats):
+        if stats.epoch == self.kill_at:  # the executor's query host is gone (lost executor)
+            got = _read_info(_info_path(job_id))
+            assert got is not None
+            os.kill(got[0], signal.SIGKILL)
         with QueryableStateClient.for_job(job_id) as c:
             by_epoch = c.get_kv_states(job_id, "counts", KEYS, Types.STRING(), COUNT, "epoch")
             by_chk = c.get_kv_states(job_id, "counts", KEYS, Types.STRING(), COUNT, "checkpoint")
@@ -42,7 +51,7 @@ class Probe(JobObserver):
         )
 
 
-def _run(spark, tmp_path, backend, hosts):
+def _run(spark, tmp_path, backend, hosts, kill_at=None):
     env = make_env(
         2,
         spark=spark,
@@ -55,7 +64,7 @@ def _run(spark, tmp_path, backend, hosts):
         },
     )
     checkpoint_every_epoch(env, tmp_path / "chk", retain=True)
-    probe = Probe(tmp_path / "chk")
+    probe = Probe(tmp_path / "chk", kill_at)
     env.add_job_observer(probe)
     env.from_collection(RECORDS).key_by(lambda v: v, key_type=Types.STRING()).process(
         QueryableCount()
@@ -84,3 +93,11 @@ def test_without_subtask_hosts_the_driver_answers(spark, tmp_path):
     assert acc.get("queryable_lookups_driver") == len(probe.answers) * 2 * len(KEYS)
     assert acc.get("queryable_lookups_remote", 0) == 0
     assert max(probe.driver_copies) > 0
+
+
+def test_a_lost_query_host_falls_back_to_the_driver(spark, tmp_path):
+    """The query host dies after epoch 2: that epoch's lookups are answered by the driver
+    (same values), the next epoch's acks name a new query host, which answers again."""
+    probe, acc = _run(spark, tmp_path, "hashmap", "true", kill_at=2)
+    assert acc.get("queryable_lookups_driver") == 2 * len(KEYS)
+    assert acc.get("queryable_lookups_remote") == (len(probe.answers) - 1) * 2 * len(KEYS)

@@ -132,7 +132,8 @@ def placement(metrics: Any) -> dict[str, Any]:
     """Where subtasks ran, per subtask-epoch: ``in-place`` (state and function objects were
     found where the subtask ran) vs ``rebuilt`` (read from its lineage: a first epoch, a
     move, a restart), and on a Spark cluster ``same-executor`` vs ``moved`` (the executor
-    of the subtask's previous epoch, which its task prefers) with each subtask's executor."""
+    of the subtask's previous epoch, which its task prefers) with each subtask's executor;
+    and where queryable-state lookups were answered (query hosts vs the driver)."""
     stats = metrics.stats
     hits, misses = stats.get("cache_hits", 0), stats.get("cache_misses", 0)
     return {
@@ -142,6 +143,9 @@ def placement(metrics: Any) -> dict[str, Any]:
         "same-executor": stats.get("executor_kept", 0),
         "moved": stats.get("executor_moved", 0),
         "subtask-executors": dict(metrics.executors),
+        # queryable-state keys answered by the query hosts next to the state / by the driver
+        "queryable-lookups-on-executors": stats.get("queryable_lookups_remote", 0),
+        "queryable-lookups-in-driver": stats.get("queryable_lookups_driver", 0),
     }
 
 

@@ -72,6 +72,8 @@ class QueryHosts:
         self._down: dict[str, float] = {}
         self._refs: OrderedDict[int, tuple[Any, str, bytes | None]] = OrderedDict()
         self._prefix = secrets.token_hex(4)
+        #: hosts that answered lookups (their copies are kept fresh after each publish)
+        self.served: set[tuple[str, str]] = set()
         self._seq = itertools.count()
 
     def usable(self, address: str) -> bool:
@@ -120,28 +122,51 @@ class QueryHosts:
     ) -> list[list[Any]]:
         """The values of every group ``(operator, lineage, [(key, key group), ...])``,
         read by the query host at ``host`` = (address, secret)."""
+        with self._lock:
+            self.served.add(host)
+        return self._call(host, "lookup", as_of, state, max_entries, groups)  # type: ignore[no-any-return]  # the host's list of value lists
+
+    def refresh(self, snap: ServingSnapshot, max_entries: int) -> None:
+        """After a publish: every host that served lookups brings its copies to ``snap``
+        (off the lookups' path, as the driver's refresher does with its own copies)."""
+        with self._lock:
+            served = set(self.served)
+        by_host: dict[tuple[str, str], list[Any]] = {}
+        for (uid, sub), host in snap.hosts.items():
+            lin, op = snap.lineages.get((uid, sub)), snap.operators.get(uid)
+            if host in served and lin is not None and op is not None:
+                by_host.setdefault(host, []).append((op, lin, sub))
+        for host, groups in by_host.items():
+            try:
+                self._call(host, "refresh", snap.as_of, None, max_entries, groups)
+            except (HostUnreachable, StaleSnapshot, OSError):
+                pass  # lookups find out and decide
+
+    def _call(
+        self,
+        host: tuple[str, str],
+        kind: str,
+        as_of: str,
+        state: Any,
+        max_entries: int,
+        groups: Sequence[tuple[QueryableOperator, Any, Any]],
+    ) -> Any:
         address, secret = host
         refs = [(self._ref(op), self._ref(lin), items) for op, lin, items in groups]
         c = self._take(address, secret)
         try:
             for _ in range(2):
-                msg = (
-                    "lookup",
-                    as_of,
-                    state,
-                    max_entries,
-                    [
-                        (
-                            o[0],
-                            None if o[0] in c.sent else o[1],
-                            n[0],
-                            None if n[0] in c.sent else n[1],
-                            items,
-                        )
-                        for o, n, items in refs
-                    ],
-                )
-                c.conn.send_bytes(pickle.dumps(msg))
+                parts = [
+                    (
+                        o[0],
+                        None if o[0] in c.sent else o[1],
+                        n[0],
+                        None if n[0] in c.sent else n[1],
+                        x,
+                    )
+                    for o, n, x in refs
+                ]
+                c.conn.send_bytes(pickle.dumps((kind, as_of, state, max_entries, parts)))
                 if not c.conn.poll(ANSWER_TIMEOUT_S):
                     raise TimeoutError(f"no answer in {ANSWER_TIMEOUT_S} s")
                 reply = pickle.loads(c.conn.recv_bytes())
@@ -153,10 +178,11 @@ class QueryHosts:
             c.conn.close()
             with self._lock:
                 self._down[address] = time.monotonic() + DOWN_FOR_S
+                self.served.discard(host)
             raise HostUnreachable(f"query host {address}: {e}") from e
         self._give_back(address, c)
         if reply[0] == "ok":
-            return reply[1]  # type: ignore[no-any-return]  # the host's list of value lists
+            return reply[1]
         if reply[0] == "stale":
             raise StaleSnapshot()
         if reply[0] == "gone":
@@ -170,6 +196,7 @@ class QueryHosts:
             conns = [c for cs in self._idle.values() for c in cs]
             self._idle.clear()
             self._refs.clear()
+            self.served.clear()
         for c in conns:
             c.conn.close()
 

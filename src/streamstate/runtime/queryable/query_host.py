@@ -47,7 +47,7 @@ from typing import Any
 
 from streamstate.errors import QueryableStateError, StreamStateError
 from streamstate.runtime.checkpoint.lock import process_alive
-from streamstate.runtime.queryable.serving import ServingCache, StaleSnapshot
+from streamstate.runtime.queryable.serving import ServingCache, ServingSnapshot, StaleSnapshot
 from streamstate.runtime.subtask_host import DEFAULT_IDLE_TIMEOUT_S, fork_host, host_dir
 
 __all__ = [
@@ -332,6 +332,8 @@ class QueryHost:
         try:
             if msg[0] == "lookup":
                 return self._lookup(*msg[1:])
+            if msg[0] == "refresh":
+                return self._refresh(*msg[1:])
             raise QueryableStateError(f"unknown query-host request {msg[0]!r}")
         except StaleSnapshot:
             return ("stale",)
@@ -342,6 +344,24 @@ class QueryHost:
         except Exception as e:  # a bug reaches the driver as an error
             log.exception("queryable state: a query-host request failed")
             return ("error", QueryableStateError(f"{type(e).__name__}: {e}"))
+
+    def _refresh(self, as_of: str, _: Any, max_entries: int, groups: list[Any]) -> tuple[Any, ...]:
+        """Bring the copies held to the lineages of a newly published snapshot."""
+        refs = [r for g in groups for r in ((g[0], g[1]), (g[2], g[3]))]
+        objs, missing = self._objects(refs)
+        if missing:
+            return ("need", missing)
+        ops, lins = objs[0::2], objs[1::2]
+        snap = ServingSnapshot(
+            as_of,
+            0,
+            0,
+            None,
+            # a refresh's groups carry the subtask index where a lookup's carry keys
+            {(op.uid, g[4]): lin for op, lin, g in zip(ops, lins, groups, strict=True)},
+            {op.uid: op for op in ops},
+        )
+        return ("ok", self._cache(as_of, max_entries).refresh(snap))
 
     def _lookup(
         self, as_of: str, state: tuple[str, str, Any], max_entries: int, groups: list[Any]

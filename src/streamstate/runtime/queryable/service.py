@@ -107,7 +107,7 @@ class _Refresher:
         self.thread: threading.Thread | None = None
 
     def wake(self) -> None:
-        if not any(len(c) for c in self.service.caches.values()):
+        if not self.service.hosts.served and not any(len(c) for c in self.service.caches.values()):
             return  # nothing queried yet: nothing to keep fresh
         if self.thread is None:
             self.thread = threading.Thread(
@@ -131,6 +131,7 @@ class _Refresher:
                 if snap is not None and not self.closed:
                     try:
                         cache.refresh(snap)
+                        self.service.hosts.refresh(snap, cache.max_entries)
                     except Exception:  # lookups bring their copy up themselves
                         log.debug(
                             "queryable state: refreshing serving copies failed", exc_info=True
