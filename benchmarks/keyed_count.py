@@ -42,21 +42,25 @@ def workload(records: int, keys: int) -> list[tuple[str, int]]:
 
 #: ``--subtask-hosts``: whether subtasks run in their per-executor host process
 SUBTASK_HOSTS = ["true"]
+#: ``--source-parallelism``: readers of the collection (adjacent stripes of each epoch)
+SOURCE_PARALLELISM = [2]
 
 
 def run_streamstate(
     spark: Any, data: list[Any], epochs: int, checkpoint: bool
 ) -> tuple[float, dict[str, Any]]:
     conf = Configuration()
-    conf.set_string("execution.epoch.max-records", str(-(-len(data) // epochs)))
+    readers = SOURCE_PARALLELISM[0]
+    # max-records is per reader subtask: an epoch reads len(data) / epochs records in all
+    conf.set_string("execution.epoch.max-records", str(-(-len(data) // (epochs * readers))))
     conf.set_string("execution.runner.spark.subtask-hosts", SUBTASK_HOSTS[0])
     env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
     env.set_parallelism(2)
     if checkpoint:
         env.enable_checkpointing(1)  # due at every epoch boundary: a checkpoint per epoch
-    env.from_collection(data).key_by(lambda v: v[0]).process(CountPerKey()).uid("count").add_sink(
-        DiscardingSink()
-    )
+    env.from_collection(data).set_parallelism(readers).key_by(lambda v: v[0]).process(
+        CountPerKey()
+    ).uid("count").add_sink(DiscardingSink())
     t0 = time.perf_counter()
     result = env.execute("keyed-count-bench")
     dt = time.perf_counter() - t0
@@ -82,10 +86,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--no-peers", action="store_true", help="skip Spark's stateful APIs")
     p.add_argument("--subtask-hosts", choices=("true", "false"), default="true")
+    p.add_argument("--source-parallelism", type=int, default=2, help="collection readers")
     p.add_argument("--compare-hosts", action="store_true", help="also run with hosts off")
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
     SUBTASK_HOSTS[0] = args.subtask_hosts
+    SOURCE_PARALLELISM[0] = args.source_parallelism
 
     from benchmarks.peers import spark_stateful as peers
 

@@ -1,4 +1,4 @@
-"""``from_collection``: a bounded, non-parallel source over a Python list."""
+"""``from_collection``: a bounded source over a Python list, read by one or more subtasks."""
 
 from __future__ import annotations
 
@@ -6,15 +6,26 @@ import pickle
 from typing import Any
 
 from streamstate.connectors.base import Source
+from streamstate.runtime.serializers.base import dumps_unshared
 
 __all__ = ["CollectionSource"]
 
+#: elements per pickled chunk: a reader unpickles only the chunks its stripes touch
+_CHUNK = 65_536
+
 
 class CollectionSource(Source):
-    """Reads ``elements`` in order; the position is the index of the next element.
+    """Reads ``elements`` in order; the enumerator state is the index of the next element.
 
-    Parallelism 1, as Flink's ``fromCollection``. The elements travel to the
-    workers once per job (the runner broadcasts the source with the stage).
+    Parallelism 1 by default, as Flink's ``fromCollection``. With ``set_parallelism(n)``
+    the ``n`` readers of an epoch read adjacent stripes of the list (reader ``i`` the
+    ``i``-th ``budget`` elements after the position), so an epoch reads ``n * budget``
+    elements and every receiver, which orders its input by (source subtask, sequence),
+    sees them in the list's order: a keyed operator behind the source gets the same
+    records in the same order at any source parallelism. The elements travel to the
+    workers once per job (the runner broadcasts the source with the stage), in chunks
+    pickled without a memo (an element shared twice in the list arrives as two copies, as
+    Flink serializes each element on its own).
     """
 
     default_parallelism = 1
@@ -22,46 +33,78 @@ class CollectionSource(Source):
     sliced_reads = True
 
     def __init__(self, elements: list[Any]) -> None:
-        self.elements = list(elements)
+        self.elements: list[Any] | None = list(elements)
+        self.size = len(self.elements)
+        #: chunk index -> pickled elements (a worker's copy; None in the driver's)
+        self._packed: list[bytes] | None = None
+        self._loaded: dict[int, list[Any]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        # The job spec is cloudpickled (pure Python, slow for big lists): plain data goes
-        # through the C pickler once instead; anything it refuses (lambdas, local classes)
-        # falls back to cloudpickle.
-        try:
-            packed = pickle.dumps(self.elements, protocol=5)
-        except Exception:  # noqa: BLE001 - any refusal: cloudpickle gets the elements
-            return {"elements": self.elements}
-        if b"__main__" in packed:
-            # classes of the job script: cloudpickle ships them by value with the spec
-            return {"elements": self.elements}
-        return {"packed": packed}
+        # The job spec is cloudpickled (pure Python, slow for big lists): the elements go
+        # through the C pickler without its memo instead, chunk by chunk, which is what
+        # lets a reader load only its part; classes of the job script go by value.
+        if self._packed is not None:  # a worker's copy, pickled again: as it came
+            return {"packed": self._packed, "size": self.size}
+        elements = self._all()
+        packed = [dumps_unshared(elements[i : i + _CHUNK]) for i in range(0, self.size, _CHUNK)]
+        return {"packed": packed, "size": self.size}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        packed = state.get("packed")
-        self.elements = pickle.loads(packed) if packed is not None else state["elements"]
+        self.size = state["size"]
+        self._packed = state["packed"]
+        self.elements = None
+        self._loaded = {}
+
+    def _all(self) -> list[Any]:
+        if self.elements is None:
+            self.elements = self._slice(0, self.size)
+        return self.elements
+
+    def _slice(self, start: int, end: int) -> list[Any]:
+        if self.elements is not None or start >= end:
+            return self.elements[start:end] if self.elements is not None else []
+        assert self._packed is not None
+        out: list[Any] = []
+        first, last = start // _CHUNK, (end - 1) // _CHUNK
+        for c in range(first, last + 1):
+            chunk = self._loaded.get(c)
+            if chunk is None:
+                chunk = self._loaded[c] = pickle.loads(self._packed[c])
+            base = c * _CHUNK
+            out.extend(chunk[max(start, base) - base : min(end, base + len(chunk)) - base])
+        # readers move forward: chunks behind this read are dropped (a replay after a
+        # failure unpickles them again from the packed copy)
+        for c in [c for c in self._loaded if c < last]:
+            del self._loaded[c]
+        return out
 
     def create_enumerator_state(self, parallelism: int) -> Any:
         return {"offset": 0}
 
     def plan_epoch(self, state: Any, parallelism: int) -> list[Any]:
-        return [state["offset"]] + [None] * (parallelism - 1)
+        return [[state["offset"], i] for i in range(parallelism)]
 
     def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
         if assignment is None:
             return [], None
-        end = min(len(self.elements), assignment + budget)
-        return self.elements[assignment:end], end
+        offset, index = assignment
+        start = offset + index * budget
+        if start >= self.size:
+            return [], None
+        end = min(self.size, start + budget)
+        return self._slice(start, end), end
 
     def advance(self, assignment: Any, progress: Any) -> Any:
         return progress  # the offset of the next element
 
     def apply_progress(self, state: Any, progress: list[Any]) -> Any:
+        # every stripe but the last one read is full, so the furthest end is where the
+        # next unread element is
         ends = [p for p in progress if p is not None]
         return {"offset": max(ends)} if ends else state
 
     def is_finished(self, state: Any) -> bool:
-        return bool(state["offset"] >= len(self.elements))
+        return bool(state["offset"] >= self.size)
 
     def finishes_within(self, state: Any, parallelism: int, budget: int) -> bool:
-        return bool(len(self.elements) - state["offset"] <= budget)
+        return bool(self.size - state["offset"] <= budget * parallelism)

@@ -76,13 +76,15 @@ class EpochLoop:
                 uid = source_uid(st)
                 state.source_states[uid] = st.source.discover(state.source_states[uid], now)
             final = state.all_sources_finished()
-            if (
-                final
-                and not self.checkpointing
-                and (state.end_of_input_sent or not self.plan.needs_end_of_input())
-            ):
-                self._commit_all(state.epoch)
-                return
+            if final and (state.end_of_input_sent or not self.plan.needs_end_of_input()):
+                if not self.checkpointing:
+                    self._commit_all(state.epoch)
+                    return
+                if state.epoch > 0 and state.committed_epoch >= state.epoch:
+                    # the epoch that read the last records ended the input and carried a
+                    # checkpoint that completed: no input-free epoch for a final one
+                    self._notify_last_checkpoint()
+                    return
             if self.settings.max_epochs and state.epoch >= self.settings.max_epochs:
                 self._final_checkpoint("execution.epoch.max-epochs reached")
                 return
@@ -96,9 +98,7 @@ class EpochLoop:
                 return  # stop-with-savepoint: the savepoint completed, the job ends
             if final:
                 self._final_checkpoint("every bounded source is finished")
-                if self.notifications and self._listens_to_checkpoints():
-                    # deliver the last checkpoint's notify_checkpoint_complete: one input-free epoch
-                    self._run_one_epoch(None, self.clock(), notify_only=True)
+                self._notify_last_checkpoint()
                 return
             interval = self.settings.epoch_interval_s
             if interval > 0 and read < self.full_budget:
@@ -108,6 +108,11 @@ class EpochLoop:
             elif read == 0 and self.settings.idle_wait_s > 0:
                 # unbounded sources with nothing new: don't spin Spark jobs back to back
                 self.cancel_requested.wait(self.settings.idle_wait_s)
+
+    def _notify_last_checkpoint(self) -> None:
+        if self.notifications and self._listens_to_checkpoints():
+            # deliver the last checkpoint's notify_checkpoint_complete: one input-free epoch
+            self._run_one_epoch(None, self.clock(), notify_only=True)
 
     @property
     def full_budget(self) -> int:

@@ -11,7 +11,6 @@ rebalance and broadcast edges) or ``("C", key groups, keys, values[, timestamps]
 
 from __future__ import annotations
 
-import io
 import pickle
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -21,7 +20,7 @@ import mmh3
 from streamstate.errors import KeySerializationError, OutputTypeError
 from streamstate.runtime.graph import CustomPartitionSpec, Edge, KeyingSpec, Partitioning, Stage
 from streamstate.runtime.operators.base import as_callable
-from streamstate.runtime.serializers.base import dumps_portable
+from streamstate.runtime.serializers.base import dumps_unshared
 from streamstate.runtime.watermarks import ChannelWatermark
 
 __all__ = ["ACK", "DATA", "WATERMARK", "EdgeWriter", "decode_input", "dumps_chunk"]
@@ -268,16 +267,7 @@ class EdgeWriter:
 def dumps_chunk(obj: Any) -> bytes:
     """Pickle without the memo: records are trees, and memoising every object is most of
     the cost of pickling a large chunk. Falls back to a normal pickle for cyclic data."""
-    buf = io.BytesIO()
-    p = pickle.Pickler(buf, protocol=_PICKLE)
-    p.fast = True  # no memo (deprecated flag, still supported by CPython's pickler)
-    try:
-        p.dump(obj)
-    except (ValueError, RecursionError):
-        return dumps_portable(obj, _PICKLE)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        return dumps_portable(obj, _PICKLE)  # classes of the job script: by value
-    return dumps_portable(obj, _PICKLE, buf.getvalue())
+    return dumps_unshared(obj, _PICKLE)
 
 
 def decode_input(

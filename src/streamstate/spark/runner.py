@@ -12,11 +12,13 @@ run once.
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import logging
 import pickle
 import re
 import sys
+import threading
 from functools import partial
 from typing import Any
 
@@ -35,7 +37,7 @@ from streamstate.spark.placement import (
     located_source,
 )
 
-__all__ = ["SparkEpochRunner", "translate_spark_error"]
+__all__ = ["SparkEpochRunner", "join_host_stoppers", "translate_spark_error"]
 
 log = logging.getLogger("streamstate")
 
@@ -193,24 +195,52 @@ class SparkEpochRunner(EpochRunner):
 
     def stop(self) -> None:
         if self._hosted is not None and self._job_id is not None and self.spark is not None:
-            # best effort: every executor that runs one of these tasks stops the job's hosts
-            # on its machine (hosts elsewhere exit after their idle timeout)
-            try:
-                sc = self.spark.sparkContext
-                n = max(2, sc.defaultParallelism)
-                sc.setJobDescription("streamstate: stop subtask hosts")
-                sc.parallelize(range(n), n).mapPartitionsWithIndex(
-                    partial(_stop_hosts, self._job_id)
-                ).collect()
-            except Exception as e:  # noqa: BLE001 - the job is over; hosts also time out
-                log.debug("stopping the subtask hosts failed: %s", e)
-            self._job_id = None
-        for bc in self._broadcasts:
-            try:
-                bc.destroy()
-            except Exception:  # noqa: BLE001 - the context may already be gone
-                pass
+            # best effort, off the job's critical path: a small Spark job in which every
+            # executor that runs one of its tasks stops this job's hosts on its machine
+            # (hosts elsewhere, or if the driver exits first, go after their idle timeout)
+            t = threading.Thread(
+                target=_stop_hosts_job,
+                args=(self.spark.sparkContext, self._job_id, self._broadcasts),
+                name=f"streamstate-stop-hosts-{self._job_id}",
+                daemon=True,
+            )
+            if not _AT_EXIT:
+                _AT_EXIT.append(atexit.register(join_host_stoppers, 10.0))  # before PySpark's
+            t.start()
+            _STOPPERS.append(t)
+        else:
+            _destroy(self._broadcasts)
+        self._job_id = None
         self._broadcasts = []
+
+
+#: background threads stopping finished jobs' hosts (``join_host_stoppers`` waits for them)
+_STOPPERS: list[threading.Thread] = []
+_AT_EXIT: list[Any] = []
+
+
+def join_host_stoppers(timeout_s: float = 30.0) -> None:
+    """Wait until the hosts of every finished job of this process were asked to stop."""
+    while _STOPPERS:
+        _STOPPERS.pop().join(timeout_s)
+
+
+def _stop_hosts_job(sc: Any, job_id: str, broadcasts: list[Any]) -> None:
+    try:
+        n = max(2, sc.defaultParallelism)
+        sc.setJobDescription("streamstate: stop subtask hosts")
+        sc.parallelize(range(n), n).mapPartitionsWithIndex(partial(_stop_hosts, job_id)).collect()
+    except Exception as e:  # noqa: BLE001 - the job is over; hosts also time out
+        log.debug("stopping the subtask hosts failed: %s", e)
+    _destroy(broadcasts)
+
+
+def _destroy(broadcasts: list[Any]) -> None:
+    for bc in broadcasts:
+        try:
+            bc.destroy()
+        except Exception:  # noqa: BLE001 - the context may already be gone
+            pass
 
 
 _TB = "Traceback (most recent call last):"

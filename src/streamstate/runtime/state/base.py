@@ -157,6 +157,14 @@ class KeyedStateBackend(ABC):
         unhashable key and ``StateAccessError`` for a key group outside the range.
         """
 
+    def shuffled_key_slots(self) -> tuple[int, int] | None:
+        """``(first key group, number of key groups)`` when the current key may be set by
+        assigning ``_key`` (the key) and ``_kgi`` (its key group minus the first) directly,
+        for keys that came through the hash shuffle (hashable, key group computed by the
+        writer); the caller checks ``0 <= _kgi < number`` and calls
+        :meth:`set_current_key` otherwise. ``None`` (the default): always call it."""
+        return None
+
     @abstractmethod
     def get_current_key(self) -> Any:
         """The key set by the last :meth:`set_current_key` (``None`` before any)."""

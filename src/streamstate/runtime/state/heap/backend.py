@@ -78,6 +78,11 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             for listener in self.key_selection_listeners:
                 listener()
 
+    def shuffled_key_slots(self) -> tuple[int, int] | None:
+        # what set_current_key does, minus the hashability probe (the shuffle's writer
+        # probed every key), when no listener (TTL) must run per key
+        return None if self.key_selection_listeners else (self._start, self._n)
+
     def get_current_key(self) -> Any:
         return self._key
 
