@@ -9,7 +9,12 @@ from benchmarks.soak import run
 def test_checkpoint_directory_is_bounded_and_failed_attempts_leave_nothing(tmp_path):
     # a checkpoint every few epochs, so the epochs between them write per-epoch versions
     curves = run(
-        epochs=40, keys=2_000, records=500, fail_at=13, every=1, work=str(tmp_path),
+        epochs=40,
+        keys=2_000,
+        records=500,
+        fail_at=13,
+        every=1,
+        work=str(tmp_path),
         interval_ms=4_000,
     )
     rows = curves.rows

@@ -32,9 +32,7 @@ def user_error_on_7(v: int) -> int:
 def run(spark: Any, fn: Any) -> None:
     env = envs.make_env(spark=spark, max_records=10)
     env.set_restart_strategy(RestartStrategies.no_restart())
-    env.from_collection(list(range(20))).map(fn).key_by(lambda v: v % 2).map(
-        lambda v: v
-    ).print()
+    env.from_collection(list(range(20))).map(fn).key_by(lambda v: v % 2).map(lambda v: v).print()
     env.execute("errors")
 
 

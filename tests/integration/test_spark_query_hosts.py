@@ -43,7 +43,9 @@ class Probe(JobObserver):
         with QueryableStateClient.for_job(job_id) as c:
             by_epoch = c.get_kv_states(job_id, "counts", KEYS, Types.STRING(), COUNT, "epoch")
             by_chk = c.get_kv_states(job_id, "counts", KEYS, Types.STRING(), COUNT, "checkpoint")
-        offline = read_keyed_state(f"{self.chk_dir}/{job_id}/chk-{by_chk.checkpoint_id}", "q", COUNT)
+        offline = read_keyed_state(
+            f"{self.chk_dir}/{job_id}/chk-{by_chk.checkpoint_id}", "q", COUNT
+        )
         service = service_of(job_id)
         self.driver_copies.append(sum(len(c) for c in service.caches.values()))
         self.answers.append(

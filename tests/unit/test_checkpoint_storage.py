@@ -449,7 +449,9 @@ def test_a_second_job_on_the_same_directory_and_job_id_is_refused(tmp_path):
 
     first = fs_storage(str(tmp_path))
     second = FileSystemCheckpointStorageAccess(str(tmp_path))
-    with pytest.raises(CheckpointStorageError, match=rf"in use by job '{JOB}' of process {os.getpid()}"):
+    with pytest.raises(
+        CheckpointStorageError, match=rf"in use by job '{JOB}' of process {os.getpid()}"
+    ):
         second.initialize_job(JOB)
     first.release_job()
     second.initialize_job(JOB)  # free again
@@ -462,8 +464,12 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path, caplog):
     import subprocess
     import sys
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     job_dir = tmp_path / JOB
     job_dir.mkdir()
     owner = {"host": socket.gethostname(), "pid": int(dead.stdout), "job_id": JOB, "since_ms": 1}

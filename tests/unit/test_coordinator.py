@@ -221,7 +221,11 @@ def test_stats_count_failures_and_keep_a_bounded_history(storage):
             coord.complete(p)
     summary = coord.stats.summary()
     assert summary["counts"] == {
-        "restored": 0, "total": 4, "in_progress": 0, "completed": 2, "failed": 2
+        "restored": 0,
+        "total": 4,
+        "in_progress": 0,
+        "completed": 2,
+        "failed": 2,
     }
     assert [h["id"] for h in summary["history"]] == [4, 3, 2]
     assert summary["latest"]["failed"]["failure_message"] == "boom 3"

@@ -24,10 +24,14 @@ def failing(build: Any) -> BaseException:
 def test_a_value_that_does_not_fit_the_declared_output_type_is_typed():
     # issue 17: the strings flowed on and a later sum concatenated them
     cause = failing(
-        lambda env: env.from_collection([("a", 1), ("b", 2)])
-        .map(lambda v: (v[0], str(v[1])), output_type=Types.TUPLE([Types.STRING(), Types.LONG()]))
-        .key_by(lambda v: v[0])
-        .sum(1)
+        lambda env: (
+            env.from_collection([("a", 1), ("b", 2)])
+            .map(
+                lambda v: (v[0], str(v[1])), output_type=Types.TUPLE([Types.STRING(), Types.LONG()])
+            )
+            .key_by(lambda v: v[0])
+            .sum(1)
+        )
     )
     assert isinstance(cause, OutputTypeError)
     text = str(cause)
@@ -44,9 +48,11 @@ def test_declared_long_output_rejects_strings_and_accepts_ints():
 
 def test_a_str_key_with_a_long_key_type_names_the_declared_type():
     cause = failing(
-        lambda env: env.from_collection([("a", 1)])
-        .key_by(lambda v: v[0], key_type=Types.LONG())
-        .map(lambda v: v)
+        lambda env: (
+            env.from_collection([("a", 1)])
+            .key_by(lambda v: v[0], key_type=Types.LONG())
+            .map(lambda v: v)
+        )
     )
     assert isinstance(cause, KeySerializationError)
     assert "key_type=Types.LONG()" in str(cause) and "str 'a'" in str(cause)

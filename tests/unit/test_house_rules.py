@@ -122,9 +122,7 @@ def _broad_excepts_without_reason(tree: ast.AST, lines: list[str]) -> list[int]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.ExceptHandler):
             continue
-        broad = node.type is None or (
-            isinstance(node.type, ast.Name) and node.type.id in _BROAD
-        )
+        broad = node.type is None or (isinstance(node.type, ast.Name) and node.type.id in _BROAD)
         if not broad:
             continue
         if any(isinstance(stmt, ast.Raise) for stmt in node.body):

@@ -443,8 +443,14 @@ _OPS = st.one_of(
 
 
 @given(st.lists(_OPS, max_size=60))
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-def test_snapshot_plus_deltas_equals_live_backend(made: Made, ops: list[tuple[str, int, Any]]) -> None:
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+def test_snapshot_plus_deltas_equals_live_backend(
+    made: Made, ops: list[tuple[str, int, Any]]
+) -> None:
     b = made.backend()
     states = {d.name: b.get_partitioned_state(d) for d in ALL}
     base = handle_of(b, b.snapshot())
@@ -621,8 +627,6 @@ def test_key_serializer_must_stay_the_same(made: Made) -> None:
     b = made.backend()
     fill(b, KEYS[:5])
     h = handle_of(b, b.snapshot())
-    other = made(
-        "op", KeyGroupRange(0, MAX_P - 1), MAX_P, key_mod.default_key_serializer()
-    )
+    other = made("op", KeyGroupRange(0, MAX_P - 1), MAX_P, key_mod.default_key_serializer())
     with pytest.raises(StateMigrationError, match="key group"):
         other.restore([h])

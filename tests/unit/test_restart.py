@@ -146,7 +146,11 @@ def test_failure_rate_burst_after_quiet_period():
 def test_exponential_delay_grows_caps_and_resets():
     clock = Clock()
     s = ExponentialDelayRestartStrategy(
-        initial_ms=100, max_ms=1000, multiplier=2.0, reset_threshold_ms=5000, jitter=0.0,
+        initial_ms=100,
+        max_ms=1000,
+        multiplier=2.0,
+        reset_threshold_ms=5000,
+        jitter=0.0,
         clock=clock,
     )
     delays = []

@@ -147,7 +147,9 @@ def test_a_new_operator_starts_empty_and_a_removed_one_needs_allow(tmp_path):
     with pytest.raises(StateMigrationError, match=r"'sum'.*allow-non-restored-state"):
         without.execute("without-sum")
     allowed = job(
-        tmp_path / "out4", stateful=False, **{"execution.state-recovery.ignore-unclaimed-state": "true"}
+        tmp_path / "out4",
+        stateful=False,
+        **{"execution.state-recovery.ignore-unclaimed-state": "true"},
     )
     allowed.set_restore_path(sp)
     allowed.execute("allowed")

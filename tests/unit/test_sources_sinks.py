@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamstate.common import Configuration
+from streamstate.common import Configuration, Types
 from streamstate.common.serialization import Encoder
 from streamstate.connectors.collection import CollectionSource
 from streamstate.connectors.file_sink import FileCommitter
@@ -20,7 +20,7 @@ from streamstate.connectors.files import TextLineFileSource
 from streamstate.connectors.sequence import SequenceSource
 from streamstate.connectors.sinks import CollectCommitter
 from streamstate.datastream import MapFunction, StreamExecutionEnvironment
-from streamstate.datastream.connectors import BucketAssigner, FileSink, RollingPolicy
+from streamstate.datastream.connectors import BucketAssigner, CollectSink, FileSink, RollingPolicy
 from streamstate.errors import ConfigurationError
 
 # -- a driver loop over a source, as the executor runs it -----------------------------------
@@ -422,3 +422,44 @@ def test_file_sink_end_to_end(tmp_path, checkpointing):
     names = sorted(f.name for f in out.iterdir())
     assert names and all(n.startswith("part-") for n in names), names  # no in-progress leftovers
     assert sorted(read_parts(out), key=int) == [str(i) for i in range(1, 31)]
+
+
+class _RunningList(MapFunction):
+    """Per key, the list of values seen so far (order-sensitive keyed state)."""
+
+    def open(self, ctx: Any) -> None:
+        from streamstate.datastream.state import ValueStateDescriptor
+
+        self.seen = ctx.get_state(ValueStateDescriptor("seen", Types.PICKLED_BYTE_ARRAY()))
+
+    def map(self, value: Any) -> Any:
+        seen = (self.seen.value() or []) + [value[1]]
+        self.seen.update(seen)
+        return value[0], tuple(seen)
+
+
+@pytest.mark.parametrize("readers", [2, 3])
+def test_collection_read_by_several_subtasks_keeps_the_order_of_each_key(readers):
+    """Readers of adjacent stripes feed a keyed operator the records of every key in the
+    list's order, as one reader does; an epoch interval does not cut a striped reader."""
+    from tests.support.envs import make_env
+
+    data = [(f"k{i % 7}", i) for i in range(200)]
+
+    def run(p: int) -> tuple[dict[str, list[Any]], int]:
+        env = make_env(2, max_records=9, conf={"execution.epoch.interval": "1ms"})
+        sink = CollectSink()
+        env.from_collection(data).set_parallelism(p).key_by(lambda v: v[0]).map(
+            _RunningList()
+        ).sink_to(sink)
+        result = env.execute()
+        out: dict[str, list[Any]] = {}
+        for k, seen in sink.get_results():
+            out.setdefault(k, []).append(seen)
+        return out, result.get_all_accumulator_results()["epochs"]
+
+    one, epochs_one = run(1)
+    several, epochs_several = run(readers)
+    assert several == one
+    assert all(v[-1] == tuple(i for kk, i in data if kk == k) for k, v in one.items())
+    assert epochs_several < epochs_one  # readers * 9 records an epoch, not 9

@@ -57,6 +57,11 @@ class Source(ABC):
     def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
         """Worker: read at most ``budget`` records of ``assignment``; return (records, progress)."""
 
+    def slices_at(self, parallelism: int) -> bool:
+        """Whether ``parallelism`` readers of this source may be cut by time (default:
+        ``sliced_reads``)."""
+        return self.sliced_reads
+
     def advance(self, assignment: Any, progress: Any) -> Any:
         """Worker (``sliced_reads`` sources): the assignment that continues where ``read`` of
         ``assignment`` stopped, having reported ``progress``. The progress reported by reading

@@ -94,8 +94,13 @@ class CollectionSource(Source):
         end = min(self.size, start + budget)
         return self._slice(start, end), end
 
+    def slices_at(self, parallelism: int) -> bool:
+        # stripes must stay adjacent: a reader cut by time would leave a gap before the
+        # next reader's stripe, so only a single reader is cut
+        return parallelism == 1
+
     def advance(self, assignment: Any, progress: Any) -> Any:
-        return progress  # the offset of the next element
+        return [progress, 0]  # a single reader: go on at the next element
 
     def apply_progress(self, state: Any, progress: list[Any]) -> Any:
         # every stripe but the last one read is full, so the furthest end is where the

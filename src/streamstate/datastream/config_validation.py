@@ -92,9 +92,7 @@ def _bool(key: str, raw: str) -> None:
 def _choice(*accepted: str) -> Validator:
     def check(key: str, raw: str) -> None:
         if raw.strip().lower().replace("_", "-") not in {a.lower() for a in accepted}:
-            raise ConfigurationError(
-                f"{key} must be one of {', '.join(accepted)}, got {raw!r}"
-            )
+            raise ConfigurationError(f"{key} must be one of {', '.join(accepted)}, got {raw!r}")
 
     return check
 
@@ -133,6 +131,7 @@ _RESTART = _parsed_by(co.restart_strategy_from_configuration)
 
 def _checkpoint_option(key: str, raw: str) -> None:
     co.apply_configuration({key: raw}, CheckpointConfig())
+
 
 #: every key streamstate reads -> how its value is checked
 KNOWN_KEYS: dict[str, Validator] = {

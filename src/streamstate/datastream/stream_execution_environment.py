@@ -388,7 +388,11 @@ def _check_explicit_uids(sinks: list[Transformation]) -> None:
         )
 
 
-_NO_OPERATOR = (TransformationKind.UNION, TransformationKind.PARTITION, TransformationKind.SIDE_OUTPUT)
+_NO_OPERATOR = (
+    TransformationKind.UNION,
+    TransformationKind.PARTITION,
+    TransformationKind.SIDE_OUTPUT,
+)
 
 
 def _runs_as_batch(mode: RuntimeExecutionMode, plan: Any) -> bool:

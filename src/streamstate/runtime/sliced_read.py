@@ -27,8 +27,12 @@ from typing import Any
 __all__ = ["read_in_slices", "reads_in_slices"]
 
 
-def reads_in_slices(source: Any) -> bool:
-    """Whether ``source`` can be read slice by slice (``sliced_reads`` and ``advance``)."""
+def reads_in_slices(source: Any, parallelism: int = 1) -> bool:
+    """Whether ``source``, read by ``parallelism`` subtasks, can be read slice by slice
+    (``sliced_reads`` and ``advance``; ``slices_at`` when the source has it)."""
+    slices_at = getattr(source, "slices_at", None)
+    if slices_at is not None:
+        return bool(slices_at(parallelism))
     return bool(getattr(source, "sliced_reads", False))
 
 

@@ -334,7 +334,11 @@ def run_stage_partition(
                     sub.source_assignment, spec.source_budget
                 )
                 source_ts = reader.epoch_timestamps  # type: ignore[attr-defined]  # a source stage's operator head is a SourceFunction operator
-            elif spec.source_interval_s > 0 and not epoch_spec.end_of_input and sliced(st.source):
+            elif (
+                spec.source_interval_s > 0
+                and not epoch_spec.end_of_input
+                and sliced(st.source, st.parallelism)
+            ):
                 st.source.prepare_worker()  # epochs cut by time: each slice runs through the chain
                 source_progress = read_in_slices(st, sub.source_assignment, spec, push)
                 records = []  # pushed slice by slice

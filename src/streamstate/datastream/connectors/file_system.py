@@ -267,7 +267,10 @@ class FileSource(Source):
         from streamstate.connectors.files import TextLineFileSource
 
         self._source = TextLineFileSource(
-            paths, monitor_ms, charset=stream_format.charset, line_format=stream_format._line_format()
+            paths,
+            monitor_ms,
+            charset=stream_format.charset,
+            line_format=stream_format._line_format(),
         )
         self._type = stream_format._produced_type()
 
@@ -469,9 +472,7 @@ class StreamingFileSink(FileSink):
     files as :class:`FileSink` (built the same way, ``StreamingFileSink.for_row_format``)."""
 
     @staticmethod
-    def for_row_format(
-        base_path: str, encoder: Any
-    ) -> StreamingFileSink.DefaultRowFormatBuilder:
+    def for_row_format(base_path: str, encoder: Any) -> StreamingFileSink.DefaultRowFormatBuilder:
         return StreamingFileSink.DefaultRowFormatBuilder(base_path, encoder)
 
     @staticmethod
