@@ -123,7 +123,7 @@ class JobSettings:
     queryable_cache_entries: int = 512
     #: ``queryable-state.serve-on-executors``: a query host on each executor machine serves
     #: the state of the subtasks there (runtime/queryable/query_host.py), not the driver
-    queryable_on_executors: bool = False
+    queryable_on_executors: bool = True
 
     @staticmethod
     def from_environment(
@@ -192,7 +192,7 @@ class JobSettings:
                 configuration, "queryable-state.cache.max-entries", 512, minimum=1
             ),
             queryable_on_executors=_conf_bool(
-                configuration, "queryable-state.serve-on-executors", default=False
+                configuration, "queryable-state.serve-on-executors", default=True
             ),
         )
 

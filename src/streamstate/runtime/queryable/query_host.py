@@ -63,7 +63,7 @@ log = logging.getLogger("streamstate")
 #: how long either side waits for the other during the handshake (s)
 HANDSHAKE_TIMEOUT_S = 5.0
 #: objects (operators, lineages) a host keeps by the driver's reference
-OBJECT_CACHE = 4096
+OBJECT_CACHE = 1024
 #: connections a host serves at once
 MAX_CONNECTIONS = 64
 #: how long a worker waits for a query host it started to write its address
@@ -380,8 +380,14 @@ class QueryHost:
         return ("ok", values)
 
 
+#: the query host's thread switch interval (s): a lookup thread woken by its socket gets the
+#: interpreter back from a thread refreshing copies within this, not Python's 5 ms
+SWITCH_INTERVAL_S = 0.0005
+
+
 def serve(path: str, job_id: str, bind: str, idle_timeout_s: float) -> None:
     """The query host's main (forked by the zygote, or run as a module)."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     QueryHost(path, job_id, bind, idle_timeout_s).serve()
 
 

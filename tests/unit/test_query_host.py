@@ -1,0 +1,65 @@
+"""A query host process (runtime/queryable/query_host.py): where it listens, who may talk to
+it (both sides prove the secret before anything is unpickled), and how it stops."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import time
+
+import pytest
+
+from streamstate.errors import QueryableStateError
+from streamstate.runtime.checkpoint.lock import process_alive
+from streamstate.runtime.queryable.query_host import _read_info, bind_address, connect
+
+
+def test_a_query_host_listens_on_its_executors_host_or_loopback():
+    assert bind_address(None) == "127.0.0.1"
+    assert bind_address("executor_worker-3.example_7") == "worker-3.example"
+    assert bind_address("executor_10.0.0.5_12") == "10.0.0.5"
+
+
+@pytest.fixture
+def host(tmp_path):
+    path = str(tmp_path / "q.json")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamstate.runtime.queryable.query_host",
+            path,
+            "j",
+            "127.0.0.1",
+            "30",
+        ]
+    )
+    deadline = time.monotonic() + 60
+    while _read_info(path) is None:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    yield path, proc
+    proc.kill()
+    proc.wait()
+
+
+def test_only_the_holder_of_the_secret_is_served(host):
+    path, proc = host
+    pid, address, secret = _read_info(path)
+    assert pid == proc.pid and address.startswith("127.0.0.1:")
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    with pytest.raises((QueryableStateError, EOFError, OSError)):
+        connect(address, "not-the-secret", timeout=5)
+    with connect(address, secret, timeout=5) as conn:
+        # operators and lineages it does not hold are asked for by reference
+        msg = ("lookup", "epoch", ("count", "value", None), 8, [("op", None, "lin", None, [])])
+        conn.send_bytes(pickle.dumps(msg))
+        assert conn.poll(30)
+        assert pickle.loads(conn.recv_bytes()) == ("need", ["op", "lin"])
+        conn.send_bytes(pickle.dumps(("stop",)))
+        assert conn.poll(30)
+        assert pickle.loads(conn.recv_bytes()) == ("stopped",)
+    proc.wait(30)
+    assert not process_alive(pid) and not os.path.exists(path)
