@@ -10,6 +10,13 @@ micro-batch (``triggerExecution``) for a trivial stateful query (``rate`` source
 per key) in the same run: the floor of a micro-batch engine's latency on this machine.
 
 Run: ``python -m benchmarks.latency [--rate 10000] [--seconds 20] [--interval-ms 100]``.
+
+``--fast N``: instead, a source as fast as the job can read (``from_sequence`` of ``N``
+numbers, a budget of ``--max-records`` per reader and epoch), each record stamped
+as it leaves the reader, the same keyed count, and a sink that samples every 50th result
+of a key. Run twice in the same process: epochs cut by the interval (this version), and
+with ``execution.epoch.slice-records`` as large as the budget, which reads a whole budget
+before looking at the clock: epochs by records only, as before the cut existed.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any
 
 from streamstate.common import Configuration, Types
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
-from streamstate.datastream.functions import SinkFunction, SourceFunction
+from streamstate.datastream.functions import MapFunction, SinkFunction, SourceFunction
 from streamstate.datastream.state import ValueStateDescriptor
 
 
@@ -78,6 +85,68 @@ class LatencySink(SinkFunction):
             self.path = os.path.join(self.out_dir, f"lat-{uuid.uuid4().hex}.txt")
         with open(self.path, "a") as f:
             f.write(f"{(time.time() - value[0]) * 1000:.2f}\n")
+
+
+class Stamp(MapFunction):
+    """``n -> (key, now)``: the time a record leaves its reader (chained to the source)."""
+
+    def map(self, value: int) -> tuple[str, float]:
+        return f"k{value % 1000}", time.time()
+
+
+class SampledLatencySink(SinkFunction):
+    """Like :class:`LatencySink`, for every 50th result of a key (``(emitted_at, count)``)."""
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = out_dir
+        self.path: str | None = None
+
+    def invoke(self, value: Any, context: Any) -> None:
+        if value[1] % 50:
+            return
+        if self.path is None:
+            self.path = os.path.join(self.out_dir, f"lat-{uuid.uuid4().hex}.txt")
+        with open(self.path, "a") as f:
+            f.write(f"{(time.time() - value[0]) * 1000:.2f}\n")
+
+
+def _latencies(out_dir: str) -> list[float]:
+    lat = sorted(float(x) for p in glob.glob(os.path.join(out_dir, "lat-*.txt")) for x in open(p))
+    for p in glob.glob(os.path.join(out_dir, "lat-*.txt")):
+        os.remove(p)
+    return lat
+
+
+def fast_source_latency(
+    spark: Any, args: Any, out_dir: str, cut: bool, records: int
+) -> dict[str, Any]:
+    """The unthrottled run; ``cut``: epochs cut by the interval, else by records only."""
+    conf = Configuration()
+    conf.set_string("execution.epoch.interval", f"{args.interval_ms}ms")
+    conf.set_string("execution.epoch.max-records", str(args.max_records))
+    if not cut:  # one slice = the whole budget: the clock is looked at after it, as before
+        conf.set_string("execution.epoch.slice-records", str(10**9))
+    env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
+    env.set_parallelism(2)
+    env.from_sequence(1, records).map(Stamp()).key_by(lambda v: v[0]).process(Count()).add_sink(
+        SampledLatencySink(out_dir)
+    )
+    t0 = time.perf_counter()
+    result = env.execute("latency-fast")
+    elapsed = time.perf_counter() - t0
+    lat = _latencies(out_dir)
+    return {
+        "cut_by_time": cut,
+        "records": records,
+        "max_records": args.max_records,
+        "records_per_s": round(records / elapsed),
+        "epochs": result.get_accumulator_result("epochs"),
+        "sampled": len(lat),
+        "median_ms": statistics.median(lat),
+        "p90_ms": lat[int(0.9 * (len(lat) - 1))],
+        "p99_ms": lat[int(0.99 * (len(lat) - 1))],
+        "max_ms": lat[-1],
+    }
 
 
 def streamstate_latency(spark: Any, args: Any, out_dir: str) -> dict[str, Any]:
@@ -141,6 +210,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rate", type=int, default=10_000)
     p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--interval-ms", type=int, default=100)
+    p.add_argument("--max-records", type=int, default=100_000, help="budget of --fast runs")
+    p.add_argument("--fast", type=int, default=0, help="unthrottled run of this many records")
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
 
@@ -149,6 +220,22 @@ def main(argv: list[str] | None = None) -> None:
     spark = peers.build_spark("streamstate-latency")
     spark.sparkContext.setLogLevel("ERROR")
     out_dir = tempfile.mkdtemp(prefix="ss-latency-")
+    if args.fast:
+        try:
+            # warm-up (workers, imports)
+            fast_source_latency(spark, args, out_dir, True, max(1, args.fast // 10))
+            _latencies(out_dir)
+            runs = [
+                fast_source_latency(spark, args, out_dir, c, args.fast)
+                for c in (False, True, False, True)
+            ]
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        print(json.dumps(runs, indent=2))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"args": vars(args), "fast": runs}, f, indent=2)
+        return
     try:
         ours = streamstate_latency(spark, args, out_dir)
     finally:
