@@ -21,6 +21,7 @@ from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.job_state import source_uid
 from streamstate.runtime.protocol import SubtaskAck
 from streamstate.runtime.savepoints import SavepointRequests
+from streamstate.runtime.sliced_read import reads_in_slices
 
 log = logging.getLogger("streamstate")
 
@@ -366,6 +367,6 @@ def reads_to_end(
     end; the final watermark then comes with the next, input-free epoch)."""
     if st.source.is_finished(source_state):
         return True
-    if notify_only or (cut_by_time and getattr(st.source, "sliced_reads", False)):
+    if notify_only or (cut_by_time and reads_in_slices(st.source, st.parallelism)):
         return False
     return bool(st.source.finishes_within(source_state, st.parallelism, budget))
