@@ -14,9 +14,9 @@ Run: ``python -m benchmarks.latency [--rate 10000] [--seconds 20] [--interval-ms
 ``--fast N``: instead, a source as fast as the job can read (``from_sequence`` of ``N``
 numbers, a budget of ``--max-records`` per reader and epoch), each record stamped
 as it leaves the reader, the same keyed count, and a sink that samples every 50th result
-of a key. Run twice in the same process: epochs cut by the interval (this version), and
-with ``execution.epoch.slice-records`` as large as the budget, which reads a whole budget
-before looking at the clock: epochs by records only, as before the cut existed.
+of a key. Run alternately in the same process: epochs cut by the interval, and without
+the interval: epochs by records only, which is what the interval gave such a source before
+epochs were cut by time (it only paced epochs that did not fill their budget).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from streamstate.common import Configuration, Types
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.functions import MapFunction, SinkFunction, SourceFunction
 from streamstate.datastream.state import ValueStateDescriptor
+from streamstate.runtime.job_status import JobObserver
 
 
 class Paced(SourceFunction):
@@ -117,17 +118,44 @@ def _latencies(out_dir: str) -> list[float]:
     return lat
 
 
+class EpochTimes(JobObserver):
+    """Per epoch with records: its wall time and each stage's process time per subtask."""
+
+    def __init__(self, parallelism: int) -> None:
+        self.parallelism = parallelism
+        self.durations: list[float] = []
+        self.stages: dict[int, list[float]] = {}
+
+    def on_epoch(self, job_id: str, stats: Any) -> None:
+        if not stats.source_records:
+            return
+        self.durations.append(stats.duration_ms)
+        for st in stats.stages:
+            per_subtask = st.process_s / self.parallelism * 1000.0
+            self.stages.setdefault(st.stage, []).append(per_subtask)
+
+    def medians(self) -> dict[str, Any]:
+        return {
+            "epoch_ms": round(statistics.median(self.durations)),
+            "process_ms_per_subtask_by_stage": {
+                sid: round(statistics.median(v)) for sid, v in sorted(self.stages.items())
+            },
+        }
+
+
 def fast_source_latency(
     spark: Any, args: Any, out_dir: str, cut: bool, records: int
 ) -> dict[str, Any]:
     """The unthrottled run; ``cut``: epochs cut by the interval, else by records only."""
     conf = Configuration()
-    conf.set_string("execution.epoch.interval", f"{args.interval_ms}ms")
+    if cut:  # without: epochs by records only (an interval used to pace only epochs that
+        # did not fill their budget, which a source this fast always fills)
+        conf.set_string("execution.epoch.interval", f"{args.interval_ms}ms")
     conf.set_string("execution.epoch.max-records", str(args.max_records))
-    if not cut:  # one slice = the whole budget: the clock is looked at after it, as before
-        conf.set_string("execution.epoch.slice-records", str(10**9))
     env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
     env.set_parallelism(2)
+    times = EpochTimes(2)
+    env.add_job_observer(times)
     env.from_sequence(1, records).map(Stamp()).key_by(lambda v: v[0]).process(Count()).add_sink(
         SampledLatencySink(out_dir)
     )
@@ -146,6 +174,7 @@ def fast_source_latency(
         "p90_ms": lat[int(0.9 * (len(lat) - 1))],
         "p99_ms": lat[int(0.99 * (len(lat) - 1))],
         "max_ms": lat[-1],
+        **times.medians(),
     }
 
 
@@ -223,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.fast:
         try:
             # warm-up (workers, imports)
-            fast_source_latency(spark, args, out_dir, True, max(1, args.fast // 10))
+            fast_source_latency(spark, args, out_dir, True, max(100_000, args.fast // 10))
             _latencies(out_dir)
             runs = [
                 fast_source_latency(spark, args, out_dir, c, args.fast)

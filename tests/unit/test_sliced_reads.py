@@ -101,3 +101,67 @@ def test_epochs_cut_after_any_slice_read_everything_once(source, stop_after):
     # the two readers' records interleave differently: compare them as sets, no duplicates
     assert sorted(map(str, cut)) == sorted(map(str, everything))
     assert len(everything) == len(set(map(str, everything))) > 0
+
+
+class VirtualClock:
+    """``time.monotonic`` of runtime/sliced_read.py: advanced by the records read (a
+    deterministic stand-in for processing time; the sizing is what is tested)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class CostlyNumbers(SequenceSource):
+    """A sequence whose every record costs ``cost`` virtual seconds to read and process."""
+
+    def __init__(self, clock: VirtualClock, cost: float) -> None:
+        super().__init__(0, 10**9)
+        self.clock, self.cost, self.slices = clock, cost, []
+
+    def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]:
+        records, progress = super().read(assignment, budget)
+        self.clock.now += self.cost * len(records)
+        self.slices.append(len(records))
+        return records, progress
+
+
+def slices_of(monkeypatch, cost: float, interval: float, largest: int, budget: int) -> list[int]:
+    from types import SimpleNamespace
+
+    from streamstate.runtime import sliced_read
+
+    clock = VirtualClock()
+    monkeypatch.setattr(sliced_read, "time", clock)
+    source = CostlyNumbers(clock, cost)
+    stage = SimpleNamespace(source=source, heads=[0], nodes={0: None})
+    spec = SimpleNamespace(source_slice=largest, source_interval_s=interval, source_budget=budget)
+    pushed: list[int] = []
+    assignment = source.plan_epoch(source.create_enumerator_state(1), 1)[0]
+    progress = sliced_read.read_in_slices(
+        stage, assignment, spec, lambda node, batch, ts: pushed.extend(batch)
+    )
+    assert pushed == list(range(sum(source.slices)))  # every slice pushed, in order
+    assert progress == [[0, sum(source.slices)]]
+    return source.slices
+
+
+def test_slices_grow_to_the_largest_while_records_are_cheap(monkeypatch):
+    # 1 us per record, 100 ms: 16, 32, ... 1024, then 1024s until the deadline
+    slices = slices_of(monkeypatch, 1e-6, 0.1, 1024, 10**9)
+    assert slices[:7] == [16, 32, 64, 128, 256, 512, 1024]
+    assert set(slices[7:-2]) == {1024}  # the last ones fit the time left
+    assert 100_000 <= sum(slices) <= 100_000 + 1024
+
+
+def test_costly_records_are_cut_near_the_deadline_not_a_large_slice_later(monkeypatch):
+    # 1 ms per record, 100 ms: 16 (16 ms), 32 (48 ms), then what the 52 ms left hold
+    slices = slices_of(monkeypatch, 1e-3, 0.1, 1024, 10**9)
+    assert slices[:2] == [16, 32]
+    assert 100 <= sum(slices) <= 100 + 16
+
+
+def test_the_budget_ends_the_epoch_before_the_interval(monkeypatch):
+    assert sum(slices_of(monkeypatch, 1e-6, 10.0, 1024, 5000)) == 5000

@@ -200,7 +200,7 @@ class StageTaskSpec:
     #: ``execution.epoch.interval``: a reader stops reading this many seconds after it
     #: started in an epoch (0: only the budget ends an epoch's reading)
     source_interval_s: float = 0.0
-    #: with an interval: records read between two looks at the clock
+    #: with an interval: the most records read between two looks at the clock
     source_slice: int = 1024
     #: the clock of state TTL (``runtime/state/ttl_clock.py``); ``None``: the wall clock
     ttl_time_provider: Any = None

@@ -32,8 +32,8 @@ __all__ = [
 DEFAULT_EPOCH_RECORDS = 100_000
 DEFAULT_FULL_VERSION_EVERY = 20
 DEFAULT_IDLE_WAIT_MS = 200
-#: with ``execution.epoch.interval``: records a reader reads (and runs through its chained
-#: operators) between two looks at the clock
+#: with ``execution.epoch.interval``: the most records a reader reads (and runs through its
+#: chained operators) between two looks at the clock
 DEFAULT_SLICE_RECORDS = 1024
 #: the source budget of the one epoch of a BATCH job (no limit in practice)
 BATCH_EPOCH_RECORDS = 1 << 62
@@ -97,8 +97,8 @@ class JobSettings:
     #: first), and epochs that did not fill their budget start at most this often (0: epochs
     #: by records only, back to back)
     epoch_interval_s: float = 0.0
-    #: ``execution.epoch.slice-records``: with an interval, records read between two looks
-    #: at the clock
+    #: ``execution.epoch.slice-records``: with an interval, the most records read between two
+    #: looks at the clock (runtime/sliced_read.py sizes slices to the time left)
     epoch_slice_records: int = DEFAULT_SLICE_RECORDS
     #: ``execution.epoch.state-dir``: where per-epoch versions go with in-memory storage
     state_dir: str | None = None
