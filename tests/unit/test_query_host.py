@@ -22,24 +22,20 @@ def test_a_query_host_listens_on_its_executors_host_or_loopback():
     assert bind_address("executor_10.0.0.5_12") == "10.0.0.5"
 
 
-@pytest.fixture
-def host(tmp_path):
-    path = str(tmp_path / "q.json")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamstate.runtime.queryable.query_host",
-            path,
-            "j",
-            "127.0.0.1",
-            "30",
-        ]
-    )
+def _start(path: str, idle: str) -> subprocess.Popen:
+    module = "streamstate.runtime.queryable.query_host"
+    proc = subprocess.Popen([sys.executable, "-m", module, path, "j", "127.0.0.1", idle])
     deadline = time.monotonic() + 60
     while _read_info(path) is None:
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.01)
+    return proc
+
+
+@pytest.fixture
+def host(tmp_path):
+    path = str(tmp_path / "q.json")
+    proc = _start(path, "30")
     yield path, proc
     proc.kill()
     proc.wait()
@@ -63,3 +59,11 @@ def test_only_the_holder_of_the_secret_is_served(host):
         assert pickle.loads(conn.recv_bytes()) == ("stopped",)
     proc.wait(30)
     assert not process_alive(pid) and not os.path.exists(path)
+
+
+def test_a_query_host_without_lookups_and_epochs_exits_after_its_idle_timeout(tmp_path):
+    """No lookup and no subtask host touching its file (the driver died): it goes."""
+    path = str(tmp_path / "q.json")
+    proc = _start(path, "0.5")
+    assert proc.wait(60) == 0
+    assert not os.path.exists(path)

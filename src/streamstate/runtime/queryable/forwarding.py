@@ -47,6 +47,9 @@ log = logging.getLogger("streamstate")
 DOWN_FOR_S = 5.0
 #: how long the driver waits for a host's answer before serving the keys itself (s)
 ANSWER_TIMEOUT_S = 30.0
+#: how long the driver's refresher waits for a host to bring its copies forward (s); a
+#: slow refresh only drops that connection, it does not make the driver serve the keys
+REFRESH_TIMEOUT_S = 600.0
 CONNECT_TIMEOUT_S = 2.0
 #: objects whose reference the driver remembers
 REFS = 4096
@@ -138,7 +141,9 @@ class QueryHosts:
                 by_host.setdefault(host, []).append((op, lin, sub))
         for host, groups in by_host.items():
             try:
-                self._call(host, "refresh", snap.as_of, None, max_entries, groups)
+                self._call(
+                    host, "refresh", snap.as_of, None, max_entries, groups, REFRESH_TIMEOUT_S
+                )
             except (HostUnreachable, StaleSnapshot, OSError):
                 pass  # lookups find out and decide
 
@@ -150,6 +155,7 @@ class QueryHosts:
         state: Any,
         max_entries: int,
         groups: Sequence[tuple[QueryableOperator, Any, Any]],
+        timeout: float = ANSWER_TIMEOUT_S,
     ) -> Any:
         address, secret = host
         refs = [(self._ref(op), self._ref(lin), items) for op, lin, items in groups]
@@ -167,8 +173,8 @@ class QueryHosts:
                     for o, n, x in refs
                 ]
                 c.conn.send_bytes(pickle.dumps((kind, as_of, state, max_entries, parts)))
-                if not c.conn.poll(ANSWER_TIMEOUT_S):
-                    raise TimeoutError(f"no answer in {ANSWER_TIMEOUT_S} s")
+                if not c.conn.poll(timeout):
+                    raise TimeoutError(f"no answer in {timeout} s")
                 reply = pickle.loads(c.conn.recv_bytes())
                 c.sent.update(r[0] for o, n, _ in refs for r in (o, n))
                 if reply[0] != "need":
