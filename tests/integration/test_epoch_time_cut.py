@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 
+from streamstate.common import WatermarkStrategy
 from streamstate.datastream import MapFunction
 from streamstate.datastream.connectors import CollectSink
 from streamstate.datastream.connectors.file_system import FileSource, StreamFormat
+from streamstate.datastream.window import TumblingEventTimeWindows
 from streamstate.runtime.job_status import JobObserver
 from streamstate.testing import FailOnce
 from tests.integration.jobs import CountPerKey
@@ -136,3 +138,30 @@ def test_a_failure_mid_run_replays_to_the_failure_free_output(on, tmp_path):
     assert fail.fired
     assert out == expected()
     assert max(per_epoch) <= 2 * SLICE
+
+
+def test_watermarks_and_event_time_windows_across_cut_epochs(tmp_path):
+    """The chained timestamp assigner and watermark generator see several slices per
+    epoch and the windows fire as without cuts: every (key, window) count is whole."""
+    conf = {"execution.epoch.slice-records": str(SLICE), "execution.epoch.interval": INTERVAL}
+    env = envs.make_env(2, max_records=HUGE, restarts=0, conf=conf)
+    seen = SourceRecords()
+    env.add_job_observer(seen)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(
+        lambda e, t: e[1]
+    )
+    sink = CollectSink()
+    (
+        env.from_sequence(1, N)
+        .map(Slow())
+        .assign_timestamps_and_watermarks(strategy)
+        .map(lambda e: (e[0], e[1] // 10, 1))
+        .key_by(lambda e: (e[0], e[1]))
+        .window(TumblingEventTimeWindows.of(10))
+        .reduce(lambda a, b: (a[0], a[1], a[2] + b[2]))
+        .sink_to(sink)
+    )
+    env.execute("windows")
+    want = Counter((f"k{v % 3}", v // 10) for v in range(1, N + 1))
+    assert sorted(sink.get_results()) == sorted((k, w, n) for (k, w), n in want.items())
+    assert max(seen.per_epoch) <= 2 * SLICE
