@@ -114,26 +114,36 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--keys", type=int, default=100_000)
     p.add_argument("--records", type=int, default=5_000, help="records per epoch")
-    p.add_argument("--fail-at", type=int, default=100, help="epoch of an injected failure (0: none)")
+    p.add_argument(
+        "--fail-at", type=int, default=100, help="epoch of an injected failure (0: none)"
+    )
     p.add_argument("--every", type=int, default=10)
-    p.add_argument("--interval-ms", type=int, default=1, help="checkpoint interval (clock: 1 s per reading)")
+    p.add_argument(
+        "--interval-ms", type=int, default=1, help="checkpoint interval (clock: 1 s per reading)"
+    )
     a = p.parse_args()
     work = tempfile.mkdtemp(prefix="streamstate-soak-")
     try:
         curves = run(a.epochs, a.keys, a.records, a.fail_at, a.every, work, a.interval_ms)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"soak: {a.epochs} epochs x {a.records} records, {a.keys} keys, checkpoint every "
-          f"epoch, 2 retained, failure at epoch {a.fail_at or '-'}")
-    print(f"{'epoch':>6} {'attempt':>7} {'rss MB':>8} {'chk MB':>8} {'files':>6} "
-          f"{'epoch files':>11} {'attempt-0 files':>15}")
+    print(
+        f"soak: {a.epochs} epochs x {a.records} records, {a.keys} keys, checkpoint every "
+        f"epoch, 2 retained, failure at epoch {a.fail_at or '-'}"
+    )
+    print(
+        f"{'epoch':>6} {'attempt':>7} {'rss MB':>8} {'chk MB':>8} {'files':>6} "
+        f"{'epoch files':>11} {'attempt-0 files':>15}"
+    )
     for e, att, rss, size, files, ef, a0 in curves.rows:
         print(f"{e:>6} {att:>7} {rss:>8.1f} {size / 2**20:>8.2f} {files:>6} {ef:>11} {a0:>15}")
     warm = [r for r in curves.rows if r[0] >= a.epochs // 4]
     if warm:
         rss = [r[2] for r in warm]
-        print(f"RSS after warm-up: min {min(rss):.1f} MB, max {max(rss):.1f} MB "
-              f"(growth {100 * (max(rss) / min(rss) - 1):.1f}%)")
+        print(
+            f"RSS after warm-up: min {min(rss):.1f} MB, max {max(rss):.1f} MB "
+            f"(growth {100 * (max(rss) / min(rss) - 1):.1f}%)"
+        )
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ class CollectionSource(Source):
     sliced_reads = True
 
     def __init__(self, elements: list[Any]) -> None:
-        self.elements: list[Any] | None = list(elements)
+        # from_collection hands over a list of its own: no second copy of a large input
+        self.elements: list[Any] | None = elements if type(elements) is list else list(elements)
         self.size = len(self.elements)
         #: chunk index -> pickled elements (a worker's copy; None in the driver's)
         self._packed: list[bytes] | None = None

@@ -75,6 +75,8 @@ def _stage_partition(
 
 
 def _stop_hosts(job_id: str, _index: int, _it: Any) -> Any:
+    for _ in _it:
+        pass  # unread input would make the PySpark worker exit: the next job would start anew
     stop_query_host(job_id)  # the machine's query host goes with the subtask hosts
     return iter(stop_hosts(job_id))
 
