@@ -27,7 +27,10 @@ def _start(path: str, idle: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", module, path, "j", "127.0.0.1", idle])
     deadline = time.monotonic() + 60
     while _read_info(path) is None:
-        assert proc.poll() is None and time.monotonic() < deadline
+        if proc.poll() is not None:
+            pytest.fail(f"the query host exited with {proc.returncode} before listening")
+        if time.monotonic() > deadline:
+            pytest.fail("the query host did not listen within 60 s")  # a hang, not a speed
         time.sleep(0.01)
     return proc
 
