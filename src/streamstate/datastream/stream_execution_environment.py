@@ -198,7 +198,9 @@ class StreamExecutionEnvironment(SparkSourcesMixin, EnvironmentMethods):
         return DataStream(self, t)
 
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
-        """A bounded stream of ``collection``'s elements, in order (parallelism 1).
+        """A bounded stream of ``collection``'s elements, in order (parallelism 1, as
+        PyFlink's; ``set_parallelism(n)`` on the result reads it with ``n`` subtasks that
+        read adjacent stripes, so keyed operators still see each key's elements in order).
 
         With a ``type_info`` the elements are what PyFlink makes of them: each goes through
         the type's serializer (``Types.FLOAT()`` rounds to 32 bits, ``SQL_TIMESTAMP`` /
