@@ -12,7 +12,11 @@ value:
 2. **Cost to the job.** Phases of ``--phase-seconds`` alternate between no lookups and
    ``--rate`` lookups/s (one paced client process), ``--rounds`` times each; the job's
    throughput in a phase is its records over its epochs' time (epochs that started and
-   ended inside the phase). Reported: the ratio with / without, measured in the same run.
+   ended inside the phase). Reported: the ratio with / without, measured in the same run,
+   and what the lookups cost in CPU seconds per 1000 lookups, split by component: the
+   paced client process, the driver's query-server threads and refresher (the job
+   metrics ``queryable_server_cpu_us`` / ``queryable_refresh_cpu_us``) and the query host
+   process (``/proc``), summed over the phases with lookups.
 
 With ``--serve-on-executors true`` (the default) lookups are answered by the query host on
 the executor machine (the driver forwards them), with ``false`` by the driver's own copies.
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import random
 import statistics
 import threading
@@ -38,6 +43,7 @@ from streamstate.datastream.connectors import DiscardingSink
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.queryablestate import QueryableStateClient
 from streamstate.runtime.job_status import EpochStats, JobObserver
+from streamstate.runtime.queryable.query_host import query_host_pid
 from streamstate.runtime.queryable.service import service_of
 
 NAME = "counts"
@@ -105,12 +111,13 @@ def _paced(job_id: str, keys: int, rate: int, on: Any, stop: Any, ready: Any, ou
     desc = ValueStateDescriptor("count", Types.LONG())
     rnd = random.Random(7)
     lat: list[float] = []
+    cpu = 0.0
     client.get_kv_state(job_id, NAME, 0, Types.LONG(), desc)  # connected
     ready.set()
     while not stop.is_set():
         if not on.wait(0.05):
             continue
-        start, n = time.perf_counter(), 0
+        start, n, cpu0 = time.perf_counter(), 0, time.process_time()
         while on.is_set():
             due = start + n / rate
             now = time.perf_counter()
@@ -120,8 +127,9 @@ def _paced(job_id: str, keys: int, rate: int, on: Any, stop: Any, ready: Any, ou
             client.get_kv_state(job_id, NAME, rnd.randrange(keys), Types.LONG(), desc)
             lat.append((time.perf_counter() - t0) * 1000.0)
             n += 1
+        cpu += time.process_time() - cpu0
     client.close()
-    out.put(lat)
+    out.put((lat, cpu))
 
 
 def clients(job_id: str, keys: int, procs: int, seconds: float, rate: int | None) -> list[float]:
@@ -136,6 +144,42 @@ def clients(job_id: str, keys: int, procs: int, seconds: float, rate: int | None
 def _pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def _proc_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) process ``pid`` used so far (0 when unknown)."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+class CpuProbe:
+    """What lookups cost in CPU seconds, summed over phases: the driver's query-server
+    threads and refresher (job metrics) and the query host process (``/proc``)."""
+
+    def __init__(self, job_id: str, stats: dict[str, int]) -> None:
+        self.stats, self.host = stats, query_host_pid(job_id)
+        self.acc = {"driver_server": 0.0, "driver_refresh": 0.0, "query_host": 0.0}
+        self._at: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        return {
+            "driver_server": self.stats.get("queryable_server_cpu_us", 0) / 1e6,
+            "driver_refresh": self.stats.get("queryable_refresh_cpu_us", 0) / 1e6,
+            "query_host": _proc_cpu(self.host),
+        }
+
+    def start(self) -> None:
+        self._at = self._now()
+
+    def stop(self) -> None:
+        for k, v in self._now().items():
+            self.acc[k] += v - self._at[k]
 
 
 def throughput(epochs: list[tuple[float, float, int]], t0: float, t1: float) -> float:
@@ -201,19 +245,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         paced.start()
         ready.wait(120)  # its start-up (imports, connection) before the first phase
         time.sleep(1.0)
+        stats = service_of(jid).stats  # type: ignore[union-attr]  # the job runs here
+        cpu_on, cpu_off = CpuProbe(jid, stats), CpuProbe(jid, stats)
         for _ in range(args.rounds):
             t0 = time.time()
+            cpu_off.start()
             time.sleep(args.phase_seconds)
+            cpu_off.stop()
             off.append(throughput(probe.epochs, t0, time.time()))
             flag.set()
             t0 = time.time()
+            cpu_on.start()
             time.sleep(args.phase_seconds)
+            cpu_on.stop()
             on.append(throughput(probe.epochs, t0, time.time()))
             flag.clear()
             print(f"throughput without {off[-1]:,.0f} rec/s, with {on[-1]:,.0f} rec/s", flush=True)
         stop.set()
-        lat_on = out.get(timeout=60)
+        lat_on, client_cpu = out.get(timeout=60)
         paced.join(60)
+        per = 1000.0 / max(1, len(lat_on))
+        split = {"client": client_cpu * per}
+        split.update({k: v * per for k, v in cpu_on.acc.items()})
+        split["total"] = sum(split.values())
+        # CPU the same components used while no lookups came (should be ~0)
+        fig["cpu_s_per_1000_lookups"] = split
+        fig["cpu_s_in_phases_without_lookups"] = dict(cpu_off.acc)
+        print("CPU s per 1000 lookups:", {k: round(v, 3) for k, v in split.items()}, flush=True)
         fig["throughput"] = {
             "without_rec_per_s": statistics.mean(off),
             "with_rec_per_s": statistics.mean(on),
@@ -225,7 +283,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rounds": args.rounds,
         }
         fig["epochs"] = len(probe.epochs)
-        stats = service_of(jid).stats  # type: ignore[union-attr]  # the job runs here
         fig["served"] = {
             "serve_on_executors": args.serve_on_executors,
             "by_query_hosts": stats.get("queryable_lookups_remote", 0),

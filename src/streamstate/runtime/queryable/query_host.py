@@ -55,6 +55,7 @@ __all__ = [
     "connect",
     "ensure_query_host",
     "handshake",
+    "query_host_pid",
     "stop_query_host",
 ]
 
@@ -76,6 +77,13 @@ _KNOWN: dict[str, tuple[int, str, str]] = {}
 def _info_path(job_id: str) -> str:
     digest = hashlib.sha256(job_id.encode()).hexdigest()[:20]
     return os.path.join(host_dir(), f"{digest}-query.json")
+
+
+def query_host_pid(job_id: str) -> int | None:
+    """The pid of this machine's query host of ``job_id`` when one runs (benchmarks read
+    its CPU time)."""
+    got = _read_info(_info_path(job_id))
+    return None if got is None or not process_alive(got[0]) else got[0]
 
 
 def _read_info(path: str) -> tuple[int, str, str] | None:

@@ -20,6 +20,7 @@ import hmac
 import logging
 import socket
 import threading
+import time
 from typing import Any
 
 from streamstate.errors import (
@@ -144,7 +145,11 @@ class QueryServer:
                     payload = wire.recv_frame(conn)
                 except (OSError, ConnectionError, wire.FrameError):
                     return  # closed, idle past the time-out, or garbage: drop the connection
+                t0 = time.thread_time()
                 wire.send_frame(conn, self.handle(payload, session))
+                ctx = session.get("ctx")
+                if ctx is not None:  # the CPU this request cost the driver (a job metric)
+                    ctx[0].account("queryable_server_cpu_us", time.thread_time() - t0)
         except OSError:
             return
         finally:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,7 @@ class _Refresher:
         while not self.closed:
             self.published.wait()
             self.published.clear()
+            t0 = time.thread_time()
             for as_of, cache in self.service.caches.items():
                 snap = self.service.snapshot(as_of)
                 if snap is not None and not self.closed:
@@ -136,6 +138,7 @@ class _Refresher:
                         log.debug(
                             "queryable state: refreshing serving copies failed", exc_info=True
                         )
+            self.service.account("queryable_refresh_cpu_us", time.thread_time() - t0)
 
 
 class QueryableStateService:
@@ -169,6 +172,13 @@ class QueryableStateService:
         self._refresher = _Refresher(self)
         with _LIVE_LOCK:
             _LIVE[job_id] = self
+
+    def account(self, stat: str, cpu_s: float) -> None:
+        """Add ``cpu_s`` CPU seconds to the job's metric ``stat`` (µs): what queries cost the
+        driver (``queryable_server_cpu_us``: the query server's threads answering requests;
+        ``queryable_refresh_cpu_us``: keeping the driver's copies current and asking the
+        query hosts to). Unsynchronized like the lookup counters: a metric, not a ledger."""
+        self.stats[stat] = self.stats.get(stat, 0) + int(cpu_s * 1e6)
 
     # -- driver side ----------------------------------------------------------------------
     def register_states(self, acks: Iterable[SubtaskAck]) -> None:
