@@ -14,7 +14,7 @@ from streamstate.common import Types
 from streamstate.datastream.connectors.collect import CollectSink
 from streamstate.queryablestate import QueryableStateClient
 from streamstate.runtime.job_status import JobObserver
-from streamstate.runtime.queryable.query_host import _info_path, _read_info
+from streamstate.runtime.queryable.query_host import _info_path, _read_info, query_host_pid
 from streamstate.runtime.queryable.service import service_of
 from streamstate.runtime.state_reader import read_keyed_state
 from tests.support.envs import checkpoint_every_epoch, make_env
@@ -34,8 +34,10 @@ class Probe(JobObserver):
         self.kill_at = kill_at
         self.answers = []
         self.driver_copies = []
+        self.host_pids = []
 
     def on_epoch(self, job_id, stats):
+        self.host_pids.append(query_host_pid(job_id))
         if stats.epoch == self.kill_at:  # the executor's query host is gone (lost executor)
             got = _read_info(_info_path(job_id))
             assert got is not None
@@ -88,12 +90,15 @@ def test_query_hosts_answer_on_the_executor(spark, tmp_path, backend):
     assert acc.get("queryable_lookups_remote") == n
     assert acc.get("queryable_lookups_driver", 0) == 0
     assert probe.driver_copies == [0] * len(probe.answers)  # the driver holds no copy
+    assert None not in probe.host_pids and len(set(probe.host_pids)) == 1  # one host, found
+    assert acc.get("queryable_server_cpu_us", 0) > 0  # what the lookups cost the driver
 
 
 def test_without_subtask_hosts_the_driver_answers(spark, tmp_path):
     probe, acc = _run(spark, tmp_path, "hashmap", "false")
     assert acc.get("queryable_lookups_driver") == len(probe.answers) * 2 * len(KEYS)
     assert acc.get("queryable_lookups_remote", 0) == 0
+    assert probe.host_pids == [None] * len(probe.host_pids)  # no query host for this job
     assert max(probe.driver_copies) > 0
 
 

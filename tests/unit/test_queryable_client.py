@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -32,6 +33,7 @@ from streamstate.errors import (
 )
 from streamstate.queryablestate import QueryableStateClient
 from streamstate.runtime.job_status import JobObserver
+from streamstate.runtime.queryable.service import service_of
 from streamstate.runtime.state_reader import read_keyed_state
 from streamstate.testing import FailOnce
 from tests.support.envs import checkpoint_every_epoch, make_env
@@ -95,10 +97,23 @@ class ClientProbe(JobObserver):
         with pytest.raises(WrongKeyTypeError, match="descriptor is for list state"):
             c.get_kv_state(job_id, "counts", "k0", Types.STRING(), ListStateDescriptor("count"))
         check_http(job_id, one.epoch)
+        check_cpu_accounted(c, job_id)
         bad = QueryableStateClient(c.host, c.port, token="wrong")
         with pytest.raises(QueryableStateError, match="not its token"):
             bad.get_kv_state(job_id, "counts", "k0", Types.STRING(), COUNT)
         bad.close()
+
+
+def check_cpu_accounted(c, job_id):
+    """Every answered request adds the CPU it cost the driver's query-server thread to the
+    job metric ``queryable_server_cpu_us`` (added after the answer is sent: wait for it)."""
+    stats = service_of(job_id).stats
+    before = stats.get("queryable_server_cpu_us", 0)
+    c.get_kv_states(job_id, "counts", KEYS, Types.STRING(), COUNT)
+    deadline = time.monotonic() + 30
+    while stats.get("queryable_server_cpu_us", 0) <= before:
+        assert time.monotonic() < deadline, "the request's CPU was never accounted"
+        time.sleep(0.001)
 
 
 def http_get(url, token=None):
