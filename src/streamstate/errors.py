@@ -33,6 +33,7 @@ __all__ = [
     "UnknownJobError",
     "UnknownKvStateError",
     "UnsupportedFeatureError",
+    "WorkerEnvironmentError",
     "WrongKeyTypeError",
 ]
 
@@ -104,6 +105,15 @@ class StateMigrationError(StreamStateError):
     """Restored state is incompatible with the descriptor it is restored into, or its
     migration to the descriptor's schema failed. A restart cannot cure it (the same
     checkpoint is restored again), so the job fails whatever the restart strategy."""
+
+    #: the executor fails the job instead of asking the restart strategy
+    suppresses_restarts = True
+
+
+class WorkerEnvironmentError(ConfigurationError):
+    """The Spark executors' Python workers cannot run streamstate (it is not installed in
+    the interpreter they use). A restart cannot cure it, so the job fails whatever the
+    restart strategy, instead of restarting forever under the default strategy."""
 
     #: the executor fails the job instead of asking the restart strategy
     suppresses_restarts = True

@@ -72,3 +72,43 @@ def test_in_process_runner_raises_the_same_shape():
     with pytest.raises(ValueError, match="bad record 7") as ei:
         env.execute("errors-local")
     assert isinstance(ei.value, JobExecutionError)
+
+
+_NO_STREAMSTATE_JOB = """
+import os, sys
+os.environ["PYSPARK_PYTHON"] = sys.argv[1]
+from pyspark.sql import SparkSession
+from streamstate.datastream import StreamExecutionEnvironment
+from streamstate.errors import JobExecutionError, WorkerEnvironmentError
+spark = SparkSession.builder.master("local[1]").getOrCreate()
+env = StreamExecutionEnvironment.get_execution_environment(spark=spark)
+env.enable_checkpointing(1000)  # the default strategy then restarts a curable failure forever
+env.from_collection([1, 2, 3]).key_by(lambda x: x).map(lambda x: x).print()
+try:
+    env.execute("workers without streamstate")
+except JobExecutionError as e:
+    assert isinstance(e.__cause__, WorkerEnvironmentError), repr(e.__cause__)
+    print("FAILED FAST:", e.__cause__)
+    sys.exit(3)
+"""
+
+
+def test_workers_without_streamstate_fail_the_job_instead_of_restarting(tmp_path):
+    """Executors whose Python cannot import streamstate (here: the interpreter this
+    virtualenv was made from, which PySpark can run but which has no streamstate) fail the
+    job with WorkerEnvironmentError at the first failure, whatever the restart strategy."""
+    import subprocess
+    import sys
+
+    base = getattr(sys, "_base_executable", sys.executable)
+    probe = subprocess.run([base, "-c", "import streamstate"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip(f"{base} has streamstate installed: no interpreter without it here")
+    script = tmp_path / "job.py"
+    script.write_text(_NO_STREAMSTATE_JOB)
+    proc = subprocess.run(
+        [sys.executable, str(script), base], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "cannot import streamstate" in proc.stdout
+    assert "restarting in" not in proc.stderr  # no restart was attempted

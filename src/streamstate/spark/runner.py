@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any
 
 from streamstate.common.configuration import parse_duration_ms
-from streamstate.errors import TaskFailure
+from streamstate.errors import TaskFailure, WorkerEnvironmentError
 from streamstate.runtime.executor import EpochRunner
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import EpochSpec, SubtaskAck
@@ -314,6 +314,13 @@ def translate_spark_error(e: BaseException) -> BaseException:
     end = tb.find("\n\tat ")
     tb = (tb if end < 0 else tb[:end]).strip()
     qualified, message = _exception_line(tb)
+    if qualified == "ModuleNotFoundError" and "'streamstate" in message:
+        return WorkerEnvironmentError(
+            f"the Spark executors' Python workers cannot import streamstate ({message}): "
+            f"install it in the interpreter they run (spark.pyspark.python / PYSPARK_PYTHON, "
+            f"a virtualenv shipped with spark.archives, or spark.submit.pyFiles); restarting "
+            f"the job cannot cure this"
+        )
     crash = _host_crash(qualified, message, tb)
     if crash is not None:
         return crash
