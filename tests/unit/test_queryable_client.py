@@ -112,7 +112,8 @@ def check_cpu_accounted(c, job_id):
     c.get_kv_states(job_id, "counts", KEYS, Types.STRING(), COUNT)
     deadline = time.monotonic() + 30
     while stats.get("queryable_server_cpu_us", 0) <= before:
-        assert time.monotonic() < deadline, "the request's CPU was never accounted"
+        if time.monotonic() > deadline:  # a missing update, not a speed
+            pytest.fail("the request's CPU was never accounted")
         time.sleep(0.001)
 
 
