@@ -44,9 +44,9 @@ __all__ = [
 ]
 
 #: Bumped whenever a message changes shape; driver and workers must agree on it.
-PROTOCOL_VERSION = 8  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated;
+PROTOCOL_VERSION = 9  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated;
 # v6: .executor; v7: SubtaskAck.query_host, StageTaskSpec.serve_queries;
-# v8: StageTaskSpec.source_interval_s / source_slice
+# v8: StageTaskSpec.source_interval_s / source_slice; v9: StateVersion.bridge, Lineage.bridge
 
 #: The destination index of acks that go back to the driver (leaf stages).
 DRIVER = -1
@@ -78,10 +78,13 @@ class StateVersion:
 
     kind: VersionKind
     handle: Any = None
+    #: of a FULL keyed version, when written: the changes since the subtask's previous version
+    #: (a delta, as a DELTA version would have been), written for queryable states only
+    bridge: Any = None
 
     @staticmethod
-    def full(handle: Any) -> StateVersion:
-        return StateVersion(VersionKind.FULL, handle)
+    def full(handle: Any, bridge: Any = None) -> StateVersion:
+        return StateVersion(VersionKind.FULL, handle, bridge)
 
     @staticmethod
     def delta(handle: Any) -> StateVersion:
@@ -98,11 +101,17 @@ class Lineage:
 
     ``base`` are keyed snapshots (several after a rescale: each backend keeps only
     its key groups); ``deltas`` are applied on top, in order.
+
+    ``bridge``: ``(token, delta)`` when the base was written with the changes since the
+    previous version (queryable state, see ``StateVersion.bridge``): the base is the state
+    at ``token`` (the subtask's version before it) with ``delta`` applied, so a serving copy
+    at ``token`` moves onto the new base without rebuilding. Workers ignore it.
     """
 
     token: Token
     base: tuple[Any, ...] = ()
     deltas: tuple[Any, ...] = ()
+    bridge: tuple[Token, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

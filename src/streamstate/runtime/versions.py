@@ -14,6 +14,9 @@ Keyed state, per operator and subtask:
   checkpoint storage the checkpoint bytes live on the driver, so a worker-readable copy is
   written to the epoch-state directory as the base;
 * full-version epoch: ``snapshot()`` written to ``epochs/<uid>/<i>/a<a>-e<n>-full`` (FULL);
+  with a queryable state, here and in a barrier epoch, also the epoch's delta
+  (``...-delta``, :attr:`StateVersion.bridge`): a serving copy at the previous version
+  applies it and is then at the new base (``Lineage.bridge``), instead of rebuilding;
 * a backend with its own versioned files (RocksDB, ``snapshot_epoch_version``): every
   other epoch is a FULL version made of RocksDB's files in ``epochs/<uid>/<i>/``, written
   like an incremental checkpoint: only the SST files new since the previous version (hard
@@ -127,6 +130,9 @@ def commit_keyed_state(
             handle = backend.snapshot_epoch_version(storage, f"{uid}/{index}", tag, es.epoch, scope)
             versions[uid] = StateVersion.full(handle)
         elif cid is not None or es.full_version:
+            # queryable state: the epoch's changes too, so serving copies move onto the new
+            # base by applying them instead of rebuilding from it (``Lineage.bridge``)
+            bridge = _bridge_delta(storage, backend, f"{uid}/{index}/{tag}-delta")
             snap = backend.snapshot()
             rng = backend.key_group_range
             if cid is not None:
@@ -135,12 +141,12 @@ def commit_keyed_state(
                     stream, rng, dict(snap.offsets), dict(snap.meta)
                 )
                 if not isinstance(stream, ByteStreamStateHandle):
-                    versions[uid] = StateVersion.full(checkpoint[uid])
+                    versions[uid] = StateVersion.full(checkpoint[uid], bridge)
                     continue
                 # inline bytes live on the driver: keep a worker-readable copy as the base
             stream = storage.write_epoch_state(f"{uid}/{index}/{tag}-full", snap.data)
             versions[uid] = StateVersion.full(
-                KeyGroupsStateHandle(stream, rng, dict(snap.offsets), dict(snap.meta))
+                KeyGroupsStateHandle(stream, rng, dict(snap.offsets), dict(snap.meta)), bridge
             )
         else:
             delta = backend.snapshot_delta()
@@ -150,6 +156,20 @@ def commit_keyed_state(
                 else UNCHANGED
             )
     return versions, checkpoint
+
+
+def _bridge_delta(storage: Any, backend: Any, name: str) -> StreamStateHandle | None:
+    """The changes since the previous version, written as a delta, before a full snapshot of
+    ``backend`` that has queryable states (none otherwise: the job pays for it only when its
+    state can be queried). Not with snapshot cleanups (TTL), which change the state inside
+    ``snapshot()`` without a delta recording it."""
+    delta_of = getattr(backend, "snapshot_delta", None)
+    if delta_of is None or backend.snapshot_cleanups:
+        return None
+    if all(q is None for _, _, q, _ in backend.registered_states()):
+        return None
+    delta = delta_of()
+    return storage.write_epoch_state(name, delta) if delta else ByteStreamStateHandle.of(b"")
 
 
 def _lineage_of(es: EpochSpec, index: int, uid: str) -> Lineage | None:
@@ -328,11 +348,14 @@ class StateVersions:
                     if not (isinstance(s, FileStateHandle) and s.path in kept)
                 )
                 superseded.extend(lin.deltas)
-                self.keyed[(uid, i)] = Lineage(token, (v.handle,), ())
+                if lin.bridge is not None:
+                    superseded.append(lin.bridge[1])
+                bridge = (lin.token, v.bridge) if v.bridge is not None else None
+                self.keyed[(uid, i)] = Lineage(token, (v.handle,), (), bridge)
             elif v.kind is VersionKind.DELTA:
-                self.keyed[(uid, i)] = Lineage(token, lin.base, (*lin.deltas, v.handle))
+                self.keyed[(uid, i)] = Lineage(token, lin.base, (*lin.deltas, v.handle), lin.bridge)
             else:
-                self.keyed[(uid, i)] = Lineage(token, lin.base, lin.deltas)
+                self.keyed[(uid, i)] = Lineage(token, lin.base, lin.deltas, lin.bridge)
         for uid, v in ack.op_versions.items():
             old = self.operator.get((uid, i))
             if v.kind is VersionKind.FULL:
@@ -349,6 +372,8 @@ class StateVersions:
             for b in lin.base:
                 yield from b.stream_handles()
             yield from lin.deltas
+            if lin.bridge is not None:
+                yield lin.bridge[1]
         for ol in self.operator.values():
             if ol.handle is not None:
                 yield ol.handle

@@ -9,7 +9,10 @@ are opened by a RocksDB backend on local disk, not loaded into memory).
 
 A copy follows its subtask forward: when a newer snapshot has the same base and more deltas,
 only the new deltas are applied (the "epoch's delta applied to a serving copy"); a new base
-(a full version, a checkpoint, a restore) rebuilds it. A copy never goes back: a request
+written with its bridge (``Lineage.bridge``: the changes since the version before it, written
+for queryable state at full-version and checkpoint epochs) is reached by applying the bridge
+to a copy at that version; any other new base (a copy further behind, a RocksDB version, a
+restore) rebuilds it. A copy never goes back: a request
 pinned to an older snapshot than the copy's raises :class:`StaleSnapshot`, and the caller
 answers the whole request again from the newest snapshot, so one answer never mixes epochs.
 
@@ -185,6 +188,10 @@ def read_one(state: Any, kind: str) -> Any:
     return state.get()  # reducing / aggregating
 
 
+def _delta_files(lin: Lineage) -> tuple[Any, ...]:
+    return lin.deltas if lin.bridge is None else (lin.bridge[1], *lin.deltas)
+
+
 def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b, strict=True))
 
@@ -216,23 +223,33 @@ class _Entry:
         self.lineage = None
         self.states = {}
 
-    def advance(self, lin: Lineage, read: Any = None, bases: Any = None) -> None:
-        """Bring the copy to ``lin`` (forward only; :class:`StaleSnapshot` when behind).
+    def advance(self, lin: Lineage, read: Any = None, bases: Any = None) -> str:
+        """Bring the copy to ``lin`` (forward only; :class:`StaleSnapshot` when behind);
+        returns how: ``"current"``, ``"deltas"`` (applied the new deltas), ``"bridged"``
+        (onto a new base through ``lin.bridge``) or ``"built"`` (restored from ``lin``).
 
-        ``read(handle)``: a delta's bytes (the cache shares them between the copies)."""
+        ``read(handle, range)``: a delta's part of the copy's range (the cache shares the
+        delta files between the copies); ``bases(base)``: the base handles to restore."""
         if self.lineage is lin and self.backend is not None:
-            return  # already there (the common case: many lookups per epoch)
-        read = read or (lambda d: d.read())
+            return "current"  # already there (the common case: many lookups per epoch)
+        read = read or (lambda d, rng: d.read())
         self.lineage = None
-        if self.backend is not None and _same(self.base, lin.base):
-            k = len(self.deltas)
-            if len(lin.deltas) >= k and _same(self.deltas, lin.deltas[:k]):
-                for d in lin.deltas[k:]:
-                    self._apply(read(d, self.range))
-                self.deltas = lin.deltas
-                self.token = max(self.token, lin.token)
-                self.lineage = lin
-                return
+        if self.backend is not None:
+            todo, how = self._forward(lin)
+            if todo is not None:
+                try:
+                    for d in todo:
+                        self._apply(read(d, self.range))
+                except BaseException as e:  # partly applied: at no version, drop the copy
+                    self.close()
+                    if how != "bridged" or not isinstance(e, OSError):
+                        raise
+                    # the bridge's files went (superseded): rebuild from the new base
+                else:
+                    self.base, self.deltas = lin.base, lin.deltas
+                    self.token = max(self.token, lin.token)
+                    self.lineage = lin
+                    return how
         if self.backend is not None and lin.token < self.token:
             raise StaleSnapshot()
         self.close()
@@ -257,6 +274,20 @@ class _Entry:
             raise
         self.backend, self.base, self.deltas, self.token = backend, lin.base, lin.deltas, lin.token
         self.lineage = lin
+        return "built"
+
+    def _forward(self, lin: Lineage) -> tuple[tuple[Any, ...] | None, str]:
+        """The deltas that bring the copy to ``lin`` without a rebuild, if any: the new
+        deltas of the same base, or the bridge onto a new base written as the copy's
+        version's successor, then that base's deltas."""
+        if _same(self.base, lin.base):
+            k = len(self.deltas)
+            if len(lin.deltas) >= k and _same(self.deltas, lin.deltas[:k]):
+                return lin.deltas[k:], "deltas"
+        bridge = lin.bridge
+        if bridge is not None and bridge[0] == self.token and lin.token > self.token:
+            return (bridge[1], *lin.deltas), "bridged"
+        return None, "built"
 
     def _apply(self, part: bytes | None) -> None:
         if part is not None:
@@ -313,8 +344,10 @@ class ServingCache:
         self.max_entries = max(1, int(max_entries))
         self._entries: OrderedDict[tuple[str, int, int], _Entry] = OrderedDict()
         self._lock = threading.Lock()
-        #: how many copies were built (restored): for tests and metrics
+        #: how many copies were built (restored) / moved onto a new base by its bridge
+        #: (``Lineage.bridge``) instead: for tests and metrics
         self.builds = 0
+        self.bridged = 0
         #: a lookup came since the last refresh
         self.used = False
         #: base snapshot files read (and verified) once, by handle
@@ -368,7 +401,10 @@ class ServingCache:
         with self._lock:
             hit = self._deltas.get(id(handle))
         if hit is None or hit[0] is not handle:
-            prefix, blocks = split_delta(handle.read())
+            data = handle.read()
+            if not data:
+                return None  # an empty bridge (nothing changed)
+            prefix, blocks = split_delta(data)
             hit = (handle, prefix, blocks)
             with self._lock:
                 self._deltas[id(handle)] = hit
@@ -404,12 +440,15 @@ class ServingCache:
         entry = self._entry(op, op.serving_range(key_group))
         self.used = True
         with entry.lock:
-            if entry.lineage is not lin and (
-                entry.backend is None or not _same(entry.base, lin.base)
-            ):
-                self.builds += 1
-            entry.advance(lin, self._delta_part, self._cached_bases)
+            self._advance(entry, lin)
             return entry.read(state, key, key_group)
+
+    def _advance(self, entry: _Entry, lin: Lineage) -> None:
+        how = entry.advance(lin, self._delta_part, self._cached_bases)
+        if how == "built":
+            self.builds += 1
+        elif how == "bridged":
+            self.bridged += 1
 
     def refresh(self, snap: ServingSnapshot) -> int:
         """Bring every copy held to ``snap`` (after a publish, off the lookups' path, so that
@@ -419,7 +458,7 @@ class ServingCache:
         if not self.used:
             return 0
         self.used = False
-        live = {id(d) for lin in snap.lineages.values() for d in lin.deltas}
+        live = {id(d) for lin in snap.lineages.values() for d in _delta_files(lin)}
         live_bases = {id(b) for lin in snap.lineages.values() for b in lin.base}
         with self._lock:
             entries = list(self._entries.values())
@@ -437,7 +476,7 @@ class ServingCache:
                 if entry.backend is None:
                     continue  # evicted meanwhile
                 try:
-                    entry.advance(lin, self._delta_part, self._cached_bases)
+                    self._advance(entry, lin)
                     moved += 1
                 except (StaleSnapshot, OSError):
                     continue  # a newer snapshot moved it on, or its files went: lookups decide

@@ -1,0 +1,131 @@
+"""Keeping queryable state's serving copies current: a full version (or a checkpoint) of a
+queryable state is written with the epoch's delta (its *bridge*), so a copy at the version
+before moves onto the new base by applying it, never rebuilt; the answers equal the state
+the subtask committed, and the bridge's file is deleted with the base it leads to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streamstate.datastream.state import ValueStateDescriptor
+from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
+from streamstate.runtime.protocol import EpochSpec, SubtaskAck, VersionKind
+from streamstate.runtime.queryable.serving import QueryableOperator, ServingCache
+from streamstate.runtime.versions import StateVersions, commit_keyed_state
+from tests.support import backends as H
+from tests.support.backends import KEY_SER, MAX_P, Made
+
+KEYS = [f"key-{i}" for i in range(400)]
+STATE = ("v", "value", None)
+
+
+def queryable() -> ValueStateDescriptor:
+    d = ValueStateDescriptor("v")
+    d.set_queryable("vs")
+    return d
+
+
+@pytest.fixture
+def storage(tmp_path: Any) -> FileSystemCheckpointStorageAccess:
+    s = FileSystemCheckpointStorageAccess(str(tmp_path / "chk"))
+    s.initialize_job("job1")
+    return s
+
+
+def op() -> QueryableOperator:
+    return QueryableOperator("op", "op", 1, MAX_P, KEY_SER, "hashmap")
+
+
+def epoch_files(storage: Any) -> set[str]:
+    fs, root = storage._epoch_fs()
+    return {f.rsplit("/", 1)[-1] for f in fs.find(root)} if fs.exists(root) else set()
+
+
+def run_epochs(
+    heap: Made, storage: Any, descriptor: Any, full_at: set[int], checkpoint_at: set[int]
+) -> tuple[ServingCache, list[Any]]:
+    """Epochs 1..8 of one subtask changing a slice of the keys each; after every epoch, the
+    copies of every key group answer every key as the backend holds it."""
+    b = heap.backend()
+    state = b.get_partitioned_state(descriptor)
+    versions = StateVersions()
+    versions.reset([("op", 0)], (0, 0))
+    cache, o, folded = ServingCache(512), op(), []
+    for epoch in range(1, 9):
+        for i, k in enumerate(KEYS[(epoch * 70) % 400 :][:120]):
+            H.at(b, k)
+            if i % 17 == 3 and state.value() is not None:
+                state.clear()  # tombstones too
+            else:
+                state.update((epoch, i))
+        cid = epoch if epoch in checkpoint_at else None
+        es = EpochSpec(epoch, 0, cid, epoch in full_at, ())
+        v = commit_keyed_state(storage, {"op": b}, 0, es, "job1")[0]["op"]
+        folded.append(v)
+        storage.discard_epoch_state(
+            versions.fold(SubtaskAck(stage=0, subtask=0, token=(0, epoch), versions={"op": v}))
+        )
+        lin = versions.keyed[("op", 0)]
+        want = H.dump(b, (descriptor,))["v"]
+        got = {k: cache.read_lineage(lin, o, STATE, k, H.kg_of(k)) for k in KEYS}
+        assert {k: x for k, x in got.items() if x is not None} == want, epoch
+        # every file a lineage names is there (the bridge until the next full version)
+        names = {h.path.rsplit("/", 1)[-1] for h in versions.handles() if hasattr(h, "path")}
+        assert {n for n in names if n.startswith("a0-")} <= epoch_files(storage)
+    return cache, folded
+
+
+def test_a_full_version_moves_the_copies_by_its_delta(heap: Made, storage: Any) -> None:
+    cache, folded = run_epochs(heap, storage, queryable(), full_at={3, 6}, checkpoint_at=set())
+    fulls = [v for v in folded if v.kind is VersionKind.FULL]
+    assert len(fulls) == 2 and all(v.bridge is not None for v in fulls)
+    # every key group's copy was built once (its first lookup) and bridged twice
+    groups = len({H.kg_of(k) for k in KEYS})
+    assert cache.builds == groups == len(cache)
+    assert cache.bridged == 2 * groups
+
+
+def test_a_checkpoint_is_bridged_too_and_files_go_with_the_next_base(
+    heap: Made, storage: Any
+) -> None:
+    cache, folded = run_epochs(heap, storage, queryable(), full_at=set(), checkpoint_at={2, 5})
+    groups = len({H.kg_of(k) for k in KEYS})
+    assert cache.builds == groups and cache.bridged == 2 * groups
+    # the epoch-2 bridge went with the epoch-5 base's fold: only the current one is left
+    left = {n for n in epoch_files(storage) if n.endswith("-delta")}
+    assert "a0-e2-delta" not in left and "a0-e5-delta" in left
+
+
+def test_no_bridge_without_a_queryable_state(heap: Made, storage: Any) -> None:
+    cache, folded = run_epochs(
+        heap, storage, ValueStateDescriptor("v"), full_at={3, 6}, checkpoint_at=set()
+    )
+    assert all(v.bridge is None for v in folded if v.kind is VersionKind.FULL)
+    # the job pays nothing; the copies rebuild at each new base instead
+    groups = len({H.kg_of(k) for k in KEYS})
+    assert cache.bridged == 0 and cache.builds == 3 * groups
+
+
+def test_a_copy_behind_the_bridge_is_rebuilt(heap: Made, storage: Any) -> None:
+    """A copy that missed the version before a full version cannot use its bridge."""
+    b = heap.backend()
+    state = b.get_partitioned_state(queryable())
+    versions = StateVersions()
+    versions.reset([("op", 0)], (0, 0))
+    cache, o = ServingCache(512), op()
+    lins = []
+    for epoch in range(1, 4):
+        for k in KEYS[epoch * 10 : epoch * 10 + 50]:
+            H.at(b, k)
+            state.update(epoch)
+        es = EpochSpec(epoch, 0, None, epoch == 3, ())
+        v = commit_keyed_state(storage, {"op": b}, 0, es, "job1")[0]["op"]
+        versions.fold(SubtaskAck(stage=0, subtask=0, token=(0, epoch), versions={"op": v}))
+        lins.append(versions.keyed[("op", 0)])
+    k = KEYS[35]
+    assert cache.read_lineage(lins[0], o, STATE, k, H.kg_of(k)) == 1  # at epoch 1
+    assert cache.read_lineage(lins[2], o, STATE, k, H.kg_of(k)) == 3  # skipped epoch 2
+    assert cache.builds == 2 and cache.bridged == 0
+    assert cache.read_lineage(lins[2], o, STATE, KEYS[0], H.kg_of(KEYS[0])) is None
