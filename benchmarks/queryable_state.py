@@ -19,10 +19,14 @@ value:
    process (``/proc``), summed over the phases with lookups.
 
 With ``--serve-on-executors true`` (the default) lookups are answered by the query host on
-the executor machine (the driver forwards them), with ``false`` by the driver's own copies.
+the executor machine, with ``false`` by the driver's own copies. With ``--direct true``
+(the default) clients send them to the query host directly (the driver's CPU is then mostly
+pinning each published snapshot on the hosts: ``driver_pin``, the job metric
+``queryable_pin_cpu_us``), with ``false`` through the driver's query
+server, which forwards them.
 
 Run: ``python -m benchmarks.queryable_state [--keys 1000000] [--seconds 10]
-[--serve-on-executors true|false] [--json FILE]``.
+[--serve-on-executors true|false] [--direct true|false] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -76,11 +80,11 @@ class Epochs(JobObserver):
             self.epochs.append((time.time(), stats.duration_ms / 1000.0, stats.source_records))
 
 
-def _client_loop(args: tuple[str, int, int, float, int | None, Any]) -> list[float]:
+def _client_loop(args: tuple[str, int, int, float, int | None, bool]) -> list[float]:
     """One client process: lookups for ``seconds`` (paced at ``rate``/s when given);
     the round-trip latencies in ms."""
-    job_id, keys, seed, seconds, rate, q = args
-    client = QueryableStateClient.for_job(job_id)
+    job_id, keys, seed, seconds, rate, direct = args
+    client = QueryableStateClient.for_job(job_id, direct=direct)
     desc = ValueStateDescriptor("count", Types.LONG())
     rnd = random.Random(seed)
     out: list[float] = []
@@ -104,10 +108,12 @@ def _client_loop(args: tuple[str, int, int, float, int | None, Any]) -> list[flo
     return out
 
 
-def _paced(job_id: str, keys: int, rate: int, on: Any, stop: Any, ready: Any, out: Any) -> None:
+def _paced(
+    job_id: str, keys: int, rate: int, on: Any, stop: Any, ready: Any, out: Any, direct: bool
+) -> None:
     """A client process kept for the whole comparison: ``rate`` lookups/s while ``on`` is
     set (started before the phases, so its start-up is no phase's cost)."""
-    client = QueryableStateClient.for_job(job_id)
+    client = QueryableStateClient.for_job(job_id, direct=direct)
     desc = ValueStateDescriptor("count", Types.LONG())
     rnd = random.Random(7)
     lat: list[float] = []
@@ -132,11 +138,13 @@ def _paced(job_id: str, keys: int, rate: int, on: Any, stop: Any, ready: Any, ou
     out.put((lat, cpu))
 
 
-def clients(job_id: str, keys: int, procs: int, seconds: float, rate: int | None) -> list[float]:
+def clients(
+    job_id: str, keys: int, procs: int, seconds: float, rate: int | None, direct: bool = True
+) -> list[float]:
     ctx = mp.get_context("spawn")
     with ctx.Pool(procs) as pool:
         parts = pool.map(
-            _client_loop, [(job_id, keys, i, seconds, rate, None) for i in range(procs)]
+            _client_loop, [(job_id, keys, i, seconds, rate, direct) for i in range(procs)]
         )
     return [x for p in parts for x in p]
 
@@ -171,6 +179,7 @@ class CpuProbe:
         return {
             "driver_server": self.stats.get("queryable_server_cpu_us", 0) / 1e6,
             "driver_refresh": self.stats.get("queryable_refresh_cpu_us", 0) / 1e6,
+            "driver_pin": self.stats.get("queryable_pin_cpu_us", 0) / 1e6,
             "query_host": _proc_cpu(self.host),
         }
 
@@ -229,7 +238,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         print(f"warm-up (builds every key group's copy): {cold:.1f} s", flush=True)
         for procs in (1, 4):
-            lat = clients(jid, keys, procs, args.seconds, None)
+            lat = clients(jid, keys, procs, args.seconds, None, args.direct == "true")
             fig[f"clients_{procs}"] = {
                 "lookups": len(lat),
                 "lookups_per_s": len(lat) / args.seconds,
@@ -241,7 +250,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         on: list[float] = []
         ctx = mp.get_context("spawn")
         flag, stop, ready, out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue()
-        paced = ctx.Process(target=_paced, args=(jid, keys, args.rate, flag, stop, ready, out))
+        paced = ctx.Process(
+            target=_paced,
+            args=(jid, keys, args.rate, flag, stop, ready, out, args.direct == "true"),
+        )
         paced.start()
         ready.wait(120)  # its start-up (imports, connection) before the first phase
         time.sleep(1.0)
@@ -287,6 +299,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "serve_on_executors": args.serve_on_executors,
             "by_query_hosts": stats.get("queryable_lookups_remote", 0),
             "by_driver": stats.get("queryable_lookups_driver", 0),
+            "direct_requests_reported_by_hosts": stats.get("queryable_requests_direct", 0),
+            "direct": args.direct,
         }
         return fig
     finally:
@@ -311,6 +325,13 @@ def main(argv: list[str] | None = None) -> None:
         default="true",
         choices=["true", "false"],
         help="queryable-state.serve-on-executors: query hosts next to the state, or the driver",
+    )
+    p.add_argument(
+        "--direct",
+        default="true",
+        choices=["true", "false"],
+        help="clients ask the query hosts directly (QueryableStateClient(direct=...)), or the "
+        "driver's query server, which forwards",
     )
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)

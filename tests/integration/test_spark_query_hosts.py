@@ -1,5 +1,7 @@
 """Query hosts on Spark local[2]: with subtask hosts on, lookups while the job runs are
-answered by the query host on the executor machine (the driver builds no serving copy),
+answered by the query host on the executor machine, here forwarded by the driver (clients
+with ``direct=False``; the direct path is in test_spark_query_direct.py; the driver builds
+no serving copy),
 equal the same epoch's checkpoint read back with the state reader, on heap and RocksDB;
 with subtask hosts off the driver answers them, with the same values."""
 
@@ -42,7 +44,7 @@ class Probe(JobObserver):
             got = _read_info(_info_path(job_id))
             assert got is not None
             os.kill(got[0], signal.SIGKILL)
-        with QueryableStateClient.for_job(job_id) as c:
+        with QueryableStateClient.for_job(job_id, direct=False) as c:  # via the driver
             by_epoch = c.get_kv_states(job_id, "counts", KEYS, Types.STRING(), COUNT, "epoch")
             by_chk = c.get_kv_states(job_id, "counts", KEYS, Types.STRING(), COUNT, "checkpoint")
         offline = read_keyed_state(

@@ -70,3 +70,44 @@ def test_a_query_host_without_lookups_and_epochs_exits_after_its_idle_timeout(tm
     proc = _start(path, "0.5")
     assert proc.wait(60) == 0
     assert not os.path.exists(path)
+
+
+def _client(address, secret):
+    import socket
+
+    from streamstate.runtime.queryable import direct
+
+    host, _, port = address.rpartition(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    reader = direct.FrameReader(sock)
+    direct.client_handshake(sock, reader, secret)
+    return sock, reader
+
+
+def test_a_direct_client_proves_the_derived_secret_and_is_never_unpickled(host):
+    """Clients prove HMAC(secret, job) (never the host's secret itself); the host's own
+    secret does not open a client connection; garbage and unpinned requests get typed
+    answers, a pickle sent as a request is not loaded."""
+    import json
+
+    from streamstate.runtime.queryable import direct
+
+    path, proc = host
+    _, address, secret = _read_info(path)
+    derived = direct.client_secret(secret, "j")  # the job id the fixture started it with
+    for wrong in (secret, direct.client_secret(secret, "another-job")):
+        with pytest.raises((QueryableStateError, EOFError, OSError)):
+            _client(address, wrong)
+    sock, reader = _client(address, derived)
+    try:
+        ctx = json.dumps({"name": "counts", "as_of": "epoch", "kind": "value"}).encode()
+        direct.send_frame(sock, direct.encode_request(ctx, [b"\x01k"]))
+        assert reader.frame() == direct.MOVED  # nothing pinned: fetch the route again
+        direct.send_frame(sock, pickle.dumps(("stop",)))  # not a request: never unpickled
+        kind, err = direct.decode_answer(reader.frame())
+        assert kind == b"E" and err["error"] == "QueryableStateError"
+        direct.send_frame(sock, direct.encode_request(b"", []))  # the context repeats
+        assert reader.frame() == direct.MOVED
+    finally:
+        sock.close()
+    assert proc.poll() is None  # still serving

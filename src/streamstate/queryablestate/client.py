@@ -1,7 +1,13 @@
 """The queryable-state client: point and batch lookups against a job's query server.
 
-A client holds one TCP connection (opened on first use, reopened once when the server
-dropped it) and sends one request at a time; share it between threads (requests are
+With ``direct=True`` (the default) a lookup goes straight to the query host holding the
+key's state on the executor (one round trip, no driver hop; ``routing.py``), with a route
+fetched from the job's query server once; keys the driver serves (no query host: the
+local runner, ``queryable-state.serve-on-executors: false``) and requests the hosts cannot
+answer consistently go through the query server as with ``direct=False``.
+
+A client holds one TCP connection to the server (opened on first use, reopened once when
+the server dropped it) and one per query host, and sends one request at a time; share it between threads (requests are
 serialized) or give each thread its own client for parallel lookups. Every answer is as of
 one completed epoch (``as_of="epoch"``, the default) or checkpoint (``as_of="checkpoint"``)
 and says which: a batch never mixes two.
@@ -15,6 +21,8 @@ Errors are typed (:mod:`streamstate.errors`): ``UnknownJobError``,
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import json
 import pickle
 import socket
 import threading
@@ -24,6 +32,7 @@ from typing import Any
 
 import streamstate.errors as errors_module
 from streamstate.errors import QueryableStateError, UnknownJobError, WrongKeyTypeError
+from streamstate.queryablestate.routing import DirectRoutes
 from streamstate.runtime.queryable import wire
 from streamstate.runtime.serializers.key import default_key_serializer
 from streamstate.runtime.state.format.serializers import serializer_for_type_info
@@ -84,17 +93,24 @@ class QueryableStateClient:
         port: int = 9069,
         token: str | None = None,
         timeout: float = 10.0,
+        direct: bool = True,
     ) -> None:
         self.host, self.port, self.timeout = host, int(port), float(timeout)
+        #: look keys up at the query hosts holding them (``routing.py``), not via the driver
+        self.direct = direct
+        self._routes = DirectRoutes(self.timeout)
+        self._key_types: dict[Any, tuple[Any, dict[str, Any], str]] = {}
         self._token = token
         self._tokens: dict[str, str] = {}
         self._sock: socket.socket | None = None
         self._last: dict[str, Any] | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     @classmethod
-    def for_job(cls, job_id: str, timeout: float = 10.0) -> QueryableStateClient:
+    def for_job(
+        cls, job_id: str, timeout: float = 10.0, direct: bool = True
+    ) -> QueryableStateClient:
         """A client of the server answering for ``job_id``, found in the job registry."""
         record = _record(job_id)
         if not record.queryable_address:
@@ -103,7 +119,7 @@ class QueryableStateClient:
                 f"rest.enabled: false)"
             )
         host, _, port = record.queryable_address.rpartition(":")
-        return cls(host.strip("[]"), int(port), record.token, timeout)
+        return cls(host.strip("[]"), int(port), record.token, timeout, direct)
 
     # -- lookups ----------------------------------------------------------------------------
     def get_kv_state(
@@ -135,11 +151,7 @@ class QueryableStateClient:
     ) -> KvStatesResponse:
         """The values of every key of ``keys``, all as of the same epoch (or checkpoint)."""
         keys = list(keys)
-        ser = (
-            serializer_for_type_info(key_type_info)
-            if key_type_info is not None
-            else default_key_serializer()
-        )
+        ser, key_type, key_type_text = self._key_type(key_type_info)
         try:
             blobs = [ser.serialize(k) for k in keys]
         except Exception as e:  # any serializer's refusal means the key is not of that type
@@ -147,15 +159,30 @@ class QueryableStateClient:
                 f"a key cannot be serialized as {key_type_info!r}: {e}; pass the job's key "
                 f"type and keys of that type"
             ) from e
+        kind = getattr(state_descriptor, "kind", None)
         header = {
             "v": wire.WIRE_VERSION,
             "job": job_id,
             "token": self._token_for(job_id),
             "name": queryable_state_name,
-            "kind": getattr(state_descriptor, "kind", None),
+            "kind": kind,
             "as_of": as_of,
-            "key_type": ser.snapshot_configuration().to_dict(),
+            "key_type": key_type,
         }
+        if self.direct:
+            route_key = (job_id, queryable_state_name, as_of, str(kind), key_type_text)
+            with self._lock:
+                got = self._routes.lookup(
+                    lambda: self._route(header),
+                    route_key,
+                    queryable_state_name,
+                    as_of,
+                    kind,
+                    blobs,
+                )
+            if got is not None:
+                (cut_as_of, epoch, attempt, checkpoint_id), values = got
+                return KvStatesResponse(keys, values, cut_as_of, epoch, attempt, checkpoint_id)
         head, blobs_back = self._request(header, blobs)
         if not head.get("ok"):
             raise _error(head)
@@ -205,6 +232,7 @@ class QueryableStateClient:
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
+            self._routes.close()
 
     close = shutdown
 
@@ -223,6 +251,32 @@ class QueryableStateClient:
             token = self._tokens[job_id] = _record(job_id).token
         return token
 
+    def _key_type(self, key_type_info: Any) -> tuple[Any, dict[str, Any], str]:
+        """The key type's serializer, its snapshot and that as text (made once per type)."""
+        try:
+            hit = self._key_types.get(key_type_info)
+        except TypeError:  # an unhashable type info: made every time
+            hit = None
+        if hit is None:
+            ser = (
+                serializer_for_type_info(key_type_info)
+                if key_type_info is not None
+                else default_key_serializer()
+            )
+            snap = ser.snapshot_configuration().to_dict()
+            hit = (ser, snap, json.dumps(snap, sort_keys=True))
+            with contextlib.suppress(TypeError):
+                if len(self._key_types) < 64:
+                    self._key_types[key_type_info] = hit
+        return hit
+
+    def _route(self, header: dict[str, Any]) -> dict[str, Any]:
+        """The driver's route for a request like ``header`` (its typed errors raised)."""
+        head, _ = self._request({**header, "op": "route"}, [], repeat=False)
+        if not head.get("ok"):
+            raise _error(head)
+        return head["route"]  # type: ignore[no-any-return]  # the server's JSON object
+
     def _connect(self) -> socket.socket:
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
@@ -235,19 +289,20 @@ class QueryableStateClient:
         return sock
 
     def _request(
-        self, header: dict[str, Any], blobs: list[bytes]
+        self, header: dict[str, Any], blobs: list[bytes], repeat: bool = True
     ) -> tuple[dict[str, Any], list[bytes]]:
+        """``repeat``: a lookup, whose header the next one with the same may leave empty."""
         with self._lock:
             for attempt in (0, 1):
                 if self._sock is None:
                     self._sock = self._connect()
                     self._last = None
                 # the same header as the previous request on this connection goes empty
-                same = header == self._last
+                same = repeat and header == self._last
                 try:
                     wire.send_frame(self._sock, wire.encode({} if same else header, blobs))
                     answer = wire.decode(wire.recv_frame(self._sock))
-                    self._last = header if answer[0].get("ok") else None
+                    self._last = header if answer[0].get("ok") and repeat else None
                     return answer
                 except TimeoutError:
                     self._sock.close()

@@ -30,7 +30,7 @@ from typing import Any
 
 import cloudpickle
 
-from streamstate.errors import QueryableStateError
+from streamstate.errors import QueryableStateError, StreamStateError
 from streamstate.runtime.queryable.query_host import connect
 from streamstate.runtime.queryable.serving import (
     QueryableOperator,
@@ -77,6 +77,10 @@ class QueryHosts:
         self._prefix = secrets.token_hex(4)
         #: hosts that answered lookups (their copies are kept fresh after each publish)
         self.served: set[tuple[str, str]] = set()
+        #: as_of -> host -> the snapshot it was last pinned to (direct lookups, direct.py)
+        self._pinned: dict[str, dict[tuple[str, str], ServingSnapshot]] = {}
+        #: pins are sent one publish at a time, in order (a host keeps the last it got)
+        self.pin_lock = threading.Lock()
         self._seq = itertools.count()
 
     def usable(self, address: str) -> bool:
@@ -147,6 +151,50 @@ class QueryHosts:
             except (HostUnreachable, StaleSnapshot, OSError):
                 pass  # lookups find out and decide
 
+    def pin(
+        self,
+        as_of: str,
+        snap: ServingSnapshot | None,
+        states: dict[str, tuple[str, str, str, Any]],
+        max_entries: int,
+        timeout: float,
+    ) -> int:
+        """Pin ``snap`` on every query host of its subtasks, for direct lookups (the host
+        answers them from its subtasks' lineages in it); hosts pinned before that hold none
+        of its subtasks (or every host, when ``snap`` is None) are unpinned. Hosts already at
+        ``snap`` are skipped. Returns the direct requests the hosts answered meanwhile.
+        Callers hold :attr:`pin_lock`."""
+        by_host: dict[tuple[str, str], list[Any]] = {}
+        if snap is not None:
+            for (uid, sub), host in snap.hosts.items():
+                lin, op = snap.lineages.get((uid, sub)), snap.operators.get(uid)
+                if lin is not None and op is not None:
+                    by_host.setdefault(host, []).append((op, lin, sub))
+        pinned = self._pinned.setdefault(as_of, {})
+        answered = 0
+        for host in [h for h in pinned if h not in by_host]:
+            del pinned[host]
+            try:
+                answered += self._call(host, "pin", as_of, None, max_entries, [], timeout)
+            except (HostUnreachable, OSError, StreamStateError):
+                pass  # gone: nobody is answered from its pin
+        assert snap is not None or not by_host
+        for host, groups in by_host.items():
+            if snap is None or pinned.get(host) is snap:
+                continue
+            meta = (snap.epoch, snap.attempt, snap.checkpoint_id, states)
+            try:
+                answered += self._call(host, "pin", as_of, meta, max_entries, groups, timeout)
+                pinned[host] = snap
+                self.served.add(host)  # its copies are kept fresh after each publish
+            except (HostUnreachable, OSError, StreamStateError):
+                pinned.pop(host, None)  # its clients find it unreachable and route again
+        return answered
+
+    def is_pinned(self, as_of: str, host: tuple[str, str], snap: ServingSnapshot | None) -> bool:
+        """Whether ``host`` took ``snap`` as its pin (routes name only such hosts)."""
+        return snap is not None and self._pinned.get(as_of, {}).get(host) is snap
+
     def _call(
         self,
         host: tuple[str, str],
@@ -203,6 +251,7 @@ class QueryHosts:
             self._idle.clear()
             self._refs.clear()
             self.served.clear()
+            self._pinned.clear()
         for c in conns:
             c.conn.close()
 

@@ -12,6 +12,9 @@ local mode) and writes ``{pid, address, secret}`` into ``<host dir>/<job digest>
 their acks (``SubtaskAck.query_host``), so the driver learns them like the state versions.
 A connection authenticates both ways with the secret (HMAC challenges, see :func:`handshake`)
 before anything is unpickled; only the driver, which got the secret over Spark, has it.
+Clients connect too, for direct lookups (``direct.py``): they prove a secret the driver
+derived from the host's for them, and nothing they send is unpickled; they are answered
+from the snapshot the driver pinned on the host (``pin`` requests).
 
 The driver forwards the keys of the subtasks whose state is on the machine together with
 the lineage the request's snapshot pinned for each (``forwarding.py``); the host answers
@@ -47,6 +50,15 @@ from typing import Any
 
 from streamstate.errors import QueryableStateError, StreamStateError
 from streamstate.runtime.checkpoint.lock import process_alive
+from streamstate.runtime.queryable import direct
+from streamstate.runtime.queryable.direct import (
+    CLIENT_MAGIC,
+    FrameReader,
+    Pin,
+    answer_request,
+    client_secret,
+    host_handshake,
+)
 from streamstate.runtime.queryable.serving import ServingCache, ServingSnapshot, StaleSnapshot
 from streamstate.runtime.subtask_host import DEFAULT_IDLE_TIMEOUT_S, fork_host, host_dir
 
@@ -67,6 +79,8 @@ HANDSHAKE_TIMEOUT_S = 5.0
 OBJECT_CACHE = 1024
 #: connections a host serves at once
 MAX_CONNECTIONS = 64
+#: a client's connection closes after this long without a request (s)
+CLIENT_IDLE_TIMEOUT_S = 60.0
 #: how long a worker waits for a query host it started to write its address
 _START_TIMEOUT_S = 30.0
 
@@ -246,6 +260,11 @@ class QueryHost:
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.caches: dict[str, ServingCache] = {}
         self.objects: OrderedDict[str, Any] = OrderedDict()
+        #: as_of -> the snapshot direct lookups answer from (set by the driver, ``_pin``)
+        self.pins: dict[str, Pin] = {}
+        self.client_secret = client_secret(self.secret, job_id)
+        #: direct requests answered since the last pin (unsynchronized: a metric)
+        self.direct_requests = 0
         self.lock = threading.Lock()
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.last = time.monotonic()
@@ -263,7 +282,10 @@ class QueryHost:
             except OSError:
                 continue
             if not self.slots.acquire(blocking=False):
-                sock.close()  # the driver keeps few connections; more is not the driver
+                with contextlib.suppress(OSError):  # a client raises ServerBusyError
+                    sock.settimeout(1.0)
+                    direct.send_frame(sock, direct.BUSY)
+                sock.close()
                 continue
             threading.Thread(target=self._connection, args=(sock,), daemon=True).start()
 
@@ -292,24 +314,48 @@ class QueryHost:
         os._exit(0)
 
     def _connection(self, sock: socket.socket) -> None:
+        """A connection: the driver's (pickled requests, after the driver handshake) or a
+        client's (direct lookups, ``direct.py``: nothing it sends is unpickled)."""
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = Connection(sock.detach())
+        reader = FrameReader(sock)
         try:
-            handshake(conn, self.secret, server=True)
-            while True:
-                msg = pickle.loads(conn.recv_bytes())
-                self.last = time.monotonic()
-                if msg[0] == "stop":
-                    with contextlib.suppress(OSError):
-                        conn.send_bytes(pickle.dumps(("stopped",)))
-                    self.exit()
-                conn.send_bytes(pickle.dumps(self.handle(msg)))
-                self.last = time.monotonic()
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            first = reader.frame(256)
+            if first.startswith(CLIENT_MAGIC) and len(first) == len(CLIENT_MAGIC) + 32:
+                host_handshake(sock, reader, self.client_secret, first)
+                sock.settimeout(CLIENT_IDLE_TIMEOUT_S)
+                self._serve_client(sock, reader)
+            else:
+                mine = secrets.token_bytes(32)
+                direct.send_frame(sock, mine + _mac(self.secret, b"host", first))
+                if not hmac.compare_digest(reader.frame(256), _mac(self.secret, b"driver", mine)):
+                    raise QueryableStateError("a query-host client failed authentication")
+                sock.settimeout(None)  # the driver keeps its connections (its own time-outs)
+                self._serve_driver(sock, reader)
         except (OSError, EOFError, QueryableStateError):
             return
         finally:
             self.slots.release()
-            conn.close()
+            sock.close()
+
+    def _serve_driver(self, sock: socket.socket, reader: FrameReader) -> None:
+        while True:
+            msg = pickle.loads(reader.frame(None))  # the driver proved the secret
+            self.last = time.monotonic()
+            if msg[0] == "stop":
+                with contextlib.suppress(OSError):
+                    direct.send_frame(sock, pickle.dumps(("stopped",)))
+                self.exit()
+            direct.send_frame(sock, pickle.dumps(self.handle(msg)))
+            self.last = time.monotonic()
+
+    def _serve_client(self, sock: socket.socket, reader: FrameReader) -> None:
+        """Direct lookups of one client, answered on this thread from the pins."""
+        session: dict[str, Any] = {}
+        while True:
+            payload = reader.frame(direct.MAX_FRAME)  # (not idleness: the driver's pins are)
+            direct.send_frame(sock, answer_request(self.pins, self._cache, session, payload))
+            self.direct_requests += 1
 
     def _objects(self, refs: list[tuple[str, bytes | None]]) -> tuple[list[Any], list[str]]:
         out, missing = [], []
@@ -342,6 +388,8 @@ class QueryHost:
                 return self._lookup(*msg[1:])
             if msg[0] == "refresh":
                 return self._refresh(*msg[1:])
+            if msg[0] == "pin":
+                return self._pin(*msg[1:])
             raise QueryableStateError(f"unknown query-host request {msg[0]!r}")
         except StaleSnapshot:
             return ("stale",)
@@ -370,6 +418,34 @@ class QueryHost:
             {op.uid: op for op in ops},
         )
         return ("ok", self._cache(as_of, max_entries).refresh(snap))
+
+    def _pin(self, as_of: str, meta: Any, max_entries: int, groups: list[Any]) -> tuple[Any, ...]:
+        """The snapshot direct lookups answer ``as_of`` from (``meta`` None: none, e.g. the
+        job failed): ``meta`` = (epoch, attempt, checkpoint id, {name: registration}),
+        ``groups`` = the lineages of this host's subtasks. Replies with the direct requests
+        answered since the previous pin (a metric of the driver's)."""
+        if meta is None:
+            self.pins = {k: v for k, v in self.pins.items() if k != as_of}
+        else:
+            refs = [r for g in groups for r in ((g[0], g[1]), (g[2], g[3]))]
+            objs, missing = self._objects(refs)
+            if missing:
+                return ("need", missing)
+            ops, lins = objs[0::2], objs[1::2]
+            epoch, attempt, checkpoint_id, states = meta
+            pin = Pin(
+                as_of,
+                epoch,
+                attempt,
+                checkpoint_id,
+                max_entries,
+                dict(states),
+                {op.uid: op for op in ops},
+                {(op.uid, g[4]): lin for op, lin, g in zip(ops, lins, groups, strict=True)},
+            )
+            self.pins = {**self.pins, as_of: pin}
+        n, self.direct_requests = self.direct_requests, 0
+        return ("ok", n)
 
     def _lookup(
         self, as_of: str, state: tuple[str, str, Any], max_entries: int, groups: list[Any]

@@ -30,6 +30,7 @@ from streamstate.errors import (
     UnknownJobError,
 )
 from streamstate.runtime.queryable import wire
+from streamstate.runtime.queryable.service import route as direct_route
 from streamstate.runtime.queryable.service import service_of
 from streamstate.runtime.serializers.base import dumps_portable
 
@@ -172,6 +173,10 @@ class QueryServer:
                 return self._lookup(ctx, blobs)
             session.pop("ctx", None)
             ctx = self._context(header, len(blobs))
+            if header.get("op") == "route":  # where the keys' query hosts are (direct.py)
+                service, resolved, name, key_type, as_of, kind = ctx
+                route = direct_route(service, name, as_of, kind, resolved)
+                return wire.encode({"ok": True, "route": route})
             session["ctx"] = ctx
             return self._lookup(ctx, blobs)
         except wire.FrameError as e:

@@ -35,6 +35,7 @@ from streamstate.runtime.keygroups import (
     compute_key_group_range_for_operator_index,
 )
 from streamstate.runtime.protocol import Lineage, SubtaskAck
+from streamstate.runtime.queryable.direct import client_secret
 from streamstate.runtime.queryable.forwarding import QueryHosts, answer
 from streamstate.runtime.queryable.serving import (
     QueryableOperator,
@@ -51,9 +52,13 @@ __all__ = [
     "QueryAnswer",
     "QueryableStateService",
     "check_key_type",
+    "check_kind",
     "checkpoint_lineages",
+    "pin_hosts",
     "queryable_operators",
+    "route",
     "service_of",
+    "unavailable",
 ]
 
 log = logging.getLogger("streamstate")
@@ -71,6 +76,11 @@ def service_of(job_id: str) -> QueryableStateService | None:
 
 #: what an answer may be as of
 AS_OF = ("epoch", "checkpoint")
+
+#: how long the driver waits for a query host to take (or drop) a pin (s); a failure
+#: withdraws the epoch pins before the job restarts, waiting at most UNPIN_TIMEOUT_S per host
+PIN_TIMEOUT_S = 2.0
+UNPIN_TIMEOUT_S = 1.0
 
 #: a request re-pins to a newer snapshot at most this many times (a copy moved ahead)
 MAX_REPINS = 8
@@ -168,6 +178,8 @@ class QueryableStateService:
         self.caches = {a: ServingCache(max_entries) for a in AS_OF}
         #: (operator uid, key type snapshot) -> its checked serializer
         self._key_types: dict[tuple[str, str], TypeSerializer] = {}
+        #: a client was handed a route: pin every publish on the query hosts (direct.py)
+        self.direct = False
         #: moves the serving copies to a new snapshot off the lookup path
         self._refresher = _Refresher(self)
         with _LIVE_LOCK:
@@ -275,6 +287,8 @@ class QueryableStateService:
         )
         with self._lock:
             self._snapshots["epoch"] = snap
+        if self.direct:  # before the superseded files go (the hosts' pins name them)
+            pin_hosts(self, "epoch")
         self._refresher.wake()
 
     def publish_checkpoint(
@@ -296,6 +310,8 @@ class QueryableStateService:
         )
         with self._lock:
             self._snapshots["checkpoint"] = snap
+        if self.direct:
+            pin_hosts(self, "checkpoint")
         self._refresher.wake()
 
     def retract_epoch(self, why: str) -> None:
@@ -305,6 +321,8 @@ class QueryableStateService:
             self._snapshots["epoch"] = None
             self._why_unavailable = why
         self._hosts = {}  # executors may be lost: the next epoch's acks name the hosts again
+        if self.direct:  # no query host answers direct lookups as of an epoch from now on
+            pin_hosts(self, "epoch", UNPIN_TIMEOUT_S)
 
     def close(self) -> None:
         """The job ended: forget it and release the serving copies."""
@@ -394,11 +412,7 @@ class QueryableStateService:
         if as_of not in AS_OF:
             raise ConfigurationError(f"as_of must be one of {AS_OF}, got {as_of!r}")
         op, state_name, state_kind, type_infos = resolved or self.resolve(name)
-        if kind is not None and kind != state_kind:
-            raise WrongKeyTypeError(
-                f"queryable state {name!r} is {state_kind} state, but the request's descriptor "
-                f"is for {kind} state; query it with a {state_kind} state descriptor"
-            )
+        check_kind(name, kind, state_kind)
         groups = []
         for k in keys:
             try:
@@ -413,7 +427,7 @@ class QueryableStateService:
         for _ in range(MAX_REPINS):
             snap = self.snapshot(as_of)
             if snap is None:
-                raise StateNotAvailableYetError(self._unavailable(as_of))
+                raise StateNotAvailableYetError(unavailable(self, as_of))
             state = (state_name, state_kind, type_infos)
             try:
                 values = answer(self.hosts, snap, cache, op, state, keys, groups, self.stats)
@@ -433,13 +447,72 @@ class QueryableStateService:
             f"retry (or query as_of='checkpoint', which changes less often)"
         )
 
-    def _unavailable(self, as_of: str) -> str:
-        if as_of == "checkpoint":
-            return (
-                f"job {self.job_id} has no completed checkpoint yet (enable checkpointing, or "
-                f"query as_of='epoch')"
-            )
-        return f"job {self.job_id}: {self._why_unavailable}; retry shortly"
+
+def unavailable(service: QueryableStateService, as_of: str) -> str:
+    """Why nothing answers as of ``as_of`` (a StateNotAvailableYetError's message)."""
+    if as_of == "checkpoint":
+        return (
+            f"job {service.job_id} has no completed checkpoint yet (enable checkpointing, or "
+            f"query as_of='epoch')"
+        )
+    return f"job {service.job_id}: {service._why_unavailable}; retry shortly"
+
+
+def check_kind(name: str, kind: str | None, state_kind: str) -> None:
+    """The request's descriptor must be of the state's kind."""
+    if kind is not None and kind != state_kind:
+        raise WrongKeyTypeError(
+            f"queryable state {name!r} is {state_kind} state, but the request's descriptor "
+            f"is for {kind} state; query it with a {state_kind} state descriptor"
+        )
+
+
+def route(
+    service: QueryableStateService,
+    name: str,
+    as_of: str,
+    kind: str | None,
+    resolved: tuple[QueryableOperator, str, str, Any] | None = None,
+) -> dict[str, Any]:
+    """Where a client looks the keys of queryable state ``name`` up directly
+    (``direct.py``): the operator's parallelism, max parallelism and, per subtask, its
+    query host's address and client secret (None: the driver serves that subtask). The
+    same typed errors as :meth:`QueryableStateService.lookup` (the caller checked the key
+    type); the hosts are pinned to the newest snapshot before the route is handed out."""
+    if as_of not in AS_OF:
+        raise ConfigurationError(f"as_of must be one of {AS_OF}, got {as_of!r}")
+    op, _, state_kind, _ = resolved or service.resolve(name)
+    check_kind(name, kind, state_kind)
+    if service.snapshot(as_of) is None:
+        raise StateNotAvailableYetError(unavailable(service, as_of))
+    service.direct = True
+    snap = pin_hosts(service, as_of)
+    hosts: list[list[str] | None] = []
+    for sub in range(op.parallelism):
+        h = snap.hosts.get((op.uid, sub)) if snap is not None else None
+        if h is not None and service.hosts.is_pinned(as_of, h, snap):
+            hosts.append([h[0], client_secret(h[1], service.job_id)])
+        else:
+            hosts.append(None)
+    return {"parallelism": op.parallelism, "max_parallelism": op.max_parallelism, "hosts": hosts}
+
+
+def pin_hosts(
+    service: QueryableStateService, as_of: str, timeout: float = PIN_TIMEOUT_S
+) -> ServingSnapshot | None:
+    """Pin the newest snapshot ``as_of`` of ``service`` on its job's query hosts (see
+    ``QueryHosts.pin``); returns it."""
+    t0 = time.thread_time()
+    with service.hosts.pin_lock:
+        snap = service.snapshot(as_of)
+        regs = service._queryable if snap is not None else {}  # replaced whole, never mutated
+        states = {n: (r.uid, r.state_name, r.kind, r.type_infos) for n, r in regs.items()}
+        n = service.hosts.pin(as_of, snap, states, service.caches[as_of].max_entries, timeout)
+    service.account("queryable_pin_cpu_us", time.thread_time() - t0)
+    if n:
+        stats = service.stats
+        stats["queryable_requests_direct"] = stats.get("queryable_requests_direct", 0) + n
+    return snap
 
 
 def check_key_type(op: QueryableOperator, given: TypeSerializer) -> None:

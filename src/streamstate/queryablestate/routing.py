@@ -1,0 +1,256 @@
+"""The client's direct path: lookups sent straight to the query hosts holding the keys.
+
+:class:`DirectRoutes` keeps, per (job, state name, as_of, kind, key type), the **route** the
+driver's query server handed out after checking the token, the name, the kind and the key
+type (``runtime/queryable/direct.py`` describes the protocol): the operator's parallelism
+and max parallelism and, per subtask, its query host's address and client secret. A key's
+key group is murmur3 of its serialized form (the job's rule), its subtask follows, and so
+does its host. One authenticated connection per host is kept and reused.
+
+Invalidation: a host that cannot be reached (gone, restarted with another port or secret,
+executor lost), one that answers ``moved`` (the job rescaled or restarted, the name is new)
+or a route naming no host for some subtask (driver-served, or no epoch since a restart:
+fetched again after :data:`PARTIAL_ROUTE_TTL_S`) -> the route is fetched again and the
+request retried; after :data:`ATTEMPTS` tries, or when the parts of a batch answered by
+several hosts name different cuts, the request goes through the driver, which pins one
+snapshot for every key (:meth:`DirectRoutes.lookup` returns None). Typed errors a host
+names are raised as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import streamstate.errors as errors_module
+from streamstate.errors import QueryableStateError
+from streamstate.runtime.keygroups import compute_key_group_for_serialized_key
+from streamstate.runtime.queryable import direct
+
+__all__ = ["ATTEMPTS", "PARTIAL_ROUTE_TTL_S", "DirectRoutes"]
+
+#: a request is tried this often directly before it goes through the driver
+ATTEMPTS = 3
+#: a route naming no query host for some subtask is fetched again after this long (s)
+PARTIAL_ROUTE_TTL_S = 2.0
+
+
+@dataclass
+class _Route:
+    parallelism: int
+    max_parallelism: int
+    #: per subtask: (address, client secret), or None (the driver serves it)
+    hosts: list[tuple[str, str] | None]
+    fetched: float
+    complete: bool
+
+
+class _HostConn:
+    def __init__(self, address: str, secret: str, timeout: float) -> None:
+        host, _, port = address.rpartition(":")
+        self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+        try:
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.reader = direct.FrameReader(self.sock)
+            direct.client_handshake(self.sock, self.reader, secret)
+        except BaseException:
+            self.sock.close()
+            raise
+        self.secret = secret
+        #: the context the host holds for this connection (sent again only when it changes)
+        self.context = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class _Retry(Exception):
+    """Fetch the route again (``moved`` / unreachable) or just try again (stale, gone)."""
+
+    def __init__(self, reroute: bool) -> None:
+        self.reroute = reroute
+
+
+def _error(header: dict[str, Any]) -> Exception:
+    cls = getattr(errors_module, str(header.get("error")), None)
+    message = str(header.get("message", "the query failed"))
+    if isinstance(cls, type) and issubclass(cls, errors_module.StreamStateError):
+        return cls(message)
+    return QueryableStateError(f"{header.get('error')}: {message}")
+
+
+class DirectRoutes:
+    """Routes and host connections of one client (not thread-safe: the client serializes)."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._routes: dict[tuple[str, ...], _Route] = {}
+        self._conns: dict[str, _HostConn] = {}
+        self._contexts: dict[tuple[str, str, str | None], bytes] = {}
+        #: requests answered directly / through the driver (for tests and benchmarks)
+        self.direct_requests = 0
+        self.driver_requests = 0
+
+    def close(self) -> None:
+        for c in self._conns.values():
+            c.close()
+        self._conns.clear()
+        self._routes.clear()
+
+    def lookup(
+        self,
+        fetch: Callable[[], dict[str, Any]],
+        route_key: tuple[str, ...],
+        name: str,
+        as_of: str,
+        kind: str | None,
+        blobs: Sequence[bytes],
+    ) -> tuple[tuple[str, int, int, int | None], list[Any]] | None:
+        """``(cut, values)`` of ``blobs`` read by their query hosts, or None: ask the driver.
+        ``fetch()`` gets the route from the driver (raising its typed errors)."""
+        ctx_key = (name, as_of, kind)
+        context = self._contexts.get(ctx_key)
+        if context is None:
+            context = json.dumps({"name": name, "as_of": as_of, "kind": kind}).encode()
+            if len(self._contexts) < 256:
+                self._contexts[ctx_key] = context
+        for _ in range(ATTEMPTS):
+            route = self._routes.get(route_key)
+            if route is None or (
+                not route.complete and time.monotonic() - route.fetched > PARTIAL_ROUTE_TTL_S
+            ):
+                route = self._fetch(fetch, route_key)
+            by_host = self._split(route, blobs)
+            if by_host is None:
+                break  # a subtask the driver serves
+            try:
+                got = self._ask(by_host, blobs, context)
+            except _Retry as r:
+                if r.reroute:
+                    self._routes.pop(route_key, None)
+                continue
+            if got is not None:
+                self.direct_requests += 1
+                return got
+        self.driver_requests += 1
+        return None
+
+    def _fetch(self, fetch: Callable[[], dict[str, Any]], route_key: tuple[str, ...]) -> _Route:
+        r = fetch()
+        hosts = [None if h is None else (str(h[0]), str(h[1])) for h in r["hosts"]]
+        route = _Route(
+            int(r["parallelism"]),
+            int(r["max_parallelism"]),
+            hosts,
+            time.monotonic(),
+            None not in hosts,
+        )
+        if len(self._routes) > 256:
+            self._routes.clear()
+        self._routes[route_key] = route
+        return route
+
+    @staticmethod
+    def _split(route: _Route, blobs: Sequence[bytes]) -> dict[tuple[str, str], list[int]] | None:
+        maxp, par, hosts = route.max_parallelism, route.parallelism, route.hosts
+        if len(blobs) == 1:  # the common case: one key, one host
+            kg = compute_key_group_for_serialized_key(blobs[0], maxp)
+            h = hosts[kg * par // maxp]
+            return None if h is None else {h: [0]}
+        out: dict[tuple[str, str], list[int]] = {}
+        for i, b in enumerate(blobs):
+            h = hosts[compute_key_group_for_serialized_key(b, maxp) * par // maxp]
+            if h is None:
+                return None
+            out.setdefault(h, []).append(i)
+        return out
+
+    def _conn(self, host: tuple[str, str]) -> _HostConn:
+        c = self._conns.get(host[0])
+        if c is not None and c.secret == host[1]:
+            return c
+        if c is not None:
+            c.close()
+            del self._conns[host[0]]
+        try:
+            c = _HostConn(host[0], host[1], self.timeout)
+        except (OSError, EOFError) as e:
+            raise _Retry(True) from e  # gone or restarted: the driver knows where it is now
+        except QueryableStateError as e:
+            if isinstance(e, errors_module.ServerBusyError):
+                raise
+            raise _Retry(True) from e  # another secret: another host process listens there
+        self._conns[host[0]] = c
+        return c
+
+    def _drop(self, host: tuple[str, str]) -> None:
+        c = self._conns.pop(host[0], None)
+        if c is not None:
+            c.close()
+
+    def _ask(
+        self,
+        by_host: dict[tuple[str, str], list[int]],
+        blobs: Sequence[bytes],
+        context: bytes,
+    ) -> tuple[tuple[str, int, int, int | None], list[Any]] | None:
+        """Send every host its keys (all requests first, then the answers), merge them."""
+        sent = []
+        for host, idx in by_host.items():
+            c = self._conn(host)
+            keys = blobs if len(by_host) == 1 else [blobs[i] for i in idx]
+            try:
+                direct.send_frame(
+                    c.sock, direct.encode_request(b"" if c.context == context else context, keys)
+                )
+            except OSError as e:
+                self._drop(host)
+                raise _Retry(True) from e
+            c.context = context
+            sent.append((host, c, idx))
+        cut = None
+        values: list[Any] = [None] * len(blobs)
+        retry: _Retry | None = None
+        error: Exception | None = None
+        for host, c, idx in sent:  # every answer is read, so no connection keeps one unread
+            try:
+                kind, detail = direct.decode_answer(c.reader.frame())
+            except TimeoutError:
+                for h, _, _ in sent:
+                    self._drop(h)
+                raise QueryableStateError(
+                    f"the query host at {host[0]} did not answer within {self.timeout} s"
+                ) from None
+            except (OSError, EOFError, QueryableStateError):
+                self._drop(host)
+                retry = retry or _Retry(True)
+                continue
+            if kind == b"E":
+                error = error or _error(detail)
+                continue
+            if kind != b"O":
+                if kind == direct.MOVED or kind not in (direct.STALE, direct.GONE):
+                    retry = _Retry(True)
+                retry = retry or _Retry(False)
+                continue
+            *this_cut, blob = detail
+            if cut is not None and tuple(this_cut) != cut:
+                retry = retry or _Retry(False)  # two cuts: ask again (or the driver)
+            cut = tuple(this_cut)
+            got = pickle.loads(blob)  # the host proved the secret the driver handed out
+            if len(by_host) == 1:
+                values = got
+            else:
+                for i, v in zip(idx, got, strict=True):
+                    values[i] = v
+        if error is not None:
+            raise error
+        if retry is not None:
+            raise retry
+        assert cut is not None
+        return cut, values  # type: ignore[return-value]  # a 4-tuple decoded by decode_answer
