@@ -1,7 +1,8 @@
 """Serving copies across new bases on Spark local[2]: with a checkpoint every epoch every
 version is a new base, written with its bridge (the epoch's delta), so each copy is built
 once and then moved epoch to epoch by applying the bridges; its answers equal the same
-epoch's checkpoint read back with the state reader."""
+epoch's checkpoint read back with the state reader; in the driver's copies and in a
+query host's (``query_host_stats``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from streamstate.common import Types
 from streamstate.datastream.connectors.collect import CollectSink
 from streamstate.queryablestate import QueryableStateClient
 from streamstate.runtime.job_status import JobObserver
+from streamstate.runtime.queryable.query_host import query_host_stats
 from streamstate.runtime.queryable.service import service_of
 from streamstate.runtime.state_reader import read_keyed_state
 from tests.support.envs import checkpoint_every_epoch, make_env
@@ -23,8 +25,8 @@ RECORDS = [KEYS[(i * 3) % len(KEYS)] for i in range(48)]
 
 
 class Probe(JobObserver):
-    def __init__(self, chk_dir):
-        self.chk_dir = chk_dir
+    def __init__(self, chk_dir, hosts):
+        self.chk_dir, self.hosts = chk_dir, hosts
         self.answers = []
         self.copies = []
 
@@ -35,21 +37,27 @@ class Probe(JobObserver):
         offline = read_keyed_state(
             f"{self.chk_dir}/{job_id}/chk-{by_chk.checkpoint_id}", "q", COUNT
         )
-        cache = service_of(job_id).caches["epoch"]
-        self.copies.append((len(cache), cache.builds, cache.bridged))
+        if self.hosts:  # the query host's copies (both kinds of snapshot)
+            st = query_host_stats(job_id)
+            assert st is not None
+            self.copies.append((st["copies"], st["builds"], st["bridged"]))
+        else:
+            cache = service_of(job_id).caches["epoch"]
+            self.copies.append((len(cache), cache.builds, cache.bridged))
         self.answers.append((by_epoch.epoch, by_chk.epoch, by_epoch.as_dict(), offline))
 
 
-def test_copies_cross_every_new_base_by_its_bridge(spark, tmp_path):
+@pytest.mark.parametrize("hosts", [False, True], ids=["driver", "query-host"])
+def test_copies_cross_every_new_base_by_its_bridge(spark, tmp_path, hosts):
     env = make_env(
         2,
         spark=spark,
         max_records=6,
         restarts=0,
-        conf={"execution.runner.spark.subtask-hosts": "false"},  # the driver's copies
+        conf={"execution.runner.spark.subtask-hosts": str(hosts).lower()},
     )
     checkpoint_every_epoch(env, tmp_path / "chk", retain=True)
-    probe = Probe(tmp_path / "chk")
+    probe = Probe(tmp_path / "chk", hosts)
     env.add_job_observer(probe)
     env.from_collection(RECORDS).key_by(lambda v: v, key_type=Types.STRING()).process(
         QueryableCount()
@@ -60,6 +68,8 @@ def test_copies_cross_every_new_base_by_its_bridge(spark, tmp_path):
         assert epoch == chk_epoch
         assert {k: v for k, v in by_epoch.items() if v} == offline == counts(RECORDS[: 6 * epoch])
     held, builds, bridged = probe.copies[-1]
-    # every copy built once (its first lookup); every later base reached by its bridge
-    assert builds == held
-    assert bridged >= held * (len(probe.answers) - 2)
+    if hosts:  # the host also holds the checkpoint copies, which have no bridge: rebuilt
+        assert bridged >= held // 2 * (len(probe.answers) - 2) > 0
+    else:  # every copy built once (its first lookup); every later base reached by its bridge
+        assert builds == held
+        assert bridged >= held * (len(probe.answers) - 2)

@@ -13,6 +13,7 @@ from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
 from streamstate.runtime.protocol import EpochSpec, SubtaskAck, VersionKind
 from streamstate.runtime.queryable.serving import QueryableOperator, ServingCache
+from streamstate.runtime.state.format.keyed import delta_states_meta, split_delta
 from streamstate.runtime.versions import StateVersions, commit_keyed_state
 from tests.support import backends as H
 from tests.support.backends import KEY_SER, MAX_P, Made
@@ -129,3 +130,30 @@ def test_a_copy_behind_the_bridge_is_rebuilt(heap: Made, storage: Any) -> None:
     assert cache.read_lineage(lins[2], o, STATE, k, H.kg_of(k)) == 3  # skipped epoch 2
     assert cache.builds == 2 and cache.bridged == 0
     assert cache.read_lineage(lins[2], o, STATE, KEYS[0], H.kg_of(KEYS[0])) is None
+
+
+def test_delta_blocks_apply_as_the_whole_delta(heap: Made) -> None:
+    """A serving copy applies a delta a key group's blocks at a time, resolving its states
+    once per meta; the result equals applying the whole delta, for every state kind."""
+    src = heap.backend()
+    H.fill(src, H.KEYS[:150])
+    base = H.handle_of(src, src.snapshot())
+    H.fill(src, H.KEYS[100:])  # changes and new keys
+    for k in H.KEYS[:20]:  # tombstones
+        H.at(src, k)
+        for d in H.ALL:
+            src.get_partitioned_state(d).clear()
+    first = src.snapshot_delta()
+    H.fill(src, H.KEYS[:5])
+    second = src.snapshot_delta()
+    whole, blocks = heap.backend(), heap.backend()
+    for b in (whole, blocks):
+        b.restore([base])
+    resolved = None
+    for delta in (first, second):
+        whole.apply_delta(delta)
+        prefix, by_kg = split_delta(delta)
+        meta = delta_states_meta(prefix)
+        for kg in sorted(by_kg):
+            resolved = blocks.apply_delta_blocks(meta, by_kg[kg], resolved)
+    assert H.dump(blocks) == H.dump(whole) == H.dump(src)

@@ -68,6 +68,7 @@ __all__ = [
     "ensure_query_host",
     "handshake",
     "query_host_pid",
+    "query_host_stats",
     "stop_query_host",
 ]
 
@@ -168,6 +169,23 @@ def _start(path: str, job_id: str, bind: str, idle_timeout_s: float) -> tuple[in
             if not alive or time.monotonic() > deadline:
                 raise QueryableStateError(f"the query host of job {job_id} did not start")
             time.sleep(0.002)
+
+
+def query_host_stats(job_id: str) -> dict[str, float] | None:
+    """This machine's query host's :meth:`QueryHost.stats` for ``job_id`` (``None`` when
+    none answers); benchmarks split its CPU time with it."""
+    got = _read_info(_info_path(job_id))
+    if got is None:
+        return None
+    try:
+        with connect(got[1], got[2], timeout=2.0) as conn:
+            conn.send_bytes(pickle.dumps(("stats",)))
+            if not conn.poll(5.0):
+                return None
+            reply = pickle.loads(conn.recv_bytes())
+    except (OSError, EOFError, QueryableStateError):
+        return None
+    return reply[1] if reply[0] == "ok" else None
 
 
 def stop_query_host(job_id: str) -> list[int]:
@@ -390,6 +408,8 @@ class QueryHost:
                 return self._refresh(*msg[1:])
             if msg[0] == "pin":
                 return self._pin(*msg[1:])
+            if msg[0] == "stats":
+                return ("ok", self.stats())
             raise QueryableStateError(f"unknown query-host request {msg[0]!r}")
         except StaleSnapshot:
             return ("stale",)
@@ -400,6 +420,18 @@ class QueryHost:
         except Exception as e:  # a bug reaches the driver as an error
             log.exception("queryable state: a query-host request failed")
             return ("error", QueryableStateError(f"{type(e).__name__}: {e}"))
+
+    def stats(self) -> dict[str, float]:
+        """What keeping the copies current cost so far (benchmarks read it): thread CPU
+        seconds bringing copies forward, copies built and bridged, copies held."""
+        with self.lock:
+            caches = list(self.caches.values())
+        return {
+            "maintain_cpu_s": sum(c.maintain_cpu_s for c in caches),
+            "builds": sum(c.builds for c in caches),
+            "bridged": sum(c.bridged for c in caches),
+            "copies": sum(len(c) for c in caches),
+        }
 
     def _refresh(self, as_of: str, _: Any, max_entries: int, groups: list[Any]) -> tuple[Any, ...]:
         """Bring the copies held to the lineages of a newly published snapshot."""

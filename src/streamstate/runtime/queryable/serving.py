@@ -55,7 +55,7 @@ from streamstate.runtime.keygroups import (
 from streamstate.runtime.protocol import Lineage, Token
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state import ttl
-from streamstate.runtime.state.format.keyed import join_delta, split_delta
+from streamstate.runtime.state.format.keyed import delta_states_meta, join_delta, split_delta
 from streamstate.runtime.state.registry import create_keyed_backend
 from streamstate.runtime.state_reader import passthrough_descriptor
 
@@ -196,6 +196,16 @@ def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b, strict=True))
 
 
+class _DeltaPart:
+    """A copy's part of one delta: the delta's prefix (header and meta), its states' meta
+    (parsed once per delta) and the blocks of the copy's key groups."""
+
+    __slots__ = ("blocks", "prefix", "states_meta")
+
+    def __init__(self, prefix: bytes, states_meta: list[Any], blocks: list[bytes]) -> None:
+        self.prefix, self.states_meta, self.blocks = prefix, states_meta, blocks
+
+
 class _Entry:
     """One serving copy; every use holds :attr:`lock`."""
 
@@ -211,6 +221,9 @@ class _Entry:
         self.lineage: Lineage | None = None
         #: state name -> (state handle, whether it is stored with TTL, the type infos read with)
         self.states: dict[str, tuple[Any, bool, Any]] = {}
+        #: (a delta prefix, the backend's resolution of its states): deltas with the same
+        #: prefix (meta) reuse it until a state is registered or the copy rebuilt
+        self.resolved: tuple[bytes, Any] | None = None
 
     def close(self, now: bool = False) -> None:
         """Drop the copy (disposed in the background unless ``now``)."""
@@ -222,6 +235,7 @@ class _Entry:
         self.backend = None
         self.lineage = None
         self.states = {}
+        self.resolved = None
 
     def advance(self, lin: Lineage, read: Any = None, bases: Any = None) -> str:
         """Bring the copy to ``lin`` (forward only; :class:`StaleSnapshot` when behind);
@@ -265,14 +279,14 @@ class _Entry:
         try:
             if lin.base:
                 backend.restore(bases(lin.base) if bases is not None else list(lin.base))
+            self.backend = backend
             for d in lin.deltas:
-                part = read(d, self.range)
-                if part is not None:
-                    backend.apply_delta(part)
+                self._apply(read(d, self.range))
         except BaseException:
+            self.backend, self.resolved = None, None
             backend.dispose()
             raise
-        self.backend, self.base, self.deltas, self.token = backend, lin.base, lin.deltas, lin.token
+        self.base, self.deltas, self.token = lin.base, lin.deltas, lin.token
         self.lineage = lin
         return "built"
 
@@ -289,9 +303,20 @@ class _Entry:
             return (bridge[1], *lin.deltas), "bridged"
         return None, "built"
 
-    def _apply(self, part: bytes | None) -> None:
-        if part is not None:
+    def _apply(self, part: _DeltaPart | bytes | None) -> None:
+        if part is None:
+            return
+        if type(part) is bytes:
             self.backend.apply_delta(part)
+            return
+        assert isinstance(part, _DeltaPart)
+        apply_blocks = getattr(self.backend, "apply_delta_blocks", None)
+        if apply_blocks is None:  # RocksDB (a bridge of a non-incremental checkpoint)
+            self.backend.apply_delta(join_delta(part.prefix, part.blocks))
+            return
+        got = self.resolved
+        resolved = got[1] if got is not None and got[0] == part.prefix else None
+        self.resolved = (part.prefix, apply_blocks(part.states_meta, part.blocks, resolved))
 
     def read(self, state: tuple[str, str, Any], key: Any, key_group: int) -> Any:
         """``key``'s value of ``state`` = (name, kind, the job's type infos or None)."""
@@ -310,6 +335,7 @@ class _Entry:
                 stored = ttl.stored_form_descriptor(plain)
                 entry = (self.backend.get_partitioned_state(stored), True, type_infos)
             self.states[state_name] = entry
+            self.resolved = None  # a registered state resolves differently
         handle, with_ttl, _ = entry
         self.backend.set_current_key(key, key_group)
         value = read_one(handle, kind)
@@ -348,13 +374,17 @@ class ServingCache:
         #: (``Lineage.bridge``) instead: for tests and metrics
         self.builds = 0
         self.bridged = 0
+        #: thread CPU seconds spent bringing copies forward (refresher and lookups)
+        self.maintain_cpu_s = 0.0
         #: a lookup came since the last refresh
         self.used = False
         #: base snapshot files read (and verified) once, by handle
         self._bases: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
         #: the last deltas read, split by key group (every copy of a subtask applies parts
         #: of the same delta files)
-        self._deltas: OrderedDict[int, tuple[Any, bytes, dict[int, list[bytes]]]] = OrderedDict()
+        self._deltas: OrderedDict[int, tuple[Any, bytes, list[Any], dict[int, list[bytes]]]] = (
+            OrderedDict()
+        )
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -397,7 +427,7 @@ class ServingCache:
             out.append(hit[1])
         return out
 
-    def _delta_part(self, handle: Any, rng: KeyGroupRange) -> bytes | None:
+    def _delta_part(self, handle: Any, rng: KeyGroupRange) -> _DeltaPart | None:
         with self._lock:
             hit = self._deltas.get(id(handle))
         if hit is None or hit[0] is not handle:
@@ -405,14 +435,17 @@ class ServingCache:
             if not data:
                 return None  # an empty bridge (nothing changed)
             prefix, blocks = split_delta(data)
-            hit = (handle, prefix, blocks)
+            hit = (handle, prefix, delta_states_meta(prefix), blocks)
             with self._lock:
                 self._deltas[id(handle)] = hit
                 while len(self._deltas) > DELTA_CACHE:
                     self._deltas.popitem(last=False)
-        _, prefix, by_kg = hit
-        parts = [b for kg in range(rng.start, rng.end + 1) for b in by_kg.get(kg, ())]
-        return join_delta(prefix, parts) if parts else None
+        _, prefix, states_meta, by_kg = hit
+        if rng.start == rng.end:
+            parts = by_kg.get(rng.start)
+        else:
+            parts = [b for kg in range(rng.start, rng.end + 1) for b in by_kg.get(kg, ())]
+        return _DeltaPart(prefix, states_meta, parts) if parts else None
 
     def read(
         self,
@@ -444,7 +477,13 @@ class ServingCache:
             return entry.read(state, key, key_group)
 
     def _advance(self, entry: _Entry, lin: Lineage) -> None:
-        how = entry.advance(lin, self._delta_part, self._cached_bases)
+        if entry.lineage is lin and entry.backend is not None:
+            return  # current (most lookups)
+        t0 = time.thread_time()
+        try:
+            how = entry.advance(lin, self._delta_part, self._cached_bases)
+        finally:
+            self.maintain_cpu_s += time.thread_time() - t0
         if how == "built":
             self.builds += 1
         elif how == "bridged":

@@ -48,7 +48,9 @@ __all__ = [
     "FORMAT_VERSION",
     "SNAPSHOT_MAGIC",
     "Reader",
+    "apply_delta_blocks",
     "check_meta",
+    "delta_states_meta",
     "join_delta",
     "read_delta",
     "read_section",
@@ -362,31 +364,68 @@ def read_delta(
     except (ValueError, KeyError, TypeError) as e:
         raise CorruptCheckpointError(f"{what}: damaged metadata ({e})") from e
     resolved = resolve_meta(states_meta)
-    n_blocks = r.u32()
-    for _ in range(n_blocks):
-        sid, kg = r.unpack(_DELTA_BLOCK)
-        if sid >= len(resolved):
-            raise CorruptCheckpointError(f"{what}: unknown state id {sid}")
-        table, sers = resolved[sid]
-        ns_blob = r.frame()
-        kgi = kg_index(kg)
-        if kgi is None:  # not ours (rescaled): skip without deserializing
-            _skip_entries(r, table.kind)
-            r.u32()
-            r.frame()
-            continue
-        ns = _deser_one(sers.namespace, ns_blob, what)
-        keys, values = _read_entries(r, table.kind, sers, f"{what}, state {table.name!r}")
-        n_dels = r.u32()
-        dels = _deser(sers.key, r.frame(), what)
-        if len(dels) != n_dels:
-            raise CorruptCheckpointError(f"{what}: tombstone count does not match")
-        m = table.maps(ns)[kgi]
-        m.update(zip(keys, values, strict=True))
-        for k in dels:
-            m.pop(k, None)
+    for _ in range(r.u32()):
+        _apply_block(r, resolved, kg_index, what)
     if not r.at_end():
         raise CorruptCheckpointError(f"{what}: trailing bytes after the last block")
+
+
+def _apply_block(
+    r: Reader,
+    resolved: list[tuple[StateTable, Any]],
+    kg_index: Callable[[int], int | None],
+    what: str,
+) -> None:
+    sid, kg = r.unpack(_DELTA_BLOCK)
+    if sid >= len(resolved):
+        raise CorruptCheckpointError(f"{what}: unknown state id {sid}")
+    table, sers = resolved[sid]
+    ns_blob = r.frame()
+    kgi = kg_index(kg)
+    if kgi is None:  # not ours (rescaled): skip without deserializing
+        _skip_entries(r, table.kind)
+        r.u32()
+        r.frame()
+        return
+    ns = _deser_one(sers.namespace, ns_blob, what)
+    keys, values = _read_entries(r, table.kind, sers, f"{what}, state {table.name!r}")
+    n_dels = r.u32()
+    dels = _deser(sers.key, r.frame(), what)
+    if len(dels) != n_dels:
+        raise CorruptCheckpointError(f"{what}: tombstone count does not match")
+    m = table.maps(ns)[kgi]
+    m.update(zip(keys, values, strict=True))
+    for k in dels:
+        m.pop(k, None)
+
+
+def apply_delta_blocks(
+    blocks: Sequence[bytes],
+    resolved: list[tuple[StateTable, Any]],
+    kg_index: Callable[[int], int | None],
+) -> None:
+    """Replay blocks of a delta (from :func:`split_delta`) whose states were resolved
+    already (``resolve_meta`` of :func:`read_delta` on the delta's meta): what
+    ``read_delta`` does for them, without parsing and resolving the meta again."""
+    what = "keyed state delta"
+    for block in blocks:
+        r = Reader(block, what)
+        _apply_block(r, resolved, kg_index, what)
+        if not r.at_end():
+            raise CorruptCheckpointError(f"{what}: trailing bytes after a block")
+
+
+def delta_states_meta(prefix: bytes) -> list[dict[str, Any]]:
+    """The states' meta of a delta's prefix (from :func:`split_delta`)."""
+    what = "keyed state delta"
+    r = read_header(prefix, DELTA_MAGIC, what)
+    try:
+        states = json.loads(bytes(r.frame()).decode("utf-8"))["states"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptCheckpointError(f"{what}: damaged metadata ({e})") from e
+    if not isinstance(states, list):
+        raise CorruptCheckpointError(f"{what}: damaged metadata (no states list)")
+    return states
 
 
 def split_delta(data: bytes) -> tuple[bytes, dict[int, list[bytes]]]:
