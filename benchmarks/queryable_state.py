@@ -174,12 +174,10 @@ class CpuProbe:
 
     def __init__(self, job_id: str, stats: dict[str, int]) -> None:
         self.stats, self.host, self.job_id = stats, query_host_pid(job_id), job_id
-        self.acc = {
-            "driver_server": 0.0,
-            "driver_refresh": 0.0,
-            "query_host": 0.0,
-            "query_host_copies": 0.0,
-        }
+        self.acc = dict.fromkeys(
+            ("driver_server", "driver_refresh", "driver_pin", "query_host", "query_host_copies"),
+            0.0,
+        )
         self._at: dict[str, float] = {}
 
     def _now(self) -> dict[str, float]:
@@ -298,7 +296,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "without_rec_per_s": statistics.mean(off),
             "with_rec_per_s": statistics.mean(on),
             "ratio_with_over_without": statistics.mean(on) / statistics.mean(off),
-            "median_round_ratio": statistics.median(a / b for a, b in zip(on, off, strict=True)),
+            # a phase without a whole epoch in it (a very loaded machine) has no throughput
+            "median_round_ratio": statistics.median(
+                [a / b for a, b in zip(on, off, strict=True) if a and b] or [0.0]
+            ),
+            "rounds_without_a_whole_epoch": sum(1 for x in on + off if not x),
             "lookup_rate": args.rate,
             "lookups_done_per_s": len(lat_on) / (args.rounds * args.phase_seconds),
             "p99_ms_at_rate": _pct(lat_on, 0.99),

@@ -19,6 +19,7 @@ from streamstate.datastream.state import ListStateDescriptor
 from streamstate.errors import (
     QueryableStateError,
     StateNotAvailableYetError,
+    UnknownJobError,
     UnknownKvStateError,
     WrongKeyTypeError,
 )
@@ -89,6 +90,8 @@ class Probe(JobObserver):
 
 def check_errors(c, job_id):
     """The typed errors of the driver path, from a client that has routes cached."""
+    with pytest.raises(UnknownJobError):
+        c.get_kv_state("nojob", "counts", "k0", Types.STRING(), COUNT)
     with pytest.raises(UnknownKvStateError, match="queryable states: 'counts'"):
         c.get_kv_state(job_id, "nope", "k0", Types.STRING(), COUNT)
     with pytest.raises(WrongKeyTypeError, match="keyed by string"):

@@ -111,3 +111,74 @@ def test_a_direct_client_proves_the_derived_secret_and_is_never_unpickled(host):
     finally:
         sock.close()
     assert proc.poll() is None  # still serving
+
+
+def test_a_batch_over_two_query_hosts_is_accepted_only_from_one_cut(tmp_path):
+    """Two real query hosts, each holding one subtask of a keyed operator: a batch with keys
+    of both is answered directly when both are pinned to the same snapshot, and handed back
+    to the driver (None) when their pins name different epochs; a key of a subtask the pin
+    does not place on a host is `moved` (the client routes again, then asks the driver)."""
+    from streamstate.common import Types
+    from streamstate.queryablestate.routing import DirectRoutes
+    from streamstate.runtime.keygroups import assign_key_to_parallel_operator
+    from streamstate.runtime.protocol import Lineage
+    from streamstate.runtime.queryable import direct
+    from streamstate.runtime.queryable.forwarding import QueryHosts
+    from streamstate.runtime.queryable.serving import QueryableOperator, ServingSnapshot
+    from streamstate.runtime.state.format.serializers import serializer_for_type_info
+
+    ser = serializer_for_type_info(Types.LONG())
+    op = QueryableOperator("op", "op", 2, 128, ser, "hashmap")
+    procs, hosts = [], []
+    for i in range(2):
+        path = str(tmp_path / f"q{i}.json")
+        procs.append(_start(path, "60"))
+        _, address, secret = _read_info(path)
+        hosts.append((address, secret))
+    drivers = [QueryHosts(), QueryHosts()]  # one per host: their pins move independently
+    states = {"counts": ("op", "count", "value", None)}
+
+    def publish(epochs):
+        for sub, epoch in enumerate(epochs):  # each host pinned on its own (a publish racing)
+            snap = ServingSnapshot(
+                "epoch",
+                epoch,
+                0,
+                None,
+                {("op", sub): Lineage((0, epoch))},
+                {"op": op},
+                {("op", sub): hosts[sub]},
+            )
+            drivers[sub].pin("epoch", snap, states, 8, 60.0)  # a hang, not a speed
+            assert drivers[sub].is_pinned("epoch", hosts[sub], snap)
+
+    route = {
+        "parallelism": 2,
+        "max_parallelism": 128,
+        "hosts": [[a, direct.client_secret(s, "j")] for a, s in hosts],
+    }
+    by_sub = {}
+    for k in range(40):
+        by_sub.setdefault(assign_key_to_parallel_operator(ser.serialize(k), 128, 2), k)
+    blobs = [ser.serialize(by_sub[0]), ser.serialize(by_sub[1])]
+    client = DirectRoutes(timeout=30)
+    key = ("j", "counts", "epoch", "value", "LONG")
+    try:
+        publish([5, 5])
+        assert client.lookup(lambda: route, key, blobs) == (("epoch", 5, 0, None), [None, None])
+        publish([6, 5])  # host 0 already at epoch 6, host 1 not yet
+        assert client.lookup(lambda: route, key, blobs) is None  # the driver pins one cut
+        assert client.lookup(lambda: route, key, blobs[1:]) == (("epoch", 5, 0, None), [None])
+        publish([6, 6])
+        assert client.lookup(lambda: route, key, blobs)[0] == ("epoch", 6, 0, None)
+        swapped = {**route, "hosts": route["hosts"][::-1]}  # a stale route: keys moved
+        client.close()
+        assert client.lookup(lambda: swapped, key, blobs[:1]) is None
+        assert client.direct_requests == 3 and client.driver_requests == 2
+    finally:
+        client.close()
+        for d in drivers:
+            d.close()
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -135,6 +135,21 @@ class QueryableStateClient:
 
         ``key_type_info``: the job's key type (``key_by(..., key_type=...)``; None for a
         job that declared none); ``state_descriptor``: a descriptor of the state's kind."""
+        if self.direct:  # the common case, kept lean: one key to its query host
+            ser, _, key_type_text = self._key_type(key_type_info)
+            blobs = self._serialize(ser, [key], key_type_info)
+            kind = getattr(state_descriptor, "kind", None)
+            route_key = (job_id, queryable_state_name, as_of, kind, key_type_text)
+            with self._lock:
+                got = self._routes.lookup(
+                    lambda: self._route(
+                        self._header(job_id, queryable_state_name, kind, as_of, key_type_info)
+                    ),
+                    route_key,
+                    blobs,
+                )
+            if got is not None:
+                return KvStateResponse(got[1][0], *got[0])
         r = self.get_kv_states(
             job_id, queryable_state_name, [key], key_type_info, state_descriptor, as_of
         )
@@ -151,35 +166,14 @@ class QueryableStateClient:
     ) -> KvStatesResponse:
         """The values of every key of ``keys``, all as of the same epoch (or checkpoint)."""
         keys = list(keys)
-        ser, key_type, key_type_text = self._key_type(key_type_info)
-        try:
-            blobs = [ser.serialize(k) for k in keys]
-        except Exception as e:  # any serializer's refusal means the key is not of that type
-            raise WrongKeyTypeError(
-                f"a key cannot be serialized as {key_type_info!r}: {e}; pass the job's key "
-                f"type and keys of that type"
-            ) from e
+        ser, _, key_type_text = self._key_type(key_type_info)
+        blobs = self._serialize(ser, keys, key_type_info)
         kind = getattr(state_descriptor, "kind", None)
-        header = {
-            "v": wire.WIRE_VERSION,
-            "job": job_id,
-            "token": self._token_for(job_id),
-            "name": queryable_state_name,
-            "kind": kind,
-            "as_of": as_of,
-            "key_type": key_type,
-        }
+        header = self._header(job_id, queryable_state_name, kind, as_of, key_type_info)
         if self.direct:
-            route_key = (job_id, queryable_state_name, as_of, str(kind), key_type_text)
+            route_key = (job_id, queryable_state_name, as_of, kind, key_type_text)
             with self._lock:
-                got = self._routes.lookup(
-                    lambda: self._route(header),
-                    route_key,
-                    queryable_state_name,
-                    as_of,
-                    kind,
-                    blobs,
-                )
+                got = self._routes.lookup(lambda: self._route(header), route_key, blobs)
             if got is not None:
                 (cut_as_of, epoch, attempt, checkpoint_id), values = got
                 return KvStatesResponse(keys, values, cut_as_of, epoch, attempt, checkpoint_id)
@@ -250,6 +244,29 @@ class QueryableStateClient:
         if token is None:
             token = self._tokens[job_id] = _record(job_id).token
         return token
+
+    def _header(
+        self, job_id: str, name: str, kind: str | None, as_of: str, key_type_info: Any
+    ) -> dict[str, Any]:
+        return {
+            "v": wire.WIRE_VERSION,
+            "job": job_id,
+            "token": self._token_for(job_id),
+            "name": name,
+            "kind": kind,
+            "as_of": as_of,
+            "key_type": self._key_type(key_type_info)[1],
+        }
+
+    @staticmethod
+    def _serialize(ser: Any, keys: list[Any], key_type_info: Any) -> list[bytes]:
+        try:
+            return [ser.serialize(k) for k in keys]
+        except Exception as e:  # any serializer's refusal means the key is not of that type
+            raise WrongKeyTypeError(
+                f"a key cannot be serialized as {key_type_info!r}: {e}; pass the job's key "
+                f"type and keys of that type"
+            ) from e
 
     def _key_type(self, key_type_info: Any) -> tuple[Any, dict[str, Any], str]:
         """The key type's serializer, its snapshot and that as text (made once per type)."""

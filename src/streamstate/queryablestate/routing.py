@@ -8,7 +8,9 @@ key group is murmur3 of its serialized form (the job's rule), its subtask follow
 does its host. One authenticated connection per host is kept and reused.
 
 Invalidation: a host that cannot be reached (gone, restarted with another port or secret,
-executor lost), one that answers ``moved`` (the job rescaled or restarted, the name is new)
+executor lost; its keys then go through the driver for :data:`DOWN_FOR_S`, so a host
+this client cannot reach at all, e.g. behind a firewall, costs one connect time-out of
+:data:`CONNECT_TIMEOUT_S` per period), one that answers ``moved`` (the job rescaled or restarted, the name is new)
 or a route naming no host for some subtask (driver-served, or no epoch since a restart:
 fetched again after :data:`PARTIAL_ROUTE_TTL_S`) -> the route is fetched again and the
 request retried; after :data:`ATTEMPTS` tries, or when the parts of a batch answered by
@@ -32,10 +34,14 @@ from streamstate.errors import QueryableStateError
 from streamstate.runtime.keygroups import compute_key_group_for_serialized_key
 from streamstate.runtime.queryable import direct
 
-__all__ = ["ATTEMPTS", "PARTIAL_ROUTE_TTL_S", "DirectRoutes"]
+__all__ = ["ATTEMPTS", "CONNECT_TIMEOUT_S", "DOWN_FOR_S", "PARTIAL_ROUTE_TTL_S", "DirectRoutes"]
 
 #: a request is tried this often directly before it goes through the driver
 ATTEMPTS = 3
+#: a host this client cannot connect to is not tried again for this long (s)
+DOWN_FOR_S = 10.0
+#: how long a client waits for a query host to accept its connection (s)
+CONNECT_TIMEOUT_S = 2.0
 #: a route naming no query host for some subtask is fetched again after this long (s)
 PARTIAL_ROUTE_TTL_S = 2.0
 
@@ -48,13 +54,17 @@ class _Route:
     hosts: list[tuple[str, str] | None]
     fetched: float
     complete: bool
+    #: the request context a host keeps per connection (sent when it changes)
+    context: bytes
 
 
 class _HostConn:
     def __init__(self, address: str, secret: str, timeout: float) -> None:
         host, _, port = address.rpartition(":")
-        self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+        where = (host.strip("[]"), int(port))
+        self.sock = socket.create_connection(where, timeout=min(timeout, CONNECT_TIMEOUT_S))
         try:
+            self.sock.settimeout(timeout)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.reader = direct.FrameReader(self.sock)
             direct.client_handshake(self.sock, self.reader, secret)
@@ -89,9 +99,10 @@ class DirectRoutes:
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self._routes: dict[tuple[str, ...], _Route] = {}
+        self._routes: dict[tuple[Any, ...], _Route] = {}
         self._conns: dict[str, _HostConn] = {}
-        self._contexts: dict[tuple[str, str, str | None], bytes] = {}
+        #: hosts whose connection failed lately -> until when their keys go via the driver
+        self._down: dict[tuple[str, str], float] = {}
         #: requests answered directly / through the driver (for tests and benchmarks)
         self.direct_requests = 0
         self.driver_requests = 0
@@ -105,20 +116,12 @@ class DirectRoutes:
     def lookup(
         self,
         fetch: Callable[[], dict[str, Any]],
-        route_key: tuple[str, ...],
-        name: str,
-        as_of: str,
-        kind: str | None,
+        route_key: tuple[Any, ...],
         blobs: Sequence[bytes],
     ) -> tuple[tuple[str, int, int, int | None], list[Any]] | None:
         """``(cut, values)`` of ``blobs`` read by their query hosts, or None: ask the driver.
-        ``fetch()`` gets the route from the driver (raising its typed errors)."""
-        ctx_key = (name, as_of, kind)
-        context = self._contexts.get(ctx_key)
-        if context is None:
-            context = json.dumps({"name": name, "as_of": as_of, "kind": kind}).encode()
-            if len(self._contexts) < 256:
-                self._contexts[ctx_key] = context
+        ``route_key``: (job, name, as_of, kind, key type); ``fetch()`` gets the route from
+        the driver (raising its typed errors)."""
         for _ in range(ATTEMPTS):
             route = self._routes.get(route_key)
             if route is None or (
@@ -128,27 +131,30 @@ class DirectRoutes:
             by_host = self._split(route, blobs)
             if by_host is None:
                 break  # a subtask the driver serves
+            if self._down and any(self._is_down(h) for h in by_host):
+                break  # a host this client could not reach lately: the driver serves it
             try:
-                got = self._ask(by_host, blobs, context)
+                got = self._ask(by_host, blobs, route.context)
             except _Retry as r:
                 if r.reroute:
                     self._routes.pop(route_key, None)
                 continue
-            if got is not None:
-                self.direct_requests += 1
-                return got
+            self.direct_requests += 1
+            return got
         self.driver_requests += 1
         return None
 
-    def _fetch(self, fetch: Callable[[], dict[str, Any]], route_key: tuple[str, ...]) -> _Route:
+    def _fetch(self, fetch: Callable[[], dict[str, Any]], route_key: tuple[Any, ...]) -> _Route:
         r = fetch()
         hosts = [None if h is None else (str(h[0]), str(h[1])) for h in r["hosts"]]
+        _, name, as_of, kind, _ = route_key
         route = _Route(
             int(r["parallelism"]),
             int(r["max_parallelism"]),
             hosts,
             time.monotonic(),
             None not in hosts,
+            json.dumps({"name": name, "as_of": as_of, "kind": kind}).encode(),
         )
         if len(self._routes) > 256:
             self._routes.clear()
@@ -180,13 +186,23 @@ class DirectRoutes:
         try:
             c = _HostConn(host[0], host[1], self.timeout)
         except (OSError, EOFError) as e:
-            raise _Retry(True) from e  # gone or restarted: the driver knows where it is now
+            # gone or restarted (the driver knows where it is now), or not reachable from here
+            # (a firewall, another network): not tried again for a while
+            self._down[host] = time.monotonic() + DOWN_FOR_S
+            raise _Retry(True) from e
         except QueryableStateError as e:
             if isinstance(e, errors_module.ServerBusyError):
                 raise
             raise _Retry(True) from e  # another secret: another host process listens there
         self._conns[host[0]] = c
         return c
+
+    def _is_down(self, host: tuple[str, str]) -> bool:
+        until = self._down.get(host)
+        if until is not None and time.monotonic() > until:
+            del self._down[host]
+            return False
+        return until is not None
 
     def _drop(self, host: tuple[str, str]) -> None:
         c = self._conns.pop(host[0], None)
@@ -206,7 +222,7 @@ class DirectRoutes:
             keys = blobs if len(by_host) == 1 else [blobs[i] for i in idx]
             try:
                 direct.send_frame(
-                    c.sock, direct.encode_request(b"" if c.context == context else context, keys)
+                    c.sock, direct.encode_request(b"" if c.context is context else context, keys)
                 )
             except OSError as e:
                 self._drop(host)

@@ -241,6 +241,45 @@ def _decoder(op: QueryableOperator) -> Callable[[bytes], Any]:
     return ser.deserialize
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What answering a connection's requests needs, made once per pin and context."""
+
+    pin: Pin
+    uid: str
+    op: QueryableOperator
+    decode: Callable[[bytes], Any]
+    serialize: Callable[[Any], bytes]
+    cache: ServingCache
+    state: tuple[str, str, Any]
+    head: bytes
+
+
+def _plan(pin: Pin, name: str, want: str | None, cache_of: Any) -> _Plan | None:
+    reg = pin.states.get(name)
+    if reg is None:
+        return None  # the driver knows the name, or names the error
+    uid, state_name, kind, type_infos = reg
+    if want is not None and want != kind:
+        raise WrongKeyTypeError(
+            f"queryable state {name!r} is {kind} state, but the request's descriptor is "
+            f"for {want} state; query it with a {kind} state descriptor"
+        )
+    op = pin.operators.get(uid)
+    if op is None:
+        return None
+    head = _CUT.pack(
+        b"O",
+        AS_OF_CODES.index(pin.as_of),
+        pin.epoch,
+        pin.attempt,
+        -1 if pin.checkpoint_id is None else pin.checkpoint_id,
+    )
+    cache = cache_of(pin.as_of, pin.max_entries)
+    state = (state_name, kind, type_infos)
+    return _Plan(pin, uid, op, _decoder(op), op.key_serializer.serialize, cache, state, head)
+
+
 def answer_request(
     pins: Mapping[str, Pin],
     cache_of: Callable[[str, int], ServingCache],
@@ -248,40 +287,43 @@ def answer_request(
     payload: bytes,
 ) -> bytes:
     """One direct request -> its reply (see the module docstring). ``session``: the
-    connection's previous context."""
+    connection's previous context and the plan made for it."""
     try:
         context, blobs = _decode_request(payload)
         if context:
             ctx = json.loads(context)
             if not isinstance(ctx, dict):
                 raise QueryableStateError("the request's context is not a JSON object")
-            session["ctx"] = ctx
+            session["ctx"] = (
+                str(ctx.get("as_of", "epoch")),
+                str(ctx.get("name", "")),
+                ctx.get("kind"),
+            )
+            session["plan"] = None
         ctx = session.get("ctx")
         if ctx is None:
             raise QueryableStateError("an empty context, but no earlier request to repeat")
-        as_of = str(ctx.get("as_of", "epoch"))
-        pin = pins.get(as_of)
+        pin = pins.get(ctx[0])
         if pin is None:
             return MOVED
-        reg = pin.states.get(str(ctx.get("name", "")))
-        if reg is None:
-            return MOVED  # the driver knows the name, or names the error
-        uid, state_name, kind, type_infos = reg
-        want = ctx.get("kind")
-        if want is not None and want != kind:
-            raise WrongKeyTypeError(
-                f"queryable state {ctx.get('name')!r} is {kind} state, but the request's "
-                f"descriptor is for {want} state; query it with a {kind} state descriptor"
-            )
-        op = pin.operators[uid]
-        decode = _decoder(op)
-        serialize = op.key_serializer.serialize
-        cache = cache_of(as_of, pin.max_entries)
-        state = (state_name, kind, type_infos)
+        plan: _Plan | None = session.get("plan")
+        if plan is None or plan.pin is not pin:  # a new pin: once per epoch and connection
+            plan = session["plan"] = _plan(pin, ctx[1], ctx[2], cache_of)
+            if plan is None:
+                return MOVED
+        op, lineages, uid, decode, serialize = (
+            plan.op,
+            pin.lineages,
+            plan.uid,
+            plan.decode,
+            plan.serialize,
+        )
+        maxp, par = op.max_parallelism, op.parallelism
+        read, state = plan.cache.read_lineage, plan.state
         values = []
         for blob in blobs:
-            kg = compute_key_group_for_serialized_key(blob, op.max_parallelism)
-            lin = pin.lineages.get((uid, op.subtask_of(kg)))
+            kg = compute_key_group_for_serialized_key(blob, maxp)
+            lin = lineages.get((uid, kg * par // maxp))
             if lin is None:
                 return MOVED  # not this host's subtask (any more): route again
             try:
@@ -294,15 +336,8 @@ def answer_request(
                     "a key of the request is not serialized as the job serializes its keys: "
                     "pass the job's key type"
                 )
-            values.append(cache.read_lineage(lin, op, state, key, kg))
-        head = _CUT.pack(
-            b"O",
-            AS_OF_CODES.index(pin.as_of),
-            pin.epoch,
-            pin.attempt,
-            -1 if pin.checkpoint_id is None else pin.checkpoint_id,
-        )
-        return head + dumps_portable(values)
+            values.append(read(lin, op, state, key, kg))
+        return plan.head + dumps_portable(values)
     except StaleSnapshot:
         return STALE
     except OSError:  # the pin's files were superseded meanwhile
