@@ -180,6 +180,9 @@ class QueryableStateClient:
         head, blobs_back = self._request(header, blobs)
         if not head.get("ok"):
             raise _error(head)
+        if self.direct:  # answered by the driver: a route older than its cut is dropped
+            with self._lock:
+                self._routes.seen(route_key, int(head["attempt"]), int(head["epoch"]))
         values = pickle.loads(blobs_back[0])
         return KvStatesResponse(
             keys,

@@ -12,8 +12,9 @@ executor lost; its keys then go through the driver for :data:`DOWN_FOR_S`, so a 
 this client cannot reach at all, e.g. behind a firewall, costs one connect time-out of
 :data:`CONNECT_TIMEOUT_S` per period), one that answers ``moved`` (the job rescaled or restarted, the name is new)
 or a route naming no host for some subtask (driver-served, or no epoch since a restart:
-fetched again after :data:`PARTIAL_ROUTE_TTL_S`) -> the route is fetched again and the
-request retried; after :data:`ATTEMPTS` tries, or when the parts of a batch answered by
+fetched again after :data:`PARTIAL_ROUTE_TTL_S`, or as soon as the driver answered a
+request of it from a newer cut than the route's: :meth:`DirectRoutes.seen`) -> the route is
+fetched again and the request retried; after :data:`ATTEMPTS` tries, or when the parts of a batch answered by
 several hosts name different cuts, the request goes through the driver, which pins one
 snapshot for every key (:meth:`DirectRoutes.lookup` returns None). Typed errors a host
 names are raised as they are.
@@ -56,6 +57,8 @@ class _Route:
     complete: bool
     #: the request context a host keeps per connection (sent when it changes)
     context: bytes
+    #: (attempt, epoch) of the snapshot the driver pinned when it made the route
+    cut: tuple[int, int]
 
 
 class _HostConn:
@@ -132,7 +135,10 @@ class DirectRoutes:
             if by_host is None:
                 break  # a subtask the driver serves
             if self._down and any(self._is_down(h) for h in by_host):
-                break  # a host this client could not reach lately: the driver serves it
+                # a host this client could not reach lately: the driver serves its keys, and
+                # the route is fetched again after a while (the next epoch may name another)
+                route.complete = False
+                break
             try:
                 got = self._ask(by_host, blobs, route.context)
             except _Retry as r:
@@ -155,11 +161,20 @@ class DirectRoutes:
             time.monotonic(),
             None not in hosts,
             json.dumps({"name": name, "as_of": as_of, "kind": kind}).encode(),
+            (int(r["cut"][0]), int(r["cut"][1])) if r.get("cut") else (-1, -1),
         )
         if len(self._routes) > 256:
             self._routes.clear()
         self._routes[route_key] = route
         return route
+
+    def seen(self, route_key: tuple[Any, ...], attempt: int, epoch: int) -> None:
+        """The driver answered a request of ``route_key`` as of ``(attempt, epoch)``: a
+        route made at an older cut is dropped (a host lost or new since: the next request
+        fetches where the keys are now; a route without hosts is not kept past an epoch)."""
+        route = self._routes.get(route_key)
+        if route is not None and route.cut < (attempt, epoch):
+            del self._routes[route_key]
 
     @staticmethod
     def _split(route: _Route, blobs: Sequence[bytes]) -> dict[tuple[str, str], list[int]] | None:

@@ -494,7 +494,13 @@ def route(
             hosts.append([h[0], client_secret(h[1], service.job_id)])
         else:
             hosts.append(None)
-    return {"parallelism": op.parallelism, "max_parallelism": op.max_parallelism, "hosts": hosts}
+    cut = [snap.attempt, snap.epoch] if snap is not None else None
+    return {
+        "parallelism": op.parallelism,
+        "max_parallelism": op.max_parallelism,
+        "hosts": hosts,
+        "cut": cut,  # what the route is as of: a client drops it once it sees a newer one
+    }
 
 
 def pin_hosts(
