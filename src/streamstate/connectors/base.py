@@ -36,6 +36,10 @@ class Source(ABC):
     #: a reader then reads in slices and its epoch is cut by time (``runtime/sliced_read.py``);
     #: otherwise an epoch reads the whole budget in one ``read``
     sliced_reads: bool = False
+    #: a reader keeps nothing between epochs that is costly to rebuild (no connection, no
+    #: open file, no thread): on Spark, a source stage of such a source with no operator
+    #: chained to it runs in the task's Python worker instead of a subtask host
+    stateless_reader: bool = False
 
     @abstractmethod
     def create_enumerator_state(self, parallelism: int) -> Any:

@@ -31,6 +31,7 @@ class CollectionSource(Source):
     default_parallelism = 1
     bounded = True
     sliced_reads = True
+    stateless_reader = True
 
     def __init__(self, elements: list[Any]) -> None:
         # from_collection hands over a list of its own: no second copy of a large input

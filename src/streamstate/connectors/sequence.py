@@ -19,6 +19,7 @@ class SequenceSource(Source):
 
     bounded = True
     sliced_reads = True
+    stateless_reader = True
 
     def __init__(self, start: int, end: int) -> None:
         if end < start:

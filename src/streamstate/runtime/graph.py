@@ -132,6 +132,9 @@ class Edge:
     input: int = 0
     #: the side output (tag id) this edge carries; None: the node's main output
     tag: str | None = None
+    #: HASH: the receiving stage extracts the keys itself (``Stage.input_keyings``), so
+    #: only key groups and records travel (as Flink's receivers re-extract keys)
+    receiver_keys: bool = False
 
 
 @dataclass
@@ -168,6 +171,9 @@ class Stage:
     upstream: list[int] = field(default_factory=list)
     #: serializer of the keys on a HASH input (the keyed backends' key serializer)
     key_serializer: Any = None
+    #: per input (0, 1): the one KeyingSpec of its HASH edges, with which the receiving
+    #: subtask extracts keys (None: not a hash input, or inputs keyed differently)
+    input_keyings: list[Any] = field(default_factory=lambda: [None, None])
 
     @property
     def is_source(self) -> bool:
@@ -422,6 +428,9 @@ def _add_edges(
     stage_of: dict[int, int],
     nodes: dict[int, OpNode],
 ) -> None:
+    keyings = {id(k): k for _, pt, k in ins if pt is Partitioning.HASH}
+    if len(keyings) == 1 and all(isinstance(k, KeyingSpec) for k in keyings.values()):
+        st.input_keyings[input_index] = next(iter(keyings.values()))
     for up_t, pt, keying in ins:
         up, tag = _producer(up_t)
         if isinstance(keying, KeyingSpec) and st.key_serializer is None:
@@ -435,7 +444,8 @@ def _add_edges(
                 if up_stage.parallelism == st.parallelism
                 else Partitioning.REBALANCE
             )
-        nodes[up.id].edges.append(Edge(st.id, eff, keying, input_index, tag))
+        receiver_keys = eff is Partitioning.HASH and st.input_keyings[input_index] is keying
+        nodes[up.id].edges.append(Edge(st.id, eff, keying, input_index, tag, receiver_keys))
         if up_stage.id not in st.upstream:
             st.upstream.append(up_stage.id)
 

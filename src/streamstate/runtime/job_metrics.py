@@ -55,7 +55,8 @@ class JobMetrics:
 
     def absorb(self, stage: int, ack: SubtaskAck) -> None:
         """Fold one subtask's counters in."""
-        self.bump("cache_hits" if ack.cache_hit else "cache_misses")
+        if ack.cache_hit is not None:  # None: no state and no functions to find
+            self.bump("cache_hits" if ack.cache_hit else "cache_misses")
         for path, n in ack.state_restores.items():
             self.bump(f"state_restores_{path}", n)
         where = f"{stage}/{ack.subtask}"
@@ -109,8 +110,9 @@ class JobMetrics:
             s[1] += t.process
             s[2] += t.commit
             s[3] = max(s[3], t.restore + t.process + t.commit)
-            hits += a.cache_hit
-            misses += not a.cache_hit
+            if a.cache_hit is not None:
+                hits += a.cache_hit
+                misses += not a.cache_hit
         stats = EpochStats(
             epoch=epoch,
             attempt=attempt,

@@ -270,8 +270,9 @@ class SubtaskAck:
     counts: Mapping[str, int] = field(default_factory=dict)
     #: node uid -> watermark state (see runtime/watermarks.node_state)
     watermarks: Mapping[str, Any] = field(default_factory=dict)
-    #: whether the subtask's operators and state were found in this worker process
-    cache_hit: bool = False
+    #: whether the subtask's operators and state were found in this worker process; None
+    #: for a subtask with neither (a stateless source run without a host): not counted
+    cache_hit: bool | None = False
     #: restore path ("reused" | "local" | "remote") -> keyed backends restored that way
     state_restores: Mapping[str, int] = field(default_factory=dict)
     #: "host:pid" of the Python worker that ran the subtask

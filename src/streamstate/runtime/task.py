@@ -348,7 +348,7 @@ def run_stage_partition(
             for h in st.heads:
                 push(st.nodes[h], records, source_ts)
         else:
-            inputs, forwarded, tss, channels = decode_input(items)
+            inputs, forwarded, tss, channels = decode_input(items, st)
             for h in st.heads:
                 node = st.nodes[h]
                 head = inst.ops.get(h)

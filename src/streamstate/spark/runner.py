@@ -19,6 +19,7 @@ import pickle
 import re
 import sys
 import threading
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -40,6 +41,10 @@ from streamstate.spark.placement import (
 __all__ = ["SparkEpochRunner", "join_host_stoppers", "translate_spark_error"]
 
 log = logging.getLogger("streamstate")
+
+#: stage specs up to this size go inline with the tasks; larger ones (a collection's
+#: records, big functions) as a broadcast, fetched once per executor
+_INLINE_SPEC_BYTES = 64 * 1024
 
 
 def _identity(k: int) -> int:
@@ -88,6 +93,19 @@ def _hosted(configuration: Any) -> float | None:
         return None
     raw = get("execution.runner.spark.subtask-hosts.idle-timeout", None)
     return DEFAULT_IDLE_TIMEOUT_S if raw is None else parse_duration_ms(raw) / 1000.0
+
+
+def _hostless(st: Any) -> bool:
+    """A source stage that holds nothing a host would keep: a stateless reader with no
+    operator chained to it (no user function, no state). It runs in the task's Python
+    worker: a host would only add a process hop (its start, the spec and the records
+    crossing a socket) to every epoch. Its subtask-epochs are not counted as cache hits
+    or misses: they have no state or function to find or rebuild."""
+    return bool(
+        st.is_source
+        and getattr(st.source, "stateless_reader", False)
+        and all(n.factory is None for n in st.nodes.values())
+    )
 
 
 def _placement(configuration: Any) -> bool:
@@ -139,6 +157,11 @@ class SparkEpochRunner(EpochRunner):
         self._job_id = job_id
         self._broadcasts = []
         for sid, blob in specs.items():
+            if len(blob) <= _INLINE_SPEC_BYTES:
+                # travels inside the stage's task closure: a broadcast costs the driver a
+                # file and JVM round trips (~25 ms) and each task a fetch
+                self.blobs[sid] = (job_id, sid, blob)
+                continue
             bc = sc.broadcast(blob)  # the spec (functions, collection data) travels once per job
             self._broadcasts.append(bc)
             self.blobs[sid] = (job_id, sid, bc)
@@ -160,8 +183,9 @@ class SparkEpochRunner(EpochRunner):
                     if located
                     else sc.parallelize(range(st.parallelism), st.parallelism)
                 )
+                hosted = None if _hostless(st) else self._hosted
                 out = base.mapPartitionsWithIndex(
-                    partial(_source_partition, self.blobs[st.id], meta, spec, self._hosted)
+                    partial(_source_partition, self.blobs[st.id], meta, spec, hosted)
                 )
             else:
                 ups = [
@@ -190,6 +214,9 @@ class SparkEpochRunner(EpochRunner):
         finally:
             for r in persisted:
                 r.unpersist()
+        hostless = {s.id for s in plan.stages if _hostless(s)}
+        if hostless:  # nothing to find in place: not counted as hits or misses (_hostless)
+            acks = [replace(a, cache_hit=None) if a.stage in hostless else a for a in acks]
         for a in acks:
             if a.executor is not None:
                 self.locations[(a.stage, a.subtask)] = a.executor

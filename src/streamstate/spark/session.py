@@ -139,10 +139,14 @@ TASK_FAILURE_LOGGERS = (
 def silence_task_failure_logs(spark: Any) -> None:
     """Turn off the JVM's per-task failure logs (``execution.task-failure-logs: true`` keeps
     them): the job's error already carries the worker's traceback, so they only repeat it."""
+    sc = spark.sparkContext
+    if getattr(sc, "_streamstate_silenced", False):
+        return  # once per context: each call costs JVM round trips on every job's start
     try:
-        jvm = spark.sparkContext._jvm
+        jvm = sc._jvm
         level = jvm.org.apache.logging.log4j.Level.OFF
         for name in TASK_FAILURE_LOGGERS:
             jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
     except Exception:  # noqa: BLE001 - a JVM without log4j 2 keeps its logs; nothing breaks
         pass
+    sc._streamstate_silenced = True
