@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--no-peers", action="store_true", help="skip Spark's stateful APIs")
+    p.add_argument("--peers", nargs="+", help="only these of Spark's stateful APIs (default: all)")
     p.add_argument("--subtask-hosts", choices=("true", "false"), default="true")
     p.add_argument("--source-parallelism", type=int, default=2, help="collection readers")
     p.add_argument("--compare-hosts", action="store_true", help="also run with hosts off")
@@ -132,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
             )
     if not args.no_peers:
         for name, fn in peers.PEERS.items():
+            if args.peers and name not in args.peers:
+                continue
             # as streamstate's: an untimed warm-up (the peer's classes, its workers' imports),
             # then the best of --repeat runs
             fn(spark, 20_000, 2, keys=min(args.keys, 20_000))

@@ -434,11 +434,12 @@ def run_stage_partition(
             timings=SubtaskTimings(
                 t_restore, t_process, time.perf_counter() - t0 - t_restore - t_process
             ),
-            keyed_states={uid: b.registered_states() for uid, b in inst.backends.items()},
+            keyed_states=(states := {u: b.registered_states() for u, b in inst.backends.items()}),
             migrated=drain_migrated(inst.backends, inst.op_stores),
             user_metrics=report_user_metrics(inst.contexts),
+            # a query host only for a subtask with a queryable state (name set)
             query_host=QUERY_HOST[0](spec.job_id, executor)
-            if QUERY_HOST and spec.serve_queries and inst.backends
+            if QUERY_HOST and spec.serve_queries and any(s[2] for v in states.values() for s in v)
             else None,
         )
     except BaseException:
