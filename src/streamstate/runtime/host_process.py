@@ -35,6 +35,7 @@ from multiprocessing.connection import Connection, Listener
 from multiprocessing.reduction import recv_handle
 from typing import Any
 
+from streamstate.runtime.gc_pause import gc_paused
 from streamstate.runtime.subtask_host import authkey
 
 __all__ = ["PREWARM", "ZYGOTE_IDLE_S"]
@@ -134,11 +135,12 @@ class _Host:
                     conn.send(("spec?",))
                     blob = conn.recv_bytes()
                 try:
-                    out = list(
-                        task.run_stage_partition(
-                            (job_id, stage, blob), meta, es, index, items, executor
+                    with gc_paused():
+                        out = list(
+                            task.run_stage_partition(
+                                (job_id, stage, blob), meta, es, index, items, executor
+                            )
                         )
-                    )
                     reply: tuple[Any, ...] = ("ok", out)
                 except BaseException as e:  # noqa: BLE001 - every failure goes back to the worker
                     reply = ("err", _picklable(e), traceback.format_exc())

@@ -26,6 +26,7 @@ from typing import Any
 from streamstate.common.configuration import parse_duration_ms
 from streamstate.errors import TaskFailure, WorkerEnvironmentError
 from streamstate.runtime.executor import EpochRunner
+from streamstate.runtime.gc_pause import gc_paused
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import EpochSpec, SubtaskAck
 from streamstate.runtime.queryable.query_host import stop_query_host
@@ -59,7 +60,8 @@ def _source_partition(
     executor = executor_location()
     if hosted is not None:
         return iter(run_hosted(blob, meta, spec, index, (), hosted, executor))
-    return run_stage_partition(blob, meta, spec, index, (), executor)
+    with gc_paused():  # the whole epoch here, not as PySpark pulls it (runtime/gc_pause.py)
+        return iter(list(run_stage_partition(blob, meta, spec, index, (), executor)))
 
 
 def _stage_partition(
@@ -76,7 +78,8 @@ def _stage_partition(
     executor = executor_location()
     if hosted is not None:
         return iter(run_hosted(blob, meta, spec, index, it, hosted, executor))
-    return run_stage_partition(blob, meta, spec, index, it, executor)
+    with gc_paused():
+        return iter(list(run_stage_partition(blob, meta, spec, index, it, executor)))
 
 
 def _stop_hosts(job_id: str, _index: int, _it: Any) -> Any:
