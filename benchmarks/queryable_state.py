@@ -18,7 +18,14 @@ value:
    metrics ``queryable_server_cpu_us`` / ``queryable_refresh_cpu_us``) and the query host
    process (``/proc``), summed over the phases with lookups; ``query_host_copies`` is the
    part of the query host's that kept its copies current (its ``stats``: thread CPU of
-   bringing copies forward, by its refresher or by lookups).
+   bringing copies forward, by its refresher or by lookups), ``query_host_direct`` the part
+   its client connections took (receiving, answering and sending direct lookups; copies a
+   lookup brought forward count in both).
+
+3. **The floor.** A bare TCP echo between two fresh processes at ``--rate`` requests/s
+   (the paced client's pacing, a lookup-sized request), while the job runs: the CPU any
+   request-answer hop costs in wake-ups and system calls, to set the client's and the
+   query host's figures against (``echo_floor_cpu_s_per_1000_requests``).
 
 With ``--serve-on-executors true`` (the default) lookups are answered by the query host on
 the executor machine, with ``false`` by the driver's own copies. With ``--direct true``
@@ -38,6 +45,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import socket
 import statistics
 import threading
 import time
@@ -140,6 +148,60 @@ def _paced(
     out.put((lat, cpu))
 
 
+def _echo_server(port_out: Any, cpu_out: Any) -> None:
+    """The floor's server: one thread echoing frames (what a query host does per request,
+    without the lookup); its thread CPU per request."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    port_out.put(sock.getsockname()[1])
+    conn, _ = sock.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    t0, n = time.thread_time(), 0
+    while True:
+        data = conn.recv(65536)
+        if not data:
+            break
+        conn.sendall(data)
+        n += 1
+    cpu_out.put((time.thread_time() - t0) / max(1, n))
+
+
+def _echo_client(port: int, rate: int, seconds: float, cpu_out: Any) -> None:
+    """The floor's client: requests of a lookup's size paced as the paced client's."""
+    conn = socket.create_connection(("127.0.0.1", port))
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    msg = b"Q" + bytes(20)
+    start, n, cpu0 = time.perf_counter(), 0, time.process_time()
+    while time.perf_counter() - start < seconds:
+        due = start + n / rate
+        now = time.perf_counter()
+        if due > now:
+            time.sleep(due - now)
+        conn.sendall(msg)
+        conn.recv(65536)
+        n += 1
+    cpu_out.put((time.process_time() - cpu0) / max(1, n))
+    conn.close()
+
+
+def echo_floor(rate: int, seconds: float) -> dict[str, float]:
+    """CPU s per 1,000 requests of a bare TCP echo between two processes at ``rate``/s:
+    the wake-ups and system calls any request-answer hop costs (the floor a lookup's
+    client and query host cannot go below), measured while the job runs."""
+    ctx = mp.get_context("spawn")
+    port, cpu_s, cpu_c = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    server = ctx.Process(target=_echo_server, args=(port, cpu_s))
+    server.start()
+    client = ctx.Process(target=_echo_client, args=(port.get(timeout=60), rate, seconds, cpu_c))
+    client.start()
+    out = {"client": cpu_c.get(timeout=seconds + 60) * 1000.0}
+    client.join(30)
+    out["server"] = cpu_s.get(timeout=60) * 1000.0
+    server.join(30)
+    return out
+
+
 def clients(
     job_id: str, keys: int, procs: int, seconds: float, rate: int | None, direct: bool = True
 ) -> list[float]:
@@ -175,7 +237,14 @@ class CpuProbe:
     def __init__(self, job_id: str, stats: dict[str, int]) -> None:
         self.stats, self.host, self.job_id = stats, query_host_pid(job_id), job_id
         self.acc = dict.fromkeys(
-            ("driver_server", "driver_refresh", "driver_pin", "query_host", "query_host_copies"),
+            (
+                "driver_server",
+                "driver_refresh",
+                "driver_pin",
+                "query_host",
+                "query_host_copies",
+                "query_host_direct",
+            ),
             0.0,
         )
         self._at: dict[str, float] = {}
@@ -189,6 +258,8 @@ class CpuProbe:
             "query_host": _proc_cpu(self.host),
             # of which bringing its copies forward (refresher and lookups; ServingCache)
             "query_host_copies": (host or {}).get("maintain_cpu_s", 0.0),
+            # of which the threads answering clients' direct lookups (receive, read, send)
+            "query_host_direct": (host or {}).get("direct_cpu_s", 0.0),
         }
 
     def start(self) -> None:
@@ -287,10 +358,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         per = 1000.0 / max(1, len(lat_on))
         split = {"client": client_cpu * per}
         split.update({k: v * per for k, v in cpu_on.acc.items()})
-        split["total"] = sum(v for k, v in split.items() if k != "query_host_copies")
+        split["total"] = sum(v for k, v in split.items() if not k.startswith("query_host_"))
         # CPU the same components used while no lookups came (should be ~0)
         fig["cpu_s_per_1000_lookups"] = split
         fig["cpu_s_in_phases_without_lookups"] = dict(cpu_off.acc)
+        floor = echo_floor(args.rate, args.phase_seconds * 2)
+        fig["echo_floor_cpu_s_per_1000_requests"] = floor
+        print(f"bare TCP echo at the same rate, CPU s per 1000 requests: {floor}", flush=True)
         print("CPU s per 1000 lookups:", {k: round(v, 3) for k, v in split.items()}, flush=True)
         fig["throughput"] = {
             "without_rec_per_s": statistics.mean(off),

@@ -104,7 +104,7 @@ def check_errors(c, job_id):
     bad.close()
 
 
-def _env(spark, tmp_path, backend="hashmap", parallelism=2, restarts=0):
+def _env(spark, tmp_path, backend="hashmap", parallelism=2, restarts=0, hosts="true"):
     env = make_env(
         parallelism,
         spark=spark,
@@ -112,7 +112,7 @@ def _env(spark, tmp_path, backend="hashmap", parallelism=2, restarts=0):
         restarts=restarts,
         state_backend_type=backend,
         conf={
-            "execution.runner.spark.subtask-hosts": "true",
+            "execution.runner.spark.subtask-hosts": hosts,
             "queryable-state.serve-on-executors": "true",
         },
     )
@@ -191,4 +191,18 @@ def test_one_client_across_a_restart_and_a_rescale(spark, tmp_path):
     m = min(e for _, e, _, _, _ in probe2.answers)
     _check(probe2, more, first=m - 1, offset=24)
     assert probe2.direct[-1] == 3
+    probe.client.close()
+
+
+def test_without_query_hosts_a_direct_client_asks_the_driver(spark, tmp_path):
+    """Subtask hosts off (no query host): the route names none, every request goes through
+    the driver, with the same answers."""
+    env = _env(spark, tmp_path, hosts="false")
+    probe = Probe(tmp_path / "chk")
+    _job(env, RECORDS, probe)
+    acc = env.execute("direct-no-hosts").get_all_accumulator_results()
+    _check(probe, RECORDS)
+    assert probe.direct == [0] * len(probe.answers)
+    assert probe.client._routes.driver_requests >= 3 * len(probe.answers)
+    assert acc.get("queryable_lookups_driver", 0) > 0
     probe.client.close()

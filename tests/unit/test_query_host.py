@@ -182,3 +182,26 @@ def test_a_batch_over_two_query_hosts_is_accepted_only_from_one_cut(tmp_path):
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_clients_are_bounded_and_leave_room_for_the_driver(host):
+    """MAX_CLIENT_CONNECTIONS clients at once; one more gets ServerBusyError, while the
+    driver (whose pins must get through) still connects."""
+    from streamstate.errors import ServerBusyError
+    from streamstate.runtime.queryable import direct
+    from streamstate.runtime.queryable.query_host import MAX_CLIENT_CONNECTIONS
+
+    path, _ = host
+    _, address, secret = _read_info(path)
+    derived = direct.client_secret(secret, "j")
+    held = [_client(address, derived)[0] for _ in range(MAX_CLIENT_CONNECTIONS)]
+    try:
+        with pytest.raises(ServerBusyError):
+            _client(address, derived)
+        with connect(address, secret, timeout=5) as conn:
+            conn.send_bytes(pickle.dumps(("stats",)))
+            assert conn.poll(30)
+            assert pickle.loads(conn.recv_bytes())[0] == "ok"
+    finally:
+        for s in held:
+            s.close()
