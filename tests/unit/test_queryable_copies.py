@@ -5,14 +5,19 @@ the subtask committed, and the bridge's file is deleted with the base it leads t
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
-from streamstate.runtime.protocol import EpochSpec, SubtaskAck, VersionKind
-from streamstate.runtime.queryable.serving import QueryableOperator, ServingCache
+from streamstate.runtime.protocol import EpochSpec, Lineage, SubtaskAck, VersionKind
+from streamstate.runtime.queryable.serving import (
+    QueryableOperator,
+    ServingCache,
+    ServingSnapshot,
+)
 from streamstate.runtime.state.format.keyed import delta_states_meta, split_delta
 from streamstate.runtime.versions import StateVersions, commit_keyed_state
 from tests.support import backends as H
@@ -157,3 +162,57 @@ def test_delta_blocks_apply_as_the_whole_delta(heap: Made) -> None:
         for kg in sorted(by_kg):
             resolved = blocks.apply_delta_blocks(meta, by_kg[kg], resolved)
     assert H.dump(blocks) == H.dump(whole) == H.dump(src)
+
+
+def test_rocksdb_copies_open_one_database_and_idle_ones_wait(rocks: Made, storage: Any) -> None:
+    """Every RocksDB epoch version is a new base: a copy is reopened at each refresh only
+    while lookups read it; one nobody read since the last refresh is left to its next
+    lookup, which answers the newest version. A copy opens only the restored database."""
+    b = rocks.backend()
+    state = b.get_partitioned_state(queryable())
+    versions = StateVersions()
+    versions.reset([("op", 0)], (0, 0))
+    o = QueryableOperator("op", "op", 1, MAX_P, KEY_SER, "rocksdb", {"local_dir": rocks.local_dir})
+    cache = ServingCache(8)
+    k = KEYS[7]
+    got = []
+    for epoch in range(1, 6):
+        H.at(b, k)
+        state.update(epoch)
+        v = commit_keyed_state(storage, {"op": b}, 0, EpochSpec(epoch, 0, None, False, ()), "j")
+        storage.discard_epoch_state(
+            versions.fold(SubtaskAck(stage=0, subtask=0, token=(0, epoch), versions=v[0]))
+        )
+        lin = versions.keyed[("op", 0)]
+        snap = ServingSnapshot("epoch", epoch, 0, None, {("op", 0): lin}, {"op": o})
+        cache.used = True
+        cache.refresh(snap)
+        if epoch in (1, 2, 5):  # read in epochs 1, 2 and 5 only
+            got.append(cache.read_lineage(lin, o, STATE, k, H.kg_of(k)))
+    assert got == [1, 2, 5]
+    # epoch 1: built by the lookup; 2: refreshed (read in 1); 3: refreshed (read in 2);
+    # 4: skipped (nobody read 3); 5: skipped, then built by its lookup
+    assert cache.builds == 4 and cache.skipped == 2
+    cache.clear()
+
+
+def test_a_deferred_rocksdb_backend_writes_nothing_before_it_is_used(rocks: Made) -> None:
+    r = rocks(
+        "op",
+        H.compute_key_group_range_for_operator_index(MAX_P, 1, 0),
+        MAX_P,
+        KEY_SER,
+        defer_open=True,
+    )
+    assert os.listdir(r.path) == []  # no empty database made only to be replaced
+    H.at(r, "a")
+    r.get_partitioned_state(queryable()).update(1)  # the first state opens it
+    assert os.listdir(r.path) and H.dump(r, (queryable(),))["v"] == {"a": 1}
+
+
+def test_a_deferred_rocksdb_copy_of_an_empty_lineage_opens_when_read(rocks: Made) -> None:
+    o = QueryableOperator("op", "op", 1, MAX_P, KEY_SER, "rocksdb", {"local_dir": rocks.local_dir})
+    cache = ServingCache(8)
+    lin = Lineage((0, 1))
+    assert cache.read_lineage(lin, o, STATE, "a", H.kg_of("a")) is None
+    cache.clear()

@@ -441,15 +441,16 @@ class QueryHost:
 
     def stats(self) -> dict[str, float]:
         """What keeping the copies current cost so far (benchmarks read it): thread CPU
-        seconds bringing copies forward, copies built and bridged, copies held; and the
-        thread CPU seconds of direct lookups (receiving, answering, sending: copies brought
-        forward by a lookup count in both)."""
+        seconds bringing copies forward, copies built, bridged and left to lookups by the
+        refresher (``skipped``), copies held; and the thread CPU seconds of direct lookups
+        (receiving, answering, sending: copies brought forward by a lookup count in both)."""
         with self.lock:
             caches = list(self.caches.values())
         return {
             "maintain_cpu_s": sum(c.maintain_cpu_s for c in caches),
             "builds": sum(c.builds for c in caches),
             "bridged": sum(c.bridged for c in caches),
+            "skipped": sum(c.skipped for c in caches),
             "copies": sum(len(c) for c in caches),
             "direct_cpu_s": self.direct_cpu_s,
         }

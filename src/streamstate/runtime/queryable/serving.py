@@ -79,6 +79,10 @@ DELTA_CACHE = 256
 #: base snapshot files kept in memory while the newest snapshot's lineages name them
 BASE_CACHE = 64
 
+#: backend options of serving copies, by backend name: a RocksDB copy opens only the
+#: version it restores (no empty database first)
+COPY_OPTIONS: dict[str, dict[str, Any]] = {"rocksdb": {"defer_open": True}}
+
 
 class _Verified(StreamStateHandle):
     """Bytes of a state file already read and verified (see ``ServingCache._cached_bases``)."""
@@ -224,6 +228,8 @@ class _Entry:
         #: (a delta prefix, the backend's resolution of its states): deltas with the same
         #: prefix (meta) reuse it until a state is registered or the copy rebuilt
         self.resolved: tuple[bytes, Any] | None = None
+        #: a lookup read the copy since the last refresh
+        self.wanted = True
 
     def close(self, now: bool = False) -> None:
         """Drop the copy (disposed in the background unless ``now``)."""
@@ -274,7 +280,7 @@ class _Entry:
             key_group_range=self.range,
             max_parallelism=op.max_parallelism,
             key_serializer=op.key_serializer,
-            **dict(op.backend_options),
+            **{**op.backend_options, **COPY_OPTIONS.get(op.backend_name, {})},
         )
         try:
             if lin.base:
@@ -376,6 +382,8 @@ class ServingCache:
         self.bridged = 0
         #: thread CPU seconds spent bringing copies forward (refresher and lookups)
         self.maintain_cpu_s = 0.0
+        #: rebuilds the refresher left to lookups (copies not read since the refresh before)
+        self.skipped = 0
         #: a lookup came since the last refresh
         self.used = False
         #: base snapshot files read (and verified) once, by handle
@@ -474,6 +482,7 @@ class ServingCache:
         self.used = True
         with entry.lock:
             self._advance(entry, lin)
+            entry.wanted = True
             return entry.read(state, key, key_group)
 
     def _advance(self, entry: _Entry, lin: Lineage) -> None:
@@ -493,7 +502,10 @@ class ServingCache:
         """Bring every copy held to ``snap`` (after a publish, off the lookups' path, so that
         most lookups find their copy there already); returns how many moved. Only while
         lookups come: without a lookup since the last refresh, copies wait for the next
-        lookup to bring them up (an unqueried job pays nothing)."""
+        lookup to bring them up (an unqueried job pays nothing). A copy that would be
+        rebuilt (not moved by deltas or a bridge) is rebuilt here only if a lookup read it
+        since the last refresh: an idle RocksDB subtask's database is not reopened every
+        epoch."""
         if not self.used:
             return 0
         self.used = False
@@ -514,6 +526,12 @@ class ServingCache:
             with entry.lock:
                 if entry.backend is None:
                     continue  # evicted meanwhile
+                wanted, entry.wanted = entry.wanted, False
+                if not wanted and entry._forward(lin)[0] is None:
+                    # a rebuild (e.g. every RocksDB version) of a copy no lookup read since
+                    # the last refresh: left to its next lookup, if one comes
+                    self.skipped += 1
+                    continue
                 try:
                     self._advance(entry, lin)
                     moved += 1

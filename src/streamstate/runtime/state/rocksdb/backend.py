@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from rocksdict import WriteOptions
+from rocksdict import Rdict, WriteOptions
 
 from streamstate.api.state import State, StateDescriptor
 from streamstate.errors import (
@@ -54,9 +54,11 @@ from streamstate.runtime.state.registry import register_keyed_backend
 from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX, StateColumn
 from streamstate.runtime.state.rocksdb.database import (
     RocksDBStorageError,
+    close_database,
     default_local_dir,
     make_database_dir,
     open_database,
+    opened,
 )
 from streamstate.runtime.state.rocksdb.encoding import MAX_VALUE_BYTES
 from streamstate.runtime.state.rocksdb.incremental import (
@@ -101,6 +103,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         write_buffer_size: int | None = None,
         block_cache_size: int | None = None,
         raw_options: dict[str, str] | None = None,
+        defer_open: bool = False,
     ) -> None:
         super().__init__(operator_name, key_group_range, max_parallelism, key_serializer)
         self._start = key_group_range.start
@@ -121,7 +124,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._wopts = WriteOptions()
         self._wopts.disable_wal = True  # type: ignore[method-assign,assignment]  # rocksdict's stub types it as a method
         self.path = make_database_dir(self.local_dir, operator_name)
-        self._db = open_database(self, self.path, {})
+        self._db: Rdict | None = None if defer_open else open_database(self, self.path, {})
         #: column families present in the opened database (non-empty after adopt)
         self._cf_names: set[str] = set()
         #: unique per database instance: names its uploads and local copies
@@ -197,9 +200,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._check_alive()
         try:
             if cf_name in self._cf_names:  # opened from a checkpoint
-                cf = self._db.get_column_family(cf_name)
+                cf = opened(self).get_column_family(cf_name)
             else:
-                cf = self._db.create_column_family(cf_name, self._opts)
+                cf = opened(self).create_column_family(cf_name, self._opts)
                 self._cf_names.add(cf_name)
             cf.set_write_options(self._wopts)
             if self._raw_options:
@@ -369,7 +372,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._columns.clear()
         self._key, self._kgi, self._kb = None, self._n, None
         try:
-            self._db.close()
+            close_database(self)
         finally:
             shutil.rmtree(self.path, ignore_errors=True)
 

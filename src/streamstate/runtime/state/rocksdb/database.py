@@ -14,7 +14,14 @@ from streamstate.errors import ConfigurationError, StateAccessError
 if TYPE_CHECKING:
     from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend
 
-__all__ = ["RocksDBStorageError", "default_local_dir", "make_database_dir", "open_database"]
+__all__ = [
+    "RocksDBStorageError",
+    "close_database",
+    "default_local_dir",
+    "make_database_dir",
+    "open_database",
+    "opened",
+]
 
 
 class RocksDBStorageError(StateAccessError, OSError):
@@ -48,6 +55,23 @@ def open_database(
                 f"string values, e.g. {{'level0_file_num_compaction_trigger': '8'}}"
             ) from e
     return db
+
+
+def opened(backend: RocksDBKeyedStateBackend) -> Rdict:
+    """``backend``'s open database: a backend made with ``defer_open`` (queryable state's
+    serving copies, which restore one version and so never need the empty database a
+    backend starts with: an open costs milliseconds of CPU and disk writes) opens an empty
+    one here when nothing was restored into it."""
+    if backend._db is None:
+        backend._check_alive()
+        backend._db = open_database(backend, backend.path, {})
+    return backend._db
+
+
+def close_database(backend: RocksDBKeyedStateBackend) -> None:
+    """Close ``backend``'s database if it was opened (see :func:`opened`)."""
+    if backend._db is not None:
+        backend._db.close()
 
 
 def make_database_dir(local_dir: str | None, operator_name: str) -> str:

@@ -42,7 +42,7 @@ from streamstate.runtime.checkpoint.incremental import (
     shared_file_name,
 )
 from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX
-from streamstate.runtime.state.rocksdb.database import open_database
+from streamstate.runtime.state.rocksdb.database import open_database, opened
 
 if TYPE_CHECKING:
     from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend
@@ -148,7 +148,7 @@ def snapshot_incremental(
         os.makedirs(root, exist_ok=True)
         if os.path.exists(target):  # a retried epoch: take the checkpoint again
             shutil.rmtree(target)
-        Checkpoint(backend._db).create_checkpoint(target)
+        Checkpoint(opened(backend)).create_checkpoint(target)
     except Exception as e:
         shutil.rmtree(target, ignore_errors=True)
         raise backend._io_error("write a local checkpoint", e, target) from e
@@ -398,7 +398,8 @@ def adopt(
     names = [sm["name"] for sm in states]
     present = set(Rdict.list_cf(path))
     names += [n + NS_CF_SUFFIX for n in names if n + NS_CF_SUFFIX in present]
-    backend._db.close()
+    if backend._db is not None:
+        backend._db.close()
     shutil.rmtree(backend.path, ignore_errors=True)
     os.rename(path, backend.path)
     backend._db = open_database(backend, backend.path, {n: backend._opts for n in names})
