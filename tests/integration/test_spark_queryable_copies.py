@@ -10,6 +10,7 @@ import pytest
 
 from streamstate.common import Types
 from streamstate.datastream.connectors.collect import CollectSink
+from streamstate.errors import StateNotAvailableYetError
 from streamstate.queryablestate import QueryableStateClient
 from streamstate.runtime.job_status import JobObserver
 from streamstate.runtime.queryable.query_host import query_host_stats
@@ -31,6 +32,15 @@ class Probe(JobObserver):
         self.copies = []
 
     def on_epoch(self, job_id, stats):
+        if stats.checkpoint_id is None:
+            # the first periodic checkpoint is due an interval after the job starts: an
+            # epoch planned within that millisecond has none (nothing to compare with)
+            with (
+                pytest.raises(StateNotAvailableYetError),
+                QueryableStateClient.for_job(job_id) as c,
+            ):
+                c.get_kv_states(job_id, "counts", KEYS, Types.STRING(), COUNT, "checkpoint")
+            return
         with QueryableStateClient.for_job(job_id) as c:
             by_epoch = c.get_kv_states(job_id, "counts", KEYS, Types.STRING(), COUNT, "epoch")
             by_chk = c.get_kv_states(job_id, "counts", KEYS, Types.STRING(), COUNT, "checkpoint")
@@ -63,7 +73,7 @@ def test_copies_cross_every_new_base_by_its_bridge(spark, tmp_path, hosts):
         QueryableCount()
     ).uid("q").sink_to(CollectSink())
     env.execute("queryable-copies")
-    assert len(probe.answers) >= len(RECORDS) // 6
+    assert len(probe.answers) >= len(RECORDS) // 6 - 1  # every epoch but maybe the first
     for epoch, chk_epoch, by_epoch, offline in probe.answers:
         assert epoch == chk_epoch
         assert {k: v for k, v in by_epoch.items() if v} == offline == counts(RECORDS[: 6 * epoch])
