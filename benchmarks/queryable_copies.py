@@ -17,7 +17,9 @@ and each variant of serving copies is brought to the new lineages and answers
 
 Reported per epoch (process CPU, so the disposal thread's work counts): the job's own
 writing of the versions (``commit_keyed_state``, the baseline) and each variant's refresh
-and lookups, with their ratio to the baseline, measured in the same run.
+and lookups, with their ratio to the baseline, measured in the same run; and what the
+bridges cost the job: the delta written at each full version (``bridge_write_ms``, part
+of ``full_version_commit_ms``) and its share of all the epochs' version writes.
 
 Run: ``python -m benchmarks.queryable_copies [--keys 1000000] [--epochs 45] [--json FILE]``.
 """
@@ -36,6 +38,7 @@ from typing import Any
 
 from streamstate.common import Types
 from streamstate.datastream.state import ValueStateDescriptor
+from streamstate.runtime import versions as versions_module
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
 from streamstate.runtime.keygroups import (
     compute_key_group_for_serialized_key,
@@ -93,6 +96,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cpu[f"{v}_refresh"], cpu[f"{v}_lookups"] = [], []
     full_epochs: list[int] = []
     pos = 0
+    # what the job pays for the bridges: the delta written at a full version (timed apart)
+    bridge_cpu: list[float] = []
+    full_commit: list[float] = []
+    write_bridge = versions_module._bridge_delta
+
+    def timed_bridge(*a: Any) -> Any:
+        t = time.process_time()
+        try:
+            return write_bridge(*a)
+        finally:
+            bridge_cpu.append(time.process_time() - t)
+
+    versions_module._bridge_delta = timed_bridge  # type: ignore[assignment]  # timing only
 
     def write(keys: range) -> None:
         for k in keys:
@@ -140,8 +156,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     cpu[f"{variant}_lookups"].append(t4 - t3)
             if epoch > 1:
                 cpu["commit"].append(t1 - t0)
+                if full:
+                    full_commit.append(t1 - t0)
             storage.discard_epoch_state(superseded)
     finally:
+        versions_module._bridge_delta = write_bridge  # type: ignore[assignment]  # timing only
         for c in caches.values():
             c.clear()
         for b in backends:
@@ -164,6 +183,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "builds": {v: c.builds for v, c in caches.items()},
         "bridged": {v: c.bridged for v, c in caches.items()},
     }
+    if full_commit:  # the job's full-version epochs: all of the commit, and the bridge's part
+        n = len(bridge_cpu) // len(full_epochs) or 1
+        measured = bridge_cpu[n:]  # epoch 1 apart, as above
+        fig["full_version_commit_ms"] = statistics.mean(full_commit) * 1000
+        fig["bridge_write_ms"] = sum(measured) / max(1, len(full_commit)) * 1000
+        fig["bridge_share_of_all_commits"] = sum(measured) / sum(cpu["commit"])
     return fig
 
 
