@@ -114,27 +114,43 @@ def test_no_bridge_without_a_queryable_state(heap: Made, storage: Any) -> None:
     assert cache.bridged == 0 and cache.builds == 3 * groups
 
 
-def test_a_copy_behind_the_bridge_is_rebuilt(heap: Made, storage: Any) -> None:
-    """A copy that missed the version before a full version cannot use its bridge."""
+def test_a_copy_behind_catches_up_across_one_new_base_not_two(heap: Made, storage: Any) -> None:
+    """A copy anywhere in the interval before a full version catches up by the rest of
+    that interval's deltas (kept until the next new base) and the bridge; a copy of the
+    base before that is rebuilt. Superseded files are deleted as the driver does."""
     b = heap.backend()
     state = b.get_partitioned_state(queryable())
     versions = StateVersions()
     versions.reset([("op", 0)], (0, 0))
-    cache, o = ServingCache(512), op()
-    lins = []
-    for epoch in range(1, 4):
-        for k in KEYS[epoch * 10 : epoch * 10 + 50]:
-            H.at(b, k)
+    cache, other, o = ServingCache(512), ServingCache(512), op()
+    k, kg = KEYS[35], H.kg_of(KEYS[35])
+    for epoch in range(1, 8):
+        for key in KEYS[epoch * 10 : epoch * 10 + 50]:
+            H.at(b, key)
             state.update(epoch)
-        es = EpochSpec(epoch, 0, None, epoch == 3, ())
+        es = EpochSpec(epoch, 0, None, epoch in (3, 6), ())
         v = commit_keyed_state(storage, {"op": b}, 0, es, "job1")[0]["op"]
-        versions.fold(SubtaskAck(stage=0, subtask=0, token=(0, epoch), versions={"op": v}))
-        lins.append(versions.keyed[("op", 0)])
-    k = KEYS[35]
-    assert cache.read_lineage(lins[0], o, STATE, k, H.kg_of(k)) == 1  # at epoch 1
-    assert cache.read_lineage(lins[2], o, STATE, k, H.kg_of(k)) == 3  # skipped epoch 2
-    assert cache.builds == 2 and cache.bridged == 0
-    assert cache.read_lineage(lins[2], o, STATE, KEYS[0], H.kg_of(KEYS[0])) is None
+        ack = SubtaskAck(stage=0, subtask=0, token=(0, epoch), versions={"op": v})
+        storage.discard_epoch_state(versions.fold(ack))
+        lin = versions.keyed[("op", 0)]
+        if epoch == 2:  # a copy at epoch 2, before the epoch-3 base
+            assert other.read_lineage(lin, o, STATE, k, kg) == 2
+        if epoch == 4:  # a copy at epoch 4 (base: epoch 3)
+            assert cache.read_lineage(lin, o, STATE, k, kg) == 3
+    # epochs 5 and 6 (the new base by its bridge), then 7
+    assert cache.read_lineage(lin, o, STATE, k, kg) == 3
+    assert cache.builds == 1 and cache.bridged == 1
+    # two new bases later: its deltas are gone, rebuilt
+    assert other.read_lineage(lin, o, STATE, k, kg) == 3
+    assert other.builds == 2 and other.bridged == 0
+    # what was superseded is gone: only the current base, its bridge and the deltas since
+    assert epoch_files(storage) == {
+        "a0-e4-delta",
+        "a0-e5-delta",
+        "a0-e6-delta",
+        "a0-e6-full",
+        "a0-e7-delta",
+    }
 
 
 def test_delta_blocks_apply_as_the_whole_delta(heap: Made) -> None:

@@ -102,16 +102,18 @@ class Lineage:
     ``base`` are keyed snapshots (several after a rescale: each backend keeps only
     its key groups); ``deltas`` are applied on top, in order.
 
-    ``bridge``: ``(token, delta)`` when the base was written with the changes since the
-    previous version (queryable state, see ``StateVersion.bridge``): the base is the state
-    at ``token`` (the subtask's version before it) with ``delta`` applied, so a serving copy
-    at ``token`` moves onto the new base without rebuilding. Workers ignore it.
+    ``bridge``: ``(previous base, previous deltas, delta)`` when the base was written with
+    the changes since the previous version (queryable state, see ``StateVersion.bridge``):
+    the base is the previous base with the previous deltas and ``delta`` applied, so a
+    serving copy of the previous base moves onto the new one without rebuilding (the
+    previous deltas' files are kept until the next new base; the previous base's are not,
+    it is only compared). Workers ignore it.
     """
 
     token: Token
     base: tuple[Any, ...] = ()
     deltas: tuple[Any, ...] = ()
-    bridge: tuple[Token, Any] | None = None
+    bridge: tuple[tuple[Any, ...], tuple[Any, ...], Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

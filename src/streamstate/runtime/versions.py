@@ -15,8 +15,10 @@ Keyed state, per operator and subtask:
   written to the epoch-state directory as the base;
 * full-version epoch: ``snapshot()`` written to ``epochs/<uid>/<i>/a<a>-e<n>-full`` (FULL);
   with a queryable state, here and in a barrier epoch, also the epoch's delta
-  (``...-delta``, :attr:`StateVersion.bridge`): a serving copy at the previous version
-  applies it and is then at the new base (``Lineage.bridge``), instead of rebuilding;
+  (``...-delta``, :attr:`StateVersion.bridge`): the lineage keeps it with the previous
+  base and deltas (``Lineage.bridge``, their files kept until the next new base), so a
+  serving copy anywhere in the previous interval applies the rest of those deltas and the
+  bridge and is then at the new base, instead of rebuilding;
 * a backend with its own versioned files (RocksDB, ``snapshot_epoch_version``): every
   other epoch is a FULL version made of RocksDB's files in ``epochs/<uid>/<i>/``, written
   like an incremental checkpoint: only the SST files new since the previous version (hard
@@ -347,10 +349,15 @@ class StateVersions:
                     for s in b.stream_handles()
                     if not (isinstance(s, FileStateHandle) and s.path in kept)
                 )
-                superseded.extend(lin.deltas)
-                if lin.bridge is not None:
-                    superseded.append(lin.bridge[1])
-                bridge = (lin.token, v.bridge) if v.bridge is not None else None
+                if lin.bridge is not None:  # the interval before the previous one
+                    superseded.extend((*lin.bridge[1], lin.bridge[2]))
+                if v.bridge is None:
+                    superseded.extend(lin.deltas)
+                    self.keyed[(uid, i)] = Lineage(token, (v.handle,), ())
+                    continue
+                # the previous interval's deltas stay until the next new base: a serving copy
+                # anywhere in it catches up by the rest of them and the bridge
+                bridge = (lin.base, lin.deltas, v.bridge)
                 self.keyed[(uid, i)] = Lineage(token, (v.handle,), (), bridge)
             elif v.kind is VersionKind.DELTA:
                 self.keyed[(uid, i)] = Lineage(token, lin.base, (*lin.deltas, v.handle), lin.bridge)
@@ -373,7 +380,8 @@ class StateVersions:
                 yield from b.stream_handles()
             yield from lin.deltas
             if lin.bridge is not None:
-                yield lin.bridge[1]
+                yield from lin.bridge[1]
+                yield lin.bridge[2]
         for ol in self.operator.values():
             if ol.handle is not None:
                 yield ol.handle

@@ -10,9 +10,10 @@ are opened by a RocksDB backend on local disk, not loaded into memory).
 A copy follows its subtask forward: when a newer snapshot has the same base and more deltas,
 only the new deltas are applied (the "epoch's delta applied to a serving copy"); a new base
 written with its bridge (``Lineage.bridge``: the changes since the version before it, written
-for queryable state at full-version and checkpoint epochs) is reached by applying the bridge
-to a copy at that version; any other new base (a copy further behind, a RocksDB version, a
-restore) rebuilds it. A copy never goes back: a request
+for queryable state at full-version and checkpoint epochs, kept with the previous base's
+deltas) is reached by a copy of the previous base by applying the rest of those deltas and
+the bridge; any other new base (a copy further behind, a RocksDB version, a restore)
+rebuilds it. A copy never goes back: a request
 pinned to an older snapshot than the copy's raises :class:`StaleSnapshot`, and the caller
 answers the whole request again from the newest snapshot, so one answer never mixes epochs.
 
@@ -193,7 +194,7 @@ def read_one(state: Any, kind: str) -> Any:
 
 
 def _delta_files(lin: Lineage) -> tuple[Any, ...]:
-    return lin.deltas if lin.bridge is None else (lin.bridge[1], *lin.deltas)
+    return lin.deltas if lin.bridge is None else (*lin.bridge[1], lin.bridge[2], *lin.deltas)
 
 
 def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
@@ -298,15 +299,17 @@ class _Entry:
 
     def _forward(self, lin: Lineage) -> tuple[tuple[Any, ...] | None, str]:
         """The deltas that bring the copy to ``lin`` without a rebuild, if any: the new
-        deltas of the same base, or the bridge onto a new base written as the copy's
-        version's successor, then that base's deltas."""
+        deltas of the same base, or, for a copy of the base before (``lin.bridge``), the
+        rest of that base's deltas, the bridge onto the new base, then its deltas."""
         if _same(self.base, lin.base):
             k = len(self.deltas)
             if len(lin.deltas) >= k and _same(self.deltas, lin.deltas[:k]):
                 return lin.deltas[k:], "deltas"
         bridge = lin.bridge
-        if bridge is not None and bridge[0] == self.token and lin.token > self.token:
-            return (bridge[1], *lin.deltas), "bridged"
+        if bridge is not None and lin.token > self.token and _same(self.base, bridge[0]):
+            k = len(self.deltas)
+            if len(bridge[1]) >= k and _same(self.deltas, bridge[1][:k]):
+                return (*bridge[1][k:], bridge[2], *lin.deltas), "bridged"
         return None, "built"
 
     def _apply(self, part: _DeltaPart | bytes | None) -> None:
