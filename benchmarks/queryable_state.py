@@ -22,8 +22,8 @@ value:
    its client connections took (receiving, answering and sending direct lookups; copies a
    lookup brought forward count in both).
 
-3. **The floor.** A bare TCP echo between two fresh processes at ``--rate`` requests/s
-   (the paced client's pacing, a lookup-sized request), while the job runs: the CPU any
+3. **The floor.** A bare TCP echo between two fresh processes at the paced client's
+   requests/s (``--rate / --batch``; a single-key lookup's size), while the job runs: the CPU any
    request-answer hop costs in wake-ups and system calls, to set the client's and the
    query host's figures against (``echo_floor_cpu_s_per_1000_requests``).
 
@@ -35,7 +35,8 @@ pinning each published snapshot on the hosts: ``driver_pin``, the job metric
 server, which forwards them.
 
 Run: ``python -m benchmarks.queryable_state [--keys 1000000] [--seconds 10]
-[--serve-on-executors true|false] [--direct true|false] [--json FILE]``.
+[--serve-on-executors true|false] [--direct true|false] [--batch N] [--json FILE]``
+(``--batch``: the paced client looks its ``--rate`` keys/s up ``N`` keys per request).
 """
 
 from __future__ import annotations
@@ -119,10 +120,19 @@ def _client_loop(args: tuple[str, int, int, float, int | None, bool]) -> list[fl
 
 
 def _paced(
-    job_id: str, keys: int, rate: int, on: Any, stop: Any, ready: Any, out: Any, direct: bool
+    job_id: str,
+    keys: int,
+    rate: int,
+    on: Any,
+    stop: Any,
+    ready: Any,
+    out: Any,
+    direct: bool,
+    batch: int = 1,
 ) -> None:
     """A client process kept for the whole comparison: ``rate`` lookups/s while ``on`` is
-    set (started before the phases, so its start-up is no phase's cost)."""
+    set (started before the phases, so its start-up is no phase's cost); with ``batch`` >
+    1, ``rate / batch`` requests/s of ``batch`` keys each (``get_kv_states``)."""
     client = QueryableStateClient.for_job(job_id, direct=direct)
     desc = ValueStateDescriptor("count", Types.LONG())
     rnd = random.Random(7)
@@ -135,17 +145,21 @@ def _paced(
             continue
         start, n, cpu0 = time.perf_counter(), 0, time.process_time()
         while on.is_set():
-            due = start + n / rate
+            due = start + n * batch / rate
             now = time.perf_counter()
             if due > now:
                 time.sleep(due - now)
             t0 = time.perf_counter()
-            client.get_kv_state(job_id, NAME, rnd.randrange(keys), Types.LONG(), desc)
+            if batch == 1:
+                client.get_kv_state(job_id, NAME, rnd.randrange(keys), Types.LONG(), desc)
+            else:
+                ks = [rnd.randrange(keys) for _ in range(batch)]
+                client.get_kv_states(job_id, NAME, ks, Types.LONG(), desc)
             lat.append((time.perf_counter() - t0) * 1000.0)
             n += 1
         cpu += time.process_time() - cpu0
     client.close()
-    out.put((lat, cpu))
+    out.put((lat, cpu, len(lat) * batch))
 
 
 def _echo_server(port_out: Any, cpu_out: Any) -> None:
@@ -331,7 +345,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         flag, stop, ready, out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue()
         paced = ctx.Process(
             target=_paced,
-            args=(jid, keys, args.rate, flag, stop, ready, out, args.direct == "true"),
+            args=(jid, keys, args.rate, flag, stop, ready, out, args.direct == "true", args.batch),
         )
         paced.start()
         ready.wait(120)  # its start-up (imports, connection) before the first phase
@@ -353,16 +367,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             flag.clear()
             print(f"throughput without {off[-1]:,.0f} rec/s, with {on[-1]:,.0f} rec/s", flush=True)
         stop.set()
-        lat_on, client_cpu = out.get(timeout=60)
+        lat_on, client_cpu, looked_up = out.get(timeout=60)
         paced.join(60)
-        per = 1000.0 / max(1, len(lat_on))
+        per = 1000.0 / max(1, looked_up)
         split = {"client": client_cpu * per}
         split.update({k: v * per for k, v in cpu_on.acc.items()})
         split["total"] = sum(v for k, v in split.items() if not k.startswith("query_host_"))
         # CPU the same components used while no lookups came (should be ~0)
         fig["cpu_s_per_1000_lookups"] = split
         fig["cpu_s_in_phases_without_lookups"] = dict(cpu_off.acc)
-        floor = echo_floor(args.rate, args.phase_seconds * 2)
+        floor = echo_floor(max(1, args.rate // args.batch), args.phase_seconds * 2)
         fig["echo_floor_cpu_s_per_1000_requests"] = floor
         print(f"bare TCP echo at the same rate, CPU s per 1000 requests: {floor}", flush=True)
         print("CPU s per 1000 lookups:", {k: round(v, 3) for k, v in split.items()}, flush=True)
@@ -376,7 +390,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ),
             "rounds_without_a_whole_epoch": sum(1 for x in on + off if not x),
             "lookup_rate": args.rate,
-            "lookups_done_per_s": len(lat_on) / (args.rounds * args.phase_seconds),
+            "lookups_done_per_s": looked_up / (args.rounds * args.phase_seconds),
+            "keys_per_request": args.batch,
             "p99_ms_at_rate": _pct(lat_on, 0.99),
             "rounds": args.rounds,
         }
@@ -420,6 +435,12 @@ def main(argv: list[str] | None = None) -> None:
         choices=["true", "false"],
         help="clients ask the query hosts directly (QueryableStateClient(direct=...)), or the "
         "driver's query server, which forwards",
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="the paced client's keys per request (get_kv_states; --rate stays keys/s)",
     )
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
