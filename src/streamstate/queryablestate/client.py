@@ -100,6 +100,7 @@ class QueryableStateClient:
         self.direct = direct
         self._routes = DirectRoutes(self.timeout)
         self._key_types: dict[Any, tuple[Any, dict[str, Any], str]] = {}
+        self._last_key_type: tuple[Any, tuple[Any, dict[str, Any], str] | None] = (None, None)
         self._token = token
         self._tokens: dict[str, str] = {}
         self._sock: socket.socket | None = None
@@ -273,6 +274,9 @@ class QueryableStateClient:
 
     def _key_type(self, key_type_info: Any) -> tuple[Any, dict[str, Any], str]:
         """The key type's serializer, its snapshot and that as text (made once per type)."""
+        last = self._last_key_type
+        if last[0] is key_type_info and last[1] is not None:
+            return last[1]  # the same type info object as the previous request: no hashing
         try:
             hit = self._key_types.get(key_type_info)
         except TypeError:  # an unhashable type info: made every time
@@ -288,6 +292,7 @@ class QueryableStateClient:
             with contextlib.suppress(TypeError):
                 if len(self._key_types) < 64:
                     self._key_types[key_type_info] = hit
+        self._last_key_type = (key_type_info, hit)
         return hit
 
     def _route(self, header: dict[str, Any]) -> dict[str, Any]:

@@ -224,6 +224,29 @@ class DirectRoutes:
         if c is not None:
             c.close()
 
+    def _ask_one(
+        self, host: tuple[str, str], blobs: Sequence[bytes], context: bytes
+    ) -> tuple[tuple[str, int, int, int | None], list[Any]]:
+        """Every key on one host (the common case, kept lean): one request, one answer."""
+        c = self._conn(host)
+        try:
+            c.sock.sendall(direct.encode_frame(b"" if c.context is context else context, blobs))
+            c.context = context
+            kind, detail = direct.decode_answer(c.reader.frame())
+        except TimeoutError:
+            self._drop(host)
+            raise QueryableStateError(
+                f"the query host at {host[0]} did not answer within {self.timeout} s"
+            ) from None
+        except (OSError, EOFError, QueryableStateError) as e:
+            self._drop(host)
+            raise _Retry(True) from e
+        if kind == b"O":
+            return detail[:4], pickle.loads(detail[4])  # type: ignore[return-value]  # decode_answer's cut
+        if kind == b"E":
+            raise _error(detail)
+        raise _Retry(kind not in (direct.STALE, direct.GONE))
+
     def _ask(
         self,
         by_host: dict[tuple[str, str], list[int]],
@@ -231,6 +254,8 @@ class DirectRoutes:
         context: bytes,
     ) -> tuple[tuple[str, int, int, int | None], list[Any]] | None:
         """Send every host its keys (all requests first, then the answers), merge them."""
+        if len(by_host) == 1:
+            return self._ask_one(next(iter(by_host)), blobs, context)
         sent = []
         for host, idx in by_host.items():
             c = self._conn(host)

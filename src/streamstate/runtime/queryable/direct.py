@@ -60,6 +60,7 @@ __all__ = [
     "answer_request",
     "client_secret",
     "decode_answer",
+    "encode_frame",
     "encode_request",
     "mac",
     "send_frame",
@@ -169,6 +170,20 @@ def encode_request(context: bytes, blobs: Sequence[bytes]) -> bytes:
         parts.append(_U32.pack(len(b)))
         parts.append(b)
     return b"".join(parts)
+
+
+_ONE_HEAD = struct.Struct(">icH")
+_ONE_KEY = struct.Struct(">II")
+
+
+def encode_frame(context: bytes, blobs: Sequence[bytes]) -> bytes:
+    """A whole request frame (length prefix included; a single key packed in one go)."""
+    if len(blobs) == 1:
+        b = blobs[0]
+        head = _ONE_HEAD.pack(11 + len(context) + len(b), b"Q", len(context))
+        return head + context + _ONE_KEY.pack(1, len(b)) + b
+    payload = encode_request(context, blobs)
+    return _LEN.pack(len(payload)) + payload
 
 
 def _decode_request(payload: bytes) -> tuple[bytes, list[bytes]]:
