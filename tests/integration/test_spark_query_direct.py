@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 
 import pytest
 
 from streamstate.common import Types
 from streamstate.common.job_status import JobStatus
 from streamstate.common.restart_strategy import RestartStrategies
+from streamstate.datastream import KeyedProcessFunction
 from streamstate.datastream.connectors.collect import CollectSink
-from streamstate.datastream.state import ListStateDescriptor
+from streamstate.datastream.state import ListStateDescriptor, ValueStateDescriptor
 from streamstate.errors import (
     QueryableStateError,
     StateNotAvailableYetError,
@@ -25,7 +28,9 @@ from streamstate.errors import (
 )
 from streamstate.queryablestate import QueryableStateClient
 from streamstate.runtime.job_status import JobObserver
+from streamstate.runtime.keygroups import assign_key_to_parallel_operator
 from streamstate.runtime.queryable.query_host import _info_path, _read_info
+from streamstate.runtime.state.format.serializers import serializer_for_type_info
 from streamstate.runtime.state_reader import read_keyed_state
 from streamstate.testing import FailOnce
 from tests.support.envs import checkpoint_every_epoch, make_env
@@ -206,3 +211,68 @@ def test_without_query_hosts_a_direct_client_asks_the_driver(spark, tmp_path):
     assert probe.client._routes.driver_requests >= 3 * len(probe.answers)
     assert acc.get("queryable_lookups_driver", 0) > 0
     probe.client.close()
+
+
+class Transfer(KeyedProcessFunction):
+    """Balances: every record adds its amount to its key's balance."""
+
+    def open(self, ctx):
+        d = ValueStateDescriptor("balance", Types.LONG())
+        d.set_queryable("balances")
+        self.balance = ctx.get_state(d)
+
+    def process_element(self, value, ctx):
+        self.balance.update((self.balance.value() or 0) + value[1])
+        yield value
+
+
+def test_direct_batches_never_see_a_torn_transfer(spark, tmp_path):
+    """Every epoch moves amounts between keys "a" and "c" (in different subtasks; pairs
+    never straddle two epochs): a client thread looking both up directly while epochs are
+    published (pins move under it) always sees them sum to 0, and it did answer directly."""
+    pairs = [(("a", -i), ("c", i)) if i % 2 else (("c", -i), ("a", i)) for i in range(1, 61)]
+    records = [r for p in pairs for r in p]
+    env = _env(spark, tmp_path)
+    env.get_checkpoint_config().set_checkpoint_interval(10**9)  # epochs only
+    seen, stop, box = [], threading.Event(), {}
+    started = threading.Event()
+
+    class Start(JobObserver):
+        def on_epoch(self, job_id, stats):
+            box["job"] = job_id
+            started.set()
+            time.sleep(0.05)  # room for lookups between publishes
+
+    env.add_job_observer(Start())
+    env.from_collection(records).key_by(lambda v: v[0], key_type=Types.STRING()).process(
+        Transfer()
+    ).uid("t").sink_to(CollectSink())
+    job = env.execute_async("direct-transfers")
+
+    def query():
+        started.wait(120)
+        q = QueryableStateClient.for_job(box["job"])
+        desc = ValueStateDescriptor("balance", Types.LONG())
+        while not stop.is_set():
+            try:
+                r = q.get_kv_states(box["job"], "balances", ["a", "c"], Types.STRING(), desc)
+            except (StateNotAvailableYetError, QueryableStateError):
+                if stop.is_set() or job.get_job_status().result() != JobStatus.RUNNING:
+                    break
+                continue
+            seen.append((r.epoch, r.values))
+        box["direct"] = q._routes.direct_requests
+        q.close()
+
+    t = threading.Thread(target=query)
+    t.start()
+    job.get_job_execution_result().result()
+    stop.set()
+    t.join(60)
+    assert len({e for e, _ in seen}) > 1  # answers spanned several epochs
+    for epoch, (a, c) in seen:
+        assert (a or 0) + (c or 0) == 0, (epoch, a, c)
+    assert box["direct"] > 0
+    ser = serializer_for_type_info(Types.STRING())
+    owners = {assign_key_to_parallel_operator(ser.serialize(k), 128, 2) for k in "ac"}
+    assert owners == {0, 1}  # the check spans subtasks
