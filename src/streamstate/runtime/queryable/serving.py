@@ -505,10 +505,13 @@ class ServingCache:
         """Bring every copy held to ``snap`` (after a publish, off the lookups' path, so that
         most lookups find their copy there already); returns how many moved. Only while
         lookups come: without a lookup since the last refresh, copies wait for the next
-        lookup to bring them up (an unqueried job pays nothing). A copy that would be
-        rebuilt (not moved by deltas or a bridge) is rebuilt here only if a lookup read it
-        since the last refresh: an idle RocksDB subtask's database is not reopened every
-        epoch."""
+        lookup to bring them up (an unqueried job pays nothing). Only rebuilds are done
+        here (every RocksDB version, a heap copy too far behind for a bridge), and only of
+        copies a lookup read since the last refresh (an idle RocksDB subtask's database is
+        not reopened every epoch): a rebuild would cost a lookup milliseconds. Moves by
+        deltas or a bridge are left to the copy's next lookup, which applies all of them
+        since at once: ~20 % less CPU in sum than applying each epoch's to every copy
+        (``benchmarks/queryable_copies.py``) for ~0.1 ms on the lookups that do it."""
         if not self.used:
             return 0
         self.used = False
@@ -530,9 +533,10 @@ class ServingCache:
                 if entry.backend is None:
                     continue  # evicted meanwhile
                 wanted, entry.wanted = entry.wanted, False
-                if not wanted and entry._forward(lin)[0] is None:
-                    # a rebuild (e.g. every RocksDB version) of a copy no lookup read since
-                    # the last refresh: left to its next lookup, if one comes
+                if not wanted or entry._forward(lin)[0] is not None:
+                    # moved by deltas (or a bridge): left to the copy's next lookup, which
+                    # applies all of them since at once (cheaper in sum, see the docstring);
+                    # a copy no lookup read since the last refresh is not rebuilt either
                     self.skipped += 1
                     continue
                 try:
