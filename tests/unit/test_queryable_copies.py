@@ -232,3 +232,27 @@ def test_a_deferred_rocksdb_copy_of_an_empty_lineage_opens_when_read(rocks: Made
     lin = Lineage((0, 1))
     assert cache.read_lineage(lin, o, STATE, "a", H.kg_of("a")) is None
     cache.clear()
+
+
+def test_the_refresher_leaves_delta_moves_to_the_next_lookup(heap: Made, storage: Any) -> None:
+    """Heap copies are moved by deltas at their next lookup (all the deltas since at once),
+    not by the refresher, which only rebuilds; the answers are those of the lookup's epoch."""
+    b = heap.backend()
+    state = b.get_partitioned_state(queryable())
+    versions = StateVersions()
+    versions.reset([("op", 0)], (0, 0))
+    cache, o = ServingCache(512), op()
+    k, kg = KEYS[3], H.kg_of(KEYS[3])
+    for epoch in range(1, 5):
+        H.at(b, k)
+        state.update(epoch)
+        v = commit_keyed_state(storage, {"op": b}, 0, EpochSpec(epoch, 0, None, False, ()), "j")
+        versions.fold(SubtaskAck(stage=0, subtask=0, token=(0, epoch), versions=v[0]))
+        lin = versions.keyed[("op", 0)]
+        cache.used = True
+        cache.refresh(ServingSnapshot("epoch", epoch, 0, None, {("op", 0): lin}, {"op": o}))
+        if epoch in (1, 4):
+            assert cache.read_lineage(lin, o, STATE, k, kg) == epoch
+    entry = next(iter(cache._entries.values()))
+    assert cache.builds == 1 and cache.skipped == 3  # epochs 2-4: left to the lookup
+    assert len(entry.deltas) == 4 and entry.lineage is lin
