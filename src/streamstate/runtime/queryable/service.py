@@ -42,6 +42,7 @@ from streamstate.runtime.queryable.serving import (
     ServingCache,
     ServingSnapshot,
     StaleSnapshot,
+    with_bridges,
 )
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.serializers.key import deserialize_untrusted
@@ -269,7 +270,7 @@ class QueryableStateService:
             md.checkpoint_id,
             int(md.properties.get("epoch", job_state.epoch)),
             job_state.attempt,
-            checkpoint_lineages(md, self.operators),
+            with_bridges(checkpoint_lineages(md, self.operators), job_state.versions.keyed),
         )
 
     def publish_epoch(

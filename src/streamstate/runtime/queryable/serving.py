@@ -67,6 +67,7 @@ __all__ = [
     "StaleSnapshot",
     "read_descriptor",
     "read_one",
+    "with_bridges",
 ]
 
 
@@ -179,6 +180,21 @@ class ServingSnapshot:
     #: (operator uid, subtask) -> (address, secret) of the query host on the machine
     #: holding that subtask's state (``query_host.py``); others are served by the driver
     hosts: Mapping[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
+
+
+def with_bridges(
+    lineages: Mapping[tuple[str, int], Lineage], current: Mapping[tuple[str, int], Lineage]
+) -> dict[tuple[str, int], Lineage]:
+    """Checkpoint ``lineages`` (from its ``_metadata``) given the bridge of the subtask's
+    ``current`` lineage where that has the same base (the checkpoint was its last new base),
+    so checkpoint copies too move to the next checkpoint by deltas, not rebuilt."""
+    out = {}
+    for k, lin in lineages.items():
+        cur = current.get(k)
+        if cur is not None and cur.bridge is not None and lin.base and _same(cur.base, lin.base):
+            lin = dataclasses.replace(lin, bridge=cur.bridge)
+        out[k] = lin
+    return out
 
 
 def read_one(state: Any, kind: str) -> Any:
