@@ -30,9 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import streamstate.errors as errors_module
 from streamstate.errors import QueryableStateError, UnknownJobError, WrongKeyTypeError
-from streamstate.queryablestate.routing import DirectRoutes
+from streamstate.queryablestate.routing import DirectRoutes, error_from_header
 from streamstate.runtime.queryable import wire
 from streamstate.runtime.serializers.key import default_key_serializer
 from streamstate.runtime.state.format.serializers import serializer_for_type_info
@@ -69,14 +68,6 @@ class KvStateResponse:
     def get(self) -> Any:
         """The value (Flink's ``ValueState.value()`` / ``ListState.get()`` ...)."""
         return self.value
-
-
-def _error(header: dict[str, Any]) -> Exception:
-    cls = getattr(errors_module, str(header.get("error")), None)
-    message = str(header.get("message", "the query failed"))
-    if isinstance(cls, type) and issubclass(cls, errors_module.StreamStateError):
-        return cls(message)
-    return QueryableStateError(f"{header.get('error')}: {message}")
 
 
 class QueryableStateClient:
@@ -180,7 +171,7 @@ class QueryableStateClient:
                 return KvStatesResponse(keys, values, cut_as_of, epoch, attempt, checkpoint_id)
         head, blobs_back = self._request(header, blobs)
         if not head.get("ok"):
-            raise _error(head)
+            raise error_from_header(head)
         if self.direct:  # answered by the driver: a route older than its cut is dropped
             with self._lock:
                 self._routes.seen(route_key, int(head["attempt"]), int(head["epoch"]))
@@ -299,7 +290,7 @@ class QueryableStateClient:
         """The driver's route for a request like ``header`` (its typed errors raised)."""
         head, _ = self._request({**header, "op": "route"}, [], repeat=False)
         if not head.get("ok"):
-            raise _error(head)
+            raise error_from_header(head)
         return head["route"]  # type: ignore[no-any-return]  # the server's JSON object
 
     def _connect(self) -> socket.socket:

@@ -35,7 +35,14 @@ from streamstate.errors import QueryableStateError
 from streamstate.runtime.keygroups import compute_key_group_for_serialized_key
 from streamstate.runtime.queryable import direct
 
-__all__ = ["ATTEMPTS", "CONNECT_TIMEOUT_S", "DOWN_FOR_S", "PARTIAL_ROUTE_TTL_S", "DirectRoutes"]
+__all__ = [
+    "ATTEMPTS",
+    "CONNECT_TIMEOUT_S",
+    "DOWN_FOR_S",
+    "PARTIAL_ROUTE_TTL_S",
+    "DirectRoutes",
+    "error_from_header",
+]
 
 #: a request is tried this often directly before it goes through the driver
 ATTEMPTS = 3
@@ -89,7 +96,8 @@ class _Retry(Exception):
         self.reroute = reroute
 
 
-def _error(header: dict[str, Any]) -> Exception:
+def error_from_header(header: dict[str, Any]) -> Exception:
+    """The typed error a server's error header names (``QueryableStateError`` if unknown)."""
     cls = getattr(errors_module, str(header.get("error")), None)
     message = str(header.get("message", "the query failed"))
     if isinstance(cls, type) and issubclass(cls, errors_module.StreamStateError):
@@ -244,7 +252,7 @@ class DirectRoutes:
         if kind == b"O":
             return detail[:4], pickle.loads(detail[4])  # type: ignore[return-value]  # decode_answer's cut
         if kind == b"E":
-            raise _error(detail)
+            raise error_from_header(detail)
         raise _Retry(kind not in (direct.STALE, direct.GONE))
 
     def _ask(
@@ -287,7 +295,7 @@ class DirectRoutes:
                 retry = retry or _Retry(True)
                 continue
             if kind == b"E":
-                error = error or _error(detail)
+                error = error or error_from_header(detail)
                 continue
             if kind != b"O":
                 if kind == direct.MOVED or kind not in (direct.STALE, direct.GONE):
