@@ -9,7 +9,10 @@ After each epoch the acks are folded as the driver folds them (superseded files 
 and each variant of serving copies is brought to the new lineages and answers
 ``--lookups`` uniformly random keys (1,000 lookups/s at ~5 epochs/s: 200):
 
-* ``eager``: the query host's refresher (``ServingCache.refresh``) moves every copy held,
+* ``search``: no copies: each lookup searches the lineage's files (``queryable/search.py``,
+  what a query host does for this key type since it was built), newest delta first, then
+  the base; the refresher only forgets files no newer lineage names;
+* ``eager``: copies (``ServingCache(search=False)``): the query host's refresher (``ServingCache.refresh``) moves every copy held,
   then the lookups read current copies (what query hosts do while lookups come);
 * ``lazy``: no refresher, a lookup brings its own copy forward;
 * ``eager_no_bridge``: as ``eager`` with lineages stripped of their bridge, i.e. before
@@ -53,7 +56,7 @@ from streamstate.runtime.versions import StateVersions, commit_keyed_state
 MAX_P = 128
 P = 2
 UID = "count"
-VARIANTS = ("eager", "lazy", "eager_no_bridge")
+VARIANTS = ("search", "eager", "lazy", "eager_no_bridge")
 
 
 def _descriptor() -> ValueStateDescriptor:
@@ -89,7 +92,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     versions = StateVersions()
     versions.reset([(UID, i) for i in range(P)], (0, 0))
     variants = VARIANTS if args.backend == "hashmap" else ("eager", "lazy")
-    caches = {v: ServingCache(512) for v in variants}
+    caches = {v: ServingCache(512, search=v == "search") for v in variants}
     rnd = random.Random(7)
     cpu: dict[str, list[float]] = {"commit": []}
     for v in variants:
@@ -141,7 +144,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 lins = stripped if variant.endswith("no_bridge") else lineages
                 snap = ServingSnapshot("epoch", epoch, 0, None, lins, {UID: op})
                 t2 = time.process_time()
-                if epoch == 1 or variant.startswith("eager"):
+                if variant == "search":
+                    cache.used = True
+                    cache.refresh(snap)  # drops the files the newest lineages do not name
+                elif epoch == 1 or variant.startswith("eager"):
                     if epoch == 1:  # the first lookup of every key group builds its copy
                         for kg in sorted({op.serving_range(g).start for g in range(MAX_P)}):
                             cache.read(snap, op, state, kgs.index(kg), kg)

@@ -351,7 +351,7 @@ def answer_request(
                     "a key of the request is not serialized as the job serializes its keys: "
                     "pass the job's key type"
                 )
-            values.append(read(lin, op, state, key, kg))
+            values.append(read(lin, op, state, key, kg, blob))
         return plan.head + dumps_portable(values)
     except StaleSnapshot:
         return STALE

@@ -441,13 +441,18 @@ class QueryHost:
 
     def stats(self) -> dict[str, float]:
         """What keeping the copies current cost so far (benchmarks read it): thread CPU
-        seconds bringing copies forward, copies built, bridged and left to lookups by the
-        refresher (``skipped``), copies held; and the thread CPU seconds of direct lookups
-        (receiving, answering, sending: copies brought forward by a lookup count in both)."""
+        seconds bringing copies forward and reading and parsing version files for lookups
+        answered from them (``search.py``), copies built, bridged and left to lookups by the
+        refresher (``skipped``), copies held, lookups answered from the files (``searched``);
+        and the thread CPU seconds of direct lookups (receiving, answering, sending: copies
+        brought forward and files parsed by a lookup count in both)."""
         with self.lock:
             caches = list(self.caches.values())
+        searches = [c.search for c in caches if c.search is not None]
         return {
-            "maintain_cpu_s": sum(c.maintain_cpu_s for c in caches),
+            "maintain_cpu_s": sum(c.maintain_cpu_s for c in caches)
+            + sum(s.parse_cpu_s for s in searches),
+            "searched": sum(s.lookups for s in searches),
             "builds": sum(c.builds for c in caches),
             "bridged": sum(c.bridged for c in caches),
             "skipped": sum(c.skipped for c in caches),

@@ -54,6 +54,7 @@ from streamstate.runtime.keygroups import (
     compute_operator_index_for_key_group,
 )
 from streamstate.runtime.protocol import Lineage, Token
+from streamstate.runtime.queryable.search import FileSearch
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state import ttl
 from streamstate.runtime.state.format.keyed import delta_states_meta, join_delta, split_delta
@@ -389,10 +390,14 @@ def read_descriptor(name: str, kind: str, type_infos: tuple[Any, ...] | None) ->
 
 
 class ServingCache:
-    """The serving copies of one kind of snapshot (epoch or checkpoint), an LRU."""
+    """The serving copies of one kind of snapshot (epoch or checkpoint), an LRU; heap
+    lookups that can be answered from the version files themselves are (``search.py``:
+    no copy), unless ``search`` is off."""
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, search: bool = True) -> None:
         self.max_entries = max(1, int(max_entries))
+        #: answers from the version files where it applies (None: copies only)
+        self.search: FileSearch | None = FileSearch() if search else None
         self._entries: OrderedDict[tuple[str, int, int], _Entry] = OrderedDict()
         self._lock = threading.Lock()
         #: how many copies were built (restored) / moved onto a new base by its bridge
@@ -492,13 +497,28 @@ class ServingCache:
         return self.read_lineage(lin, op, state, key, key_group)
 
     def read_lineage(
-        self, lin: Lineage, op: QueryableOperator, state: tuple[str, str, Any], key: Any, kg: int
+        self,
+        lin: Lineage,
+        op: QueryableOperator,
+        state: tuple[str, str, Any],
+        key: Any,
+        kg: int,
+        key_bytes: bytes | None = None,
     ) -> Any:
-        """``key``'s value (key group ``kg``) in the copy of ``lin``, the lineage of the
-        subtask owning ``kg`` (a query host is sent it by the driver)."""
+        """``key``'s value (key group ``kg``; ``key_bytes``: serialized with the job's key
+        serializer, when the caller has them) as of ``lin``, the lineage of the subtask
+        owning ``kg`` (a query host is sent it by the driver): searched in its files where
+        that applies, else read from the copy of ``lin``."""
+        self.used = True
+        search = self.search
+        if search is not None:
+            plan = search.plan(lin, op, state[0], state[1])
+            if plan is not None:
+                if key_bytes is None:
+                    key_bytes = op.key_serializer.serialize(key)
+                return search.read(plan, key_bytes, kg)
         key_group = kg
         entry = self._entry(op, op.serving_range(key_group))
-        self.used = True
         with entry.lock:
             self._advance(entry, lin)
             entry.wanted = True
@@ -531,6 +551,8 @@ class ServingCache:
         if not self.used:
             return 0
         self.used = False
+        if self.search is not None:
+            self.search.prune(list(snap.lineages.values()))
         live = {id(d) for lin in snap.lineages.values() for d in _delta_files(lin)}
         live_bases = {id(b) for lin in snap.lineages.values() for b in lin.base}
         with self._lock:
@@ -566,6 +588,8 @@ class ServingCache:
         return moved
 
     def clear(self) -> None:
+        if self.search is not None:
+            self.search.clear()
         with self._lock:
             entries = list(self._entries.values())
             self._entries.clear()

@@ -197,11 +197,19 @@ class _StructSerializer(FieldSerializer):
     fast_types: ClassVar[tuple[type, ...]] = ()
 
     _s: ClassVar[struct.Struct]
+    #: bytes of every value; ``serialize_many`` is the values' ``serialize`` back to back
+    #: (queryable state reads the i-th value of a blob, or finds a key's bytes, without
+    #: decoding the rest)
+    fixed_width: ClassVar[int] = 0
+    #: equal values serialize to equal bytes and unequal ones to unequal bytes (not so
+    #: for floats: ``0.0 == -0.0``, ``nan != nan``), so a key is found by its bytes
+    canonical_bytes: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.fmt:
             cls._s = struct.Struct(">" + cls.fmt)
+            cls.fixed_width = cls._s.size
 
     def check(self, value: Any) -> Any:
         """``value`` converted to what the struct format packs; raises on a wrong type."""
@@ -265,6 +273,7 @@ class _StructSerializer(FieldSerializer):
 class _IntegerSerializer(_StructSerializer):
     fast_types = (int,)
     expected = "int"
+    canonical_bytes = True
 
     def check(self, value: Any) -> int:
         if isinstance(value, bool):
@@ -331,6 +340,7 @@ class BooleanSerializer(_StructSerializer):
 
     name, fmt, type_name, expected = "boolean", "?", "BOOLEAN", "bool"
     fast_types = (bool,)
+    canonical_bytes = True
 
     def check(self, value: Any) -> bool:
         raise type_error(self, value)

@@ -1,0 +1,167 @@
+"""Where the parts of the heap keyed format's blocks lie, for reading one key without
+loading the rest (queryable state answers lookups from the state-version files this way).
+
+:func:`index_delta` and :func:`index_section` parse the *headers* of a delta's blocks or of
+one key group's section of a full snapshot (``format.keyed``): nothing is deserialized,
+a block is a handful of offsets into the file's bytes (:class:`Block`). :func:`find_key`
+finds a serialized key among a block's keys when the key serializer writes every key in
+the same number of bytes back to back and equal keys as equal bytes (integer and boolean
+types: ``fixed_width`` and ``canonical_bytes`` of ``serializers.basic``); its position is
+then the entry's index, and :meth:`Block.value` reads the entry's value alone when the
+values are fixed-width too, else the block's values once.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from streamstate.errors import CorruptCheckpointError
+from streamstate.runtime.state.format.keyed import (
+    _BLOCK,
+    _DELTA_BLOCK,
+    _SECTION,
+    DELTA_MAGIC,
+    SECTION_MAGIC,
+    Reader,
+    _check_version,
+    _read_entries,
+    read_header,
+)
+
+__all__ = ["Block", "find_key", "index_delta", "index_section"]
+
+#: frames after a block's keys blob, by state kind (value / reducing / aggregating: 1)
+_PAYLOAD_FRAMES = {"list": 2, "map": 3}
+
+
+class Block:
+    """One (state, namespace) block of a key group: where its keys, entries and
+    tombstones lie in ``data`` (offsets, end exclusive). ``dels_*`` is an empty span for
+    a full snapshot's block. ``values_*``: the values blob (value-like kinds only)."""
+
+    __slots__ = (
+        "data",
+        "sid",
+        "void_ns",
+        "n",
+        "keys_at",
+        "keys_end",
+        "entries_at",
+        "entries_end",
+        "values_at",
+        "values_end",
+        "dels_at",
+        "dels_end",
+        "decoded",
+    )
+
+    def __init__(self, data: bytes, sid: int, void_ns: bool) -> None:
+        self.data = data
+        self.sid = sid
+        #: the block is of the void namespace (keyed state outside windows)
+        self.void_ns = void_ns
+        self.n = 0
+        self.keys_at = self.keys_end = 0
+        self.entries_at = self.entries_end = 0
+        self.values_at = self.values_end = -1
+        self.dels_at = self.dels_end = 0
+        #: every entry's value, decoded on the first read that needs them
+        self.decoded: list[Any] | None = None
+
+    def value(self, i: int, kind: str, sers: Any, value_width: int) -> Any:
+        """The stored value of entry ``i`` (read with ``sers``, the state's serializers as
+        recorded in the file); ``value_width``: the value serializer's fixed width, 0 if
+        it has none."""
+        if value_width and self.values_at >= 0:
+            at = self.values_at + i * value_width
+            if at + value_width > self.values_end:
+                raise CorruptCheckpointError("keyed state: a value lies outside its block")
+            return sers.value.deserialize(self.data[at : at + value_width])
+        got = self.decoded
+        if got is None:
+            r = Reader(memoryview(self.data)[self.entries_at : self.entries_end], "keyed state")
+            _, got = _read_entries(r, kind, sers, "keyed state block")
+            self.decoded = got
+        return got[i]
+
+
+def find_key(block: Block, key: bytes, width: int, tombstones: bool = False) -> int:
+    """Index of ``key`` (``width`` bytes, see the module docstring) among ``block``'s
+    entries (``tombstones``: among its deleted keys), -1 when absent."""
+    data = block.data
+    start, end = (block.dels_at, block.dels_end) if tombstones else (block.keys_at, block.keys_end)
+    p = data.find(key, start, end)
+    while p >= 0 and (p - start) % width:  # straddles two keys: not this one
+        p = data.find(key, p + 1, end)
+    return -1 if p < 0 else (p - start) // width
+
+
+def _skip_frame(r: Reader) -> tuple[int, int]:
+    n = r.u32()
+    at = r.pos
+    r.take(n)
+    return at, r.pos
+
+
+def _entries(r: Reader, b: Block, kind: str) -> None:
+    b.entries_at = r.pos
+    b.n = r.u32()
+    b.keys_at, b.keys_end = _skip_frame(r)
+    frames = _PAYLOAD_FRAMES.get(kind, 1)
+    for _ in range(frames):
+        at, end = _skip_frame(r)
+    if frames == 1:
+        b.values_at, b.values_end = at, end
+    b.entries_end = r.pos
+
+
+def index_delta(data: bytes) -> tuple[list[dict[str, Any]], dict[int, list[Block]]]:
+    """A delta's states' meta and its blocks by key group (headers parsed only)."""
+    what = "keyed state delta"
+    r = read_header(data, DELTA_MAGIC, what)
+    try:
+        states = json.loads(bytes(r.frame()).decode("utf-8"))["states"]
+        kinds = [sm["kind"] for sm in states]
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptCheckpointError(f"{what}: damaged metadata ({e})") from e
+    out: dict[int, list[Block]] = {}
+    for _ in range(r.u32()):
+        sid, kg = r.unpack(_DELTA_BLOCK)
+        if sid >= len(kinds):
+            raise CorruptCheckpointError(f"{what}: unknown state id {sid}")
+        ns_at, ns_end = _skip_frame(r)
+        b = Block(data, sid, ns_at == ns_end)
+        _entries(r, b, kinds[sid])
+        r.u32()
+        b.dels_at, b.dels_end = _skip_frame(r)
+        out.setdefault(kg, []).append(b)
+    if not r.at_end():
+        raise CorruptCheckpointError(f"{what}: trailing bytes after the last block")
+    return states, out
+
+
+def index_section(data: bytes, offset: int, length: int, kg: int, kinds: list[str]) -> list[Block]:
+    """The blocks of key group ``kg``'s section, which lies at ``offset`` in ``data`` (a
+    full snapshot's bytes); ``kinds``: the state kinds by state id (the handle's meta)."""
+    what = f"keyed state of key group {kg}"
+    if offset < 0 or offset + length > len(data):
+        raise CorruptCheckpointError(f"{what} lies outside its state file")
+    r = Reader(data, what)
+    r.pos = offset
+    magic, version, found_kg, n_blocks = r.unpack(_SECTION)
+    _check_version(bytes(magic), SECTION_MAGIC, version, what)
+    if found_kg != kg:
+        raise CorruptCheckpointError(f"{what}: section holds key group {found_kg} instead")
+    out = []
+    for _ in range(n_blocks):
+        (sid,) = r.unpack(_BLOCK)
+        if sid >= len(kinds):
+            raise CorruptCheckpointError(f"{what}: unknown state id {sid}")
+        ns_at, ns_end = _skip_frame(r)
+        b = Block(data, sid, ns_at == ns_end)
+        _entries(r, b, kinds[sid])
+        out.append(b)
+    if r.pos != offset + length:
+        raise CorruptCheckpointError(f"{what}: its blocks do not fill the section")
+    return out
