@@ -199,6 +199,66 @@ def _echo_client(port: int, rate: int, seconds: float, cpu_out: Any) -> None:
     conn.close()
 
 
+def _echo_paced(port: int, rate: int, on: Any, stop: Any, ready: Any) -> None:
+    """The floor's load on the job: bare echo requests at ``rate``/s while ``on`` is set."""
+    conn = socket.create_connection(("127.0.0.1", port))
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    msg = b"Q" + bytes(20)
+    ready.set()
+    while not stop.is_set():
+        if not on.wait(0.05):
+            continue
+        start, n = time.perf_counter(), 0
+        while on.is_set():
+            due = start + n / rate
+            now = time.perf_counter()
+            if due > now:
+                time.sleep(due - now)
+            conn.sendall(msg)
+            conn.recv(65536)
+            n += 1
+    conn.close()
+
+
+def echo_job_ratio(probe: Any, rate: int, rounds: int, seconds: float) -> dict[str, Any]:
+    """The job's throughput with a bare TCP echo at ``rate`` requests/s against without,
+    alternating as the lookup rounds do: what any request-answer hop between two processes
+    on the job's cores costs the job, whatever it answers (the floor of the lookups' ratio)."""
+    ctx = mp.get_context("spawn")
+    port, cpu_s = ctx.Queue(), ctx.Queue()
+    flag, stop, ready = ctx.Event(), ctx.Event(), ctx.Event()
+    server = ctx.Process(target=_echo_server, args=(port, cpu_s))
+    server.start()
+    client = ctx.Process(target=_echo_paced, args=(port.get(timeout=60), rate, flag, stop, ready))
+    client.start()
+    ready.wait(60)
+    off: list[float] = []
+    on: list[float] = []
+    for _ in range(rounds):
+        t0 = time.time()
+        time.sleep(seconds)
+        off.append(throughput(probe.epochs, t0, time.time()))
+        flag.set()
+        t0 = time.time()
+        time.sleep(seconds)
+        on.append(throughput(probe.epochs, t0, time.time()))
+        flag.clear()
+        print(f"echo: throughput without {off[-1]:,.0f} rec/s, with {on[-1]:,.0f}", flush=True)
+    stop.set()
+    client.join(30)
+    server.join(30)
+    return {
+        "without_rec_per_s": statistics.mean(off),
+        "with_rec_per_s": statistics.mean(on),
+        "ratio_with_over_without": statistics.mean(on) / statistics.mean(off),
+        "median_round_ratio": statistics.median(
+            [a / b for a, b in zip(on, off, strict=True) if a and b] or [0.0]
+        ),
+        "requests_per_s": rate,
+        "rounds": rounds,
+    }
+
+
 def echo_floor(rate: int, seconds: float) -> dict[str, float]:
     """CPU s per 1,000 requests of a bare TCP echo between two processes at ``rate``/s:
     the wake-ups and system calls any request-answer hop costs (the floor a lookup's
@@ -255,6 +315,7 @@ class CpuProbe:
                 "driver_server",
                 "driver_refresh",
                 "driver_pin",
+                "driver_pin_wall",
                 "query_host",
                 "query_host_copies",
                 "query_host_direct",
@@ -269,6 +330,7 @@ class CpuProbe:
             "driver_server": self.stats.get("queryable_server_cpu_us", 0) / 1e6,
             "driver_refresh": self.stats.get("queryable_refresh_cpu_us", 0) / 1e6,
             "driver_pin": self.stats.get("queryable_pin_cpu_us", 0) / 1e6,
+            "driver_pin_wall": self.stats.get("queryable_pin_wall_us", 0) / 1e6,
             "query_host": _proc_cpu(self.host),
             # of which bringing its copies forward (refresher and lookups; ServingCache)
             "query_host_copies": (host or {}).get("maintain_cpu_s", 0.0),
@@ -372,7 +434,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         per = 1000.0 / max(1, looked_up)
         split = {"client": client_cpu * per}
         split.update({k: v * per for k, v in cpu_on.acc.items()})
-        split["total"] = sum(v for k, v in split.items() if not k.startswith("query_host_"))
+        split["total"] = sum(
+            v
+            for k, v in split.items()
+            if not k.startswith("query_host_") and k != "driver_pin_wall"
+        )
         # CPU the same components used while no lookups came (should be ~0)
         fig["cpu_s_per_1000_lookups"] = split
         fig["cpu_s_in_phases_without_lookups"] = dict(cpu_off.acc)
@@ -395,6 +461,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "p99_ms_at_rate": _pct(lat_on, 0.99),
             "rounds": args.rounds,
         }
+        if args.echo_rounds:
+            fig["echo_throughput"] = echo_job_ratio(
+                probe, max(1, args.rate // args.batch), args.echo_rounds, args.phase_seconds
+            )
         fig["epochs"] = len(probe.epochs)
         # the query host's copies over the whole run: built, bridged across new bases
         fig["query_host_copies"] = query_host_stats(jid)
@@ -422,6 +492,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rate", type=int, default=1000)
     p.add_argument("--phase-seconds", type=float, default=3.0)
     p.add_argument("--rounds", type=int, default=12)
+    p.add_argument(
+        "--echo-rounds",
+        type=int,
+        default=0,
+        help="then as many rounds with a bare TCP echo at the lookups' request rate as the "
+        "load instead (the job's ratio under any request-answer hop: the floor)",
+    )
     p.add_argument("--backend", default="hashmap", choices=["hashmap", "rocksdb"])
     p.add_argument(
         "--serve-on-executors",
