@@ -44,7 +44,8 @@ from streamstate.runtime.queryable.serving import (
     ServingSnapshot,
 )
 from streamstate.runtime.serializers.registry import serializer_for
-from streamstate.runtime.state.format.keyed_index import Block, find_key
+from streamstate.runtime.state.format import keyed_index
+from streamstate.runtime.state.format.keyed_index import INDEX_AFTER, Block, find_key
 from streamstate.runtime.state.registry import create_keyed_backend
 from streamstate.runtime.state.ttl_clock import ManualTtlTimeProvider
 from streamstate.runtime.versions import StateVersions, commit_keyed_state
@@ -133,6 +134,7 @@ def apply(b: Any, states: dict[str, Any], op: tuple[str, int, str, int]) -> None
 
 def assert_answers(lin: Lineage, op: QueryableOperator, b: Any, states: dict[str, Any]) -> None:
     search, copies = ServingCache(512), ServingCache(512, search=False)
+    indexed = ServingCache(512)  # every block indexed at its first search
     for name, kind in KINDS.items():
         state = (name, kind, None)
         assert search.search is not None
@@ -145,6 +147,11 @@ def assert_answers(lin: Lineage, op: QueryableOperator, b: Any, states: dict[str
             want = read_one(states[name], kind)  # TTL: the user value, as lookups answer
             got = search.read_lineage(lin, op, state, key, kg)
             assert got == copies.read_lineage(lin, op, state, key, kg), (name, key)
+            keyed_index.INDEX_AFTER = 1
+            try:
+                assert got == indexed.read_lineage(lin, op, state, key, kg), (name, key)
+            finally:
+                keyed_index.INDEX_AFTER = INDEX_AFTER
             if kind == "aggregating":  # answered as the stored accumulator
                 got = None if got is None else Avg().get_result(got)
             assert got == want, (name, key)
@@ -321,18 +328,25 @@ def test_key_types_it_cannot_search_fall_back_to_the_copies() -> None:
     probe=st.integers(0, 2**16 - 1),
 )
 def test_find_key_never_takes_a_match_straddling_two_keys(keys: list[int], probe: int) -> None:
-    """Keys made of few distinct bytes, so a probe's bytes often occur across two keys."""
-    data = struct.pack(f">{len(keys)}q", *keys)
+    """Keys made of few distinct bytes, so a probe's bytes often occur across two keys; the
+    same answers from the index a block gets after INDEX_AFTER searches. The keys lie
+    inside other bytes, as in a file."""
+    data = b"\x00\x01\x00" + struct.pack(f">{len(keys)}q", *keys) + b"\x01\x00"
     block = Block(data, 0, True)
-    block.keys_at, block.keys_end = 0, len(data)
+    block.keys_at, block.keys_end = 3, len(data) - 2
     candidates = [
         *keys[:3],
         probe,
-        int.from_bytes(data[3:11], "big", signed=True) if len(keys) > 1 else probe,
+        int.from_bytes(data[6:14], "big", signed=True) if len(keys) > 1 else probe,
     ]
     for k in candidates:
         want = keys.index(k) if k in keys else -1
         assert find_key(block, LONG.serialize(k), 8) == want
+    block.probes = INDEX_AFTER
+    for k in candidates:
+        want = keys.index(k) if k in keys else -1
+        assert find_key(block, LONG.serialize(k), 8) == want
+    assert block.index is not None and len(block.index) == len(keys)
 
 
 def test_a_value_outside_its_block_is_a_corrupt_checkpoint() -> None:
@@ -340,3 +354,26 @@ def test_a_value_outside_its_block_is_a_corrupt_checkpoint() -> None:
     block.values_at, block.values_end = 0, 8
     with pytest.raises(CorruptCheckpointError):
         block.value(1, "value", type("S", (), {"value": LONG})(), 8)
+
+
+def test_a_full_version_of_searchable_keys_writes_no_bridge(tmp_path: Any) -> None:
+    """Lookups of integer keys keep no serving copy, so the job writes no bridge (the
+    epoch's delta beside a full version) for them; string keys still get one."""
+    storage = FileSystemCheckpointStorageAccess(str(tmp_path / "chk"))
+    storage.initialize_job("job")
+    for key_type, key, bridged in ((Types.LONG(), 5, False), (Types.STRING(), "k", True)):
+        ser = serializer_for(key_type)
+        b = create_keyed_backend(
+            "hashmap",
+            operator_name="op",
+            key_group_range=KeyGroupRange(0, MAX_P - 1),
+            max_parallelism=MAX_P,
+            key_serializer=ser,
+        )
+        d = ValueStateDescriptor("v", Types.LONG())
+        d.set_queryable("vs")
+        b.set_current_key(key, compute_key_group_for_serialized_key(ser.serialize(key), MAX_P))
+        b.get_partitioned_state(d).update(1)
+        v = commit_keyed_state(storage, {"op": b}, 0, EpochSpec(1, 0, None, True, ()), "job")
+        assert (v[0]["op"].bridge is not None) is bridged, key_type
+        b.dispose()

@@ -18,7 +18,9 @@ Keyed state, per operator and subtask:
   (``...-delta``, :attr:`StateVersion.bridge`): the lineage keeps it with the previous
   base and deltas (``Lineage.bridge``, their files kept until the next new base), so a
   serving copy anywhere in the previous interval applies the rest of those deltas and the
-  bridge and is then at the new base, instead of rebuilding;
+  bridge and is then at the new base, instead of rebuilding (not for heap keys that lookups
+  find in the version files themselves, integer and boolean key types: no copy to bridge,
+  ``queryable/search.py``);
 * a backend with its own versioned files (RocksDB, ``snapshot_epoch_version``): every
   other epoch is a FULL version made of RocksDB's files in ``epochs/<uid>/<i>/``, written
   like an incremental checkpoint: only the SST files new since the previous version (hard
@@ -61,6 +63,7 @@ from streamstate.runtime.protocol import (
     Token,
     VersionKind,
 )
+from streamstate.runtime.state.format.keyed_index import searchable_keys
 from streamstate.runtime.state.operator import (
     DefaultOperatorStateStore,
     decode_operator_snapshot,
@@ -168,6 +171,8 @@ def _bridge_delta(storage: Any, backend: Any, name: str) -> StreamStateHandle | 
     delta_of = getattr(backend, "snapshot_delta", None)
     if delta_of is None or backend.snapshot_cleanups:
         return None
+    if getattr(backend, "changelog", True) is False and searchable_keys(backend.key_serializer):
+        return None  # heap keys found in the version files: lookups keep no copy to bridge
     if all(q is None for _, _, q, _ in backend.registered_states()):
         return None
     delta = delta_of()

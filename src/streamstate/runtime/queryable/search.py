@@ -37,7 +37,13 @@ from streamstate.runtime.protocol import Lineage
 from streamstate.runtime.serializers.ttl import is_ttl_snapshot
 from streamstate.runtime.state import ttl
 from streamstate.runtime.state.format.keyed import FORMAT_NAME, FORMAT_VERSION
-from streamstate.runtime.state.format.keyed_index import Block, find_key, index_delta, index_section
+from streamstate.runtime.state.format.keyed_index import (
+    Block,
+    find_key,
+    index_delta,
+    index_section,
+    searchable_keys,
+)
 from streamstate.runtime.state.restore_meta import read_serializers
 from streamstate.runtime.state_reader import passthrough_descriptor
 
@@ -195,8 +201,8 @@ class FileSearch:
 
     def _make_plan(self, lin: Lineage, op: Any, name: str, kind: str) -> SearchPlan | None:
         ser = op.key_serializer
-        width = getattr(ser, "fixed_width", 0)
-        if op.backend_name != "hashmap" or not width or not getattr(ser, "canonical_bytes", False):
+        width = searchable_keys(ser)
+        if op.backend_name != "hashmap" or not width:
             return None
         if not all(_searchable_base(h) for h in lin.base):
             return None

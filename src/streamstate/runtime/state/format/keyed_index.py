@@ -29,7 +29,7 @@ from streamstate.runtime.state.format.keyed import (
     read_header,
 )
 
-__all__ = ["Block", "find_key", "index_delta", "index_section"]
+__all__ = ["Block", "find_key", "index_delta", "index_section", "searchable_keys"]
 
 #: frames after a block's keys blob, by state kind (value / reducing / aggregating: 1)
 _PAYLOAD_FRAMES = {"list": 2, "map": 3}
@@ -54,6 +54,8 @@ class Block:
         "dels_at",
         "dels_end",
         "decoded",
+        "probes",
+        "index",
     )
 
     def __init__(self, data: bytes, sid: int, void_ns: bool) -> None:
@@ -68,6 +70,9 @@ class Block:
         self.dels_at = self.dels_end = 0
         #: every entry's value, decoded on the first read that needs them
         self.decoded: list[Any] | None = None
+        #: searches so far; past INDEX_AFTER, a dict of the keys' bytes -> entry index
+        self.probes = 0
+        self.index: dict[bytes, int] | None = None
 
     def value(self, i: int, kind: str, sers: Any, value_width: int) -> Any:
         """The stored value of entry ``i`` (read with ``sers``, the state's serializers as
@@ -86,11 +91,40 @@ class Block:
         return got[i]
 
 
+def searchable_keys(key_serializer: Any) -> int:
+    """The width of ``key_serializer``'s keys when :func:`find_key` can find them by their
+    bytes (every key the same number of bytes, written back to back, equal keys as equal
+    bytes), else 0."""
+    if not getattr(key_serializer, "canonical_bytes", False):
+        return 0
+    return int(getattr(key_serializer, "fixed_width", 0) or 0)
+
+
+#: searches of a block's keys after which they are indexed (a dict of their bytes): building
+#: it costs about what 35 scans of 8-byte keys do, so a block searched this often is likely
+#: searched more (lookups at thousands a second), and one searched less (a lookup every few
+#: epochs per key group) never pays for an index it would not use
+INDEX_AFTER = 64
+
+
 def find_key(block: Block, key: bytes, width: int, tombstones: bool = False) -> int:
     """Index of ``key`` (``width`` bytes, see the module docstring) among ``block``'s
-    entries (``tombstones``: among its deleted keys), -1 when absent."""
+    entries (``tombstones``: among its deleted keys), -1 when absent. The keys' bytes are
+    scanned (``bytes.find``), or looked up in an index once the block was searched
+    :data:`INDEX_AFTER` times."""
     data = block.data
-    start, end = (block.dels_at, block.dels_end) if tombstones else (block.keys_at, block.keys_end)
+    if tombstones:
+        start, end = block.dels_at, block.dels_end
+    else:
+        index = block.index
+        if index is not None:
+            return index.get(key, -1)
+        start, end = block.keys_at, block.keys_end
+        block.probes += 1  # unsynchronized: a lost count only delays the index
+        if block.probes >= INDEX_AFTER:
+            index = {data[p : p + width]: i for i, p in enumerate(range(start, end, width))}
+            block.index = index
+            return index.get(key, -1)
     p = data.find(key, start, end)
     while p >= 0 and (p - start) % width:  # straddles two keys: not this one
         p = data.find(key, p + 1, end)
