@@ -18,14 +18,21 @@ value:
    metrics ``queryable_server_cpu_us`` / ``queryable_refresh_cpu_us``) and the query host
    process (``/proc``), summed over the phases with lookups; ``query_host_copies`` is the
    part of the query host's that kept its copies current (its ``stats``: thread CPU of
-   bringing copies forward, by its refresher or by lookups), ``query_host_direct`` the part
+   bringing copies forward, by its refresher or by lookups) or, for the key types whose
+   lookups search the version files (integer keys, as here: ``queryable/search.py``), read
+   and parsed those files, ``query_host_direct`` the part
    its client connections took (receiving, answering and sending direct lookups; copies a
    lookup brought forward count in both).
+
+   ``driver_pin_wall`` is not CPU: the wall time the driver loop waited for its pins.
 
 3. **The floor.** A bare TCP echo between two fresh processes at the paced client's
    requests/s (``--rate / --batch``; a single-key lookup's size), while the job runs: the CPU any
    request-answer hop costs in wake-ups and system calls, to set the client's and the
-   query host's figures against (``echo_floor_cpu_s_per_1000_requests``).
+   query host's figures against (``echo_floor_cpu_s_per_1000_requests``); with
+   ``--echo-rounds N``, also N rounds of the job's throughput with that echo as the load
+   against without (``echo_throughput``: what any request-answer hop at that rate costs the
+   job, whatever it answers).
 
 With ``--serve-on-executors true`` (the default) lookups are answered by the query host on
 the executor machine, with ``false`` by the driver's own copies. With ``--direct true``
@@ -391,7 +398,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "backend": args.backend,
             "warm_up_s_3000_lookups": cold,
         }
-        print(f"warm-up (builds every key group's copy): {cold:.1f} s", flush=True)
+        print(f"warm-up (the first lookup of every key group): {cold:.1f} s", flush=True)
         for procs in (1, 4):
             lat = clients(jid, keys, procs, args.seconds, None, args.direct == "true")
             fig[f"clients_{procs}"] = {

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from streamstate.errors import CorruptCheckpointError, StreamStateError
+from streamstate.errors import StreamStateError, WrongKeyTypeError
 from streamstate.runtime.checkpoint.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
@@ -255,8 +255,9 @@ class FileSearch:
             return None
         width = plan.width
         if len(key) != width:
-            raise CorruptCheckpointError(
-                f"a key of {len(key)} bytes for a key type of {width} bytes"
+            raise WrongKeyTypeError(
+                f"a key of {len(key)} bytes for the job's key type of {width} bytes: pass "
+                f"the job's key type"
             )
         for by_kg, sid in plan.deltas:
             for b in by_kg.get(kg, ()):
