@@ -188,13 +188,17 @@ def _echo_server(port_out: Any, cpu_out: Any) -> None:
     cpu_out.put((time.thread_time() - t0) / max(1, n))
 
 
-def _echo_client(port: int, rate: int, seconds: float, cpu_out: Any) -> None:
-    """The floor's client: requests of a lookup's size paced as the paced client's."""
+def _echo_connect(port: int) -> socket.socket:
     conn = socket.create_connection(("127.0.0.1", port))
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return conn
+
+
+def _echo_requests(conn: socket.socket, rate: int, going: Any) -> int:
+    """Requests of a lookup's size paced at ``rate``/s while ``going()``; how many."""
     msg = b"Q" + bytes(20)
-    start, n, cpu0 = time.perf_counter(), 0, time.process_time()
-    while time.perf_counter() - start < seconds:
+    start, n = time.perf_counter(), 0
+    while going():
         due = start + n / rate
         now = time.perf_counter()
         if due > now:
@@ -202,28 +206,25 @@ def _echo_client(port: int, rate: int, seconds: float, cpu_out: Any) -> None:
         conn.sendall(msg)
         conn.recv(65536)
         n += 1
+    return n
+
+
+def _echo_client(port: int, rate: int, seconds: float, cpu_out: Any) -> None:
+    """The floor's client: requests of a lookup's size paced as the paced client's."""
+    conn = _echo_connect(port)
+    end, cpu0 = time.perf_counter() + seconds, time.process_time()
+    n = _echo_requests(conn, rate, lambda: time.perf_counter() < end)
     cpu_out.put((time.process_time() - cpu0) / max(1, n))
     conn.close()
 
 
 def _echo_paced(port: int, rate: int, on: Any, stop: Any, ready: Any) -> None:
     """The floor's load on the job: bare echo requests at ``rate``/s while ``on`` is set."""
-    conn = socket.create_connection(("127.0.0.1", port))
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    msg = b"Q" + bytes(20)
+    conn = _echo_connect(port)
     ready.set()
     while not stop.is_set():
-        if not on.wait(0.05):
-            continue
-        start, n = time.perf_counter(), 0
-        while on.is_set():
-            due = start + n / rate
-            now = time.perf_counter()
-            if due > now:
-                time.sleep(due - now)
-            conn.sendall(msg)
-            conn.recv(65536)
-            n += 1
+        if on.wait(0.05):
+            _echo_requests(conn, rate, on.is_set)
     conn.close()
 
 

@@ -35,6 +35,17 @@ def _start(path: str, idle: str) -> subprocess.Popen:
     return proc
 
 
+def _two_hosts(tmp_path):
+    """Two real query hosts of job "j": their processes and (address, secret)."""
+    procs, hosts = [], []
+    for i in range(2):
+        path = str(tmp_path / f"q{i}.json")
+        procs.append(_start(path, "60"))
+        _, address, secret = _read_info(path)
+        hosts.append((address, secret))
+    return procs, hosts
+
+
 @pytest.fixture
 def host(tmp_path):
     path = str(tmp_path / "q.json")
@@ -129,12 +140,7 @@ def test_a_batch_over_two_query_hosts_is_accepted_only_from_one_cut(tmp_path):
 
     ser = serializer_for_type_info(Types.LONG())
     op = QueryableOperator("op", "op", 2, 128, ser, "hashmap")
-    procs, hosts = [], []
-    for i in range(2):
-        path = str(tmp_path / f"q{i}.json")
-        procs.append(_start(path, "60"))
-        _, address, secret = _read_info(path)
-        hosts.append((address, secret))
+    procs, hosts = _two_hosts(tmp_path)
     drivers = [QueryHosts(), QueryHosts()]  # one per host: their pins move independently
     states = {"counts": ("op", "count", "value", None)}
 
@@ -205,3 +211,71 @@ def test_clients_are_bounded_and_leave_room_for_the_driver(host):
     finally:
         for s in held:
             s.close()
+
+
+def test_a_publish_pins_every_query_host_at_once(tmp_path):
+    """Two real query hosts of one job, the first stopped (SIGSTOP: a stalled machine): the
+    driver's pin of a new snapshot reaches the second while it still waits for the first,
+    so the driver loop waits for the slowest host, not for every host in turn."""
+    import signal
+    import threading
+
+    from streamstate.common import Types
+    from streamstate.queryablestate.routing import DirectRoutes
+    from streamstate.runtime.keygroups import assign_key_to_parallel_operator
+    from streamstate.runtime.protocol import Lineage
+    from streamstate.runtime.queryable import direct
+    from streamstate.runtime.queryable.forwarding import QueryHosts
+    from streamstate.runtime.queryable.serving import QueryableOperator, ServingSnapshot
+    from streamstate.runtime.state.format.serializers import serializer_for_type_info
+
+    ser = serializer_for_type_info(Types.LONG())
+    op = QueryableOperator("op", "op", 2, 128, ser, "hashmap")
+    procs, hosts = _two_hosts(tmp_path)
+    driver = QueryHosts()
+    states = {"counts": ("op", "count", "value", None)}
+
+    def snapshot(epoch):
+        return ServingSnapshot(
+            "epoch",
+            epoch,
+            0,
+            None,
+            {("op", sub): Lineage((0, epoch)) for sub in range(2)},
+            {"op": op},
+            {("op", sub): hosts[sub] for sub in range(2)},  # the stopped host first
+        )
+
+    key = next(k for k in range(100) if assign_key_to_parallel_operator(ser.serialize(k), 128, 2))
+    route = {
+        "parallelism": 2,
+        "max_parallelism": 128,
+        "hosts": [[a, direct.client_secret(s, "j")] for a, s in hosts],
+    }
+    client = DirectRoutes(timeout=30)
+    rkey = ("j", "counts", "epoch", "value", "LONG")
+    try:
+        driver.pin("epoch", snapshot(1), states, 8, 60.0)
+        assert client.lookup(lambda: route, rkey, [ser.serialize(key)])[0][1] == 1
+        os.kill(procs[0].pid, signal.SIGSTOP)
+        done, snap2 = threading.Event(), snapshot(2)
+        pinning = threading.Thread(
+            target=lambda: (driver.pin("epoch", snap2, states, 8, 60.0), done.set())
+        )
+        pinning.start()
+        deadline = time.monotonic() + 30  # a hang, not a speed: sequential pins wait 60 s
+        while client.lookup(lambda: route, rkey, [ser.serialize(key)])[0][1] != 2:
+            assert time.monotonic() < deadline, "the second host was not pinned meanwhile"
+            time.sleep(0.05)
+        assert not done.is_set()  # the first host's pin is still outstanding
+        os.kill(procs[0].pid, signal.SIGCONT)
+        pinning.join(60)
+        assert done.is_set()
+        assert all(driver.is_pinned("epoch", h, snap2) for h in hosts)
+    finally:
+        os.kill(procs[0].pid, signal.SIGCONT)
+        client.close()
+        driver.close()
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -33,7 +33,6 @@ from streamstate.runtime.checkpoint.handles import (
     KeyGroupsStateHandle,
 )
 from streamstate.runtime.keygroups import (
-    KeyGroupRange,
     compute_key_group_for_serialized_key,
     compute_key_group_range_for_operator_index,
 )
@@ -49,24 +48,11 @@ from streamstate.runtime.state.format.keyed_index import INDEX_AFTER, Block, fin
 from streamstate.runtime.state.registry import create_keyed_backend
 from streamstate.runtime.state.ttl_clock import ManualTtlTimeProvider
 from streamstate.runtime.versions import StateVersions, commit_keyed_state
+from tests.support.backends import AvgAgg
 
 MAX_P = 16
 LONG = serializer_for(Types.LONG())
 KEYS = list(range(-20, 40))
-
-
-class Avg:
-    def create_accumulator(self) -> tuple[int, int]:
-        return (0, 0)
-
-    def add(self, value: int, acc: tuple[int, int]) -> tuple[int, int]:
-        return (acc[0] + value, acc[1] + 1)
-
-    def get_result(self, acc: tuple[int, int]) -> float:
-        return acc[0] / acc[1]
-
-    def merge(self, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
-        return (a[0] + b[0], a[1] + b[1])
 
 
 def descriptors() -> dict[str, Any]:
@@ -79,7 +65,7 @@ def descriptors() -> dict[str, Any]:
         "l": ListStateDescriptor("l", Types.LONG()),
         "m": MapStateDescriptor("m", Types.STRING(), Types.LONG()),
         "r": ReducingStateDescriptor("r", lambda a, b: a + b, Types.LONG()),
-        "a": AggregatingStateDescriptor("a", Avg(), Types.TUPLE([Types.LONG(), Types.LONG()])),
+        "a": AggregatingStateDescriptor("a", AvgAgg(), Types.TUPLE([Types.LONG(), Types.LONG()])),
         "t": with_ttl,
     }
 
@@ -92,13 +78,13 @@ def kg_of(key: int) -> int:
     return compute_key_group_for_serialized_key(LONG.serialize(key), MAX_P)
 
 
-def backend(parallelism: int = 1, index: int = 0) -> Any:
+def backend(parallelism: int = 1, index: int = 0, key_serializer: Any = LONG) -> Any:
     b = create_keyed_backend(
         "hashmap",
         operator_name="op",
         key_group_range=compute_key_group_range_for_operator_index(MAX_P, parallelism, index),
         max_parallelism=MAX_P,
-        key_serializer=LONG,
+        key_serializer=key_serializer,
     )
     b.ttl_time_provider = ManualTtlTimeProvider(0)
     return b
@@ -153,7 +139,7 @@ def assert_answers(lin: Lineage, op: QueryableOperator, b: Any, states: dict[str
             finally:
                 keyed_index.INDEX_AFTER = INDEX_AFTER
             if kind == "aggregating":  # answered as the stored accumulator
-                got = None if got is None else Avg().get_result(got)
+                got = None if got is None else AvgAgg().get_result(got)
             assert got == want, (name, key)
     assert search.builds == 0 and len(search) == 0  # no copy was made
 
@@ -272,13 +258,7 @@ def test_key_types_it_cannot_search_fall_back_to_the_copies() -> None:
     state (a schema change inside it)."""
     for key_type, key in ((Types.STRING(), "k"), (Types.DOUBLE(), 1.5)):
         ser = serializer_for(key_type)
-        b = create_keyed_backend(
-            "hashmap",
-            operator_name="op",
-            key_group_range=KeyGroupRange(0, MAX_P - 1),
-            max_parallelism=MAX_P,
-            key_serializer=ser,
-        )
+        b = backend(key_serializer=ser)
         kg = compute_key_group_for_serialized_key(ser.serialize(key), MAX_P)
         b.set_current_key(key, kg)
         b.get_partitioned_state(ValueStateDescriptor("v", Types.LONG())).update(5)
@@ -363,13 +343,7 @@ def test_a_full_version_of_searchable_keys_writes_no_bridge(tmp_path: Any) -> No
     storage.initialize_job("job")
     for key_type, key, bridged in ((Types.LONG(), 5, False), (Types.STRING(), "k", True)):
         ser = serializer_for(key_type)
-        b = create_keyed_backend(
-            "hashmap",
-            operator_name="op",
-            key_group_range=KeyGroupRange(0, MAX_P - 1),
-            max_parallelism=MAX_P,
-            key_serializer=ser,
-        )
+        b = backend(key_serializer=ser)
         d = ValueStateDescriptor("v", Types.LONG())
         d.set_queryable("vs")
         b.set_current_key(key, compute_key_group_for_serialized_key(ser.serialize(key), MAX_P))

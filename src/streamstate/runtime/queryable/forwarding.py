@@ -25,6 +25,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -53,6 +54,8 @@ REFRESH_TIMEOUT_S = 600.0
 CONNECT_TIMEOUT_S = 2.0
 #: objects whose reference the driver remembers
 REFS = 4096
+#: query hosts pinned at once (a cluster's executor machines; more wait for a thread)
+PIN_THREADS = 8
 
 
 class HostUnreachable(Exception):
@@ -81,6 +84,8 @@ class QueryHosts:
         self._pinned: dict[str, dict[tuple[str, str], ServingSnapshot]] = {}
         #: pins are sent one publish at a time, in order (a host keeps the last it got)
         self.pin_lock = threading.Lock()
+        #: sends a publish's pins to its hosts at once (made at the first publish to two)
+        self._executor: ThreadPoolExecutor | None = None
         self._seq = itertools.count()
 
     def usable(self, address: str) -> bool:
@@ -179,17 +184,39 @@ class QueryHosts:
             except (HostUnreachable, OSError, StreamStateError):
                 pass  # gone: nobody is answered from its pin
         assert snap is not None or not by_host
-        for host, groups in by_host.items():
-            if snap is None or pinned.get(host) is snap:
-                continue
-            meta = (snap.epoch, snap.attempt, snap.checkpoint_id, states)
+        todo = [
+            (h, g) for h, g in by_host.items() if snap is not None and pinned.get(h) is not snap
+        ]
+        if not todo:
+            return answered
+        assert snap is not None
+        meta = (snap.epoch, snap.attempt, snap.checkpoint_id, states)
+
+        def one(item: tuple[tuple[str, str], list[Any]]) -> Any:
             try:
-                answered += self._call(host, "pin", as_of, meta, max_entries, groups, timeout)
-                pinned[host] = snap
-                self.served.add(host)  # its copies are kept fresh after each publish
-            except (HostUnreachable, OSError, StreamStateError):
+                return self._call(item[0], "pin", as_of, meta, max_entries, item[1], timeout)
+            except (HostUnreachable, OSError, StreamStateError) as e:
+                return e
+
+        # every host at once: the driver loop waits for the slowest host, not for their sum
+        got = [one(todo[0])] if len(todo) == 1 else list(self._pool().map(one, todo))
+        for (host, _), n in zip(todo, got, strict=True):
+            if isinstance(n, BaseException):
                 pinned.pop(host, None)  # its clients find it unreachable and route again
+                continue
+            answered += n
+            pinned[host] = snap
+            with self._lock:
+                self.served.add(host)  # its copies are kept fresh after each publish
         return answered
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    PIN_THREADS, thread_name_prefix="streamstate-query-pin"
+                )
+            return self._executor
 
     def is_pinned(self, as_of: str, host: tuple[str, str], snap: ServingSnapshot | None) -> bool:
         """Whether ``host`` took ``snap`` as its pin (routes name only such hosts)."""
@@ -247,6 +274,7 @@ class QueryHosts:
 
     def close(self) -> None:
         with self._lock:
+            executor, self._executor = self._executor, None
             conns = [c for cs in self._idle.values() for c in cs]
             self._idle.clear()
             self._refs.clear()
@@ -254,6 +282,8 @@ class QueryHosts:
             self._pinned.clear()
         for c in conns:
             c.conn.close()
+        if executor is not None:
+            executor.shutdown(wait=False)
 
 
 def answer(
