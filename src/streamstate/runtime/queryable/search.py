@@ -9,7 +9,8 @@ to be brought forward (the job's changes are never mirrored into Python objects)
 is ever *ahead* of a request (no ``StaleSnapshot``), and what the query host spends follows
 the lookups, not the job's rate of change. Each file is read and its block headers parsed
 once (``format.keyed_index``: offsets only); a key is found by its bytes with
-``bytes.find`` (C), and only the entry's value is deserialized.
+``bytes.find`` (C), or in a dict of a block's keys once that block was searched
+``keyed_index.INDEX_AFTER`` times, and only the entry's value is deserialized.
 
 Where it applies (:meth:`FileSearch.plan`; else the serving copies of ``serving.py``): the
 heap backend, a key type whose serializer writes every key in the same number of bytes and
