@@ -19,6 +19,8 @@ answers the whole request again from the newest snapshot, so one answer never mi
 
 The copies are held in an LRU of ``max_entries`` (least recently used disposed first), so
 the memory they take is bounded by the configuration, never the whole state by design.
+:class:`ServingCache` answers heap lookups of integer and boolean keys from the version
+files themselves instead, with no copy (``search.py``).
 """
 
 from __future__ import annotations
