@@ -44,6 +44,10 @@ class Probe(JobObserver):
             got = _read_info(_info_path(job_id))
             assert got is not None
             os.kill(got[0], signal.SIGKILL)
+        if stats.checkpoint_id is None:
+            # the first periodic checkpoint is due an interval after the job starts: an
+            # epoch planned within that millisecond has none (nothing to compare with)
+            return
         with QueryableStateClient.for_job(job_id, direct=False) as c:  # via the driver
             by_epoch = c.get_kv_states(job_id, "counts", KEYS, Types.STRING(), COUNT, "epoch")
             by_chk = c.get_kv_states(job_id, "counts", KEYS, Types.STRING(), COUNT, "checkpoint")
@@ -76,7 +80,7 @@ def _run(spark, tmp_path, backend, hosts, kill_at=None):
         QueryableCount()
     ).uid("q").sink_to(CollectSink())
     result = env.execute(f"query-hosts-{backend}-{hosts}")
-    assert len(probe.answers) >= len(RECORDS) // 6
+    assert len(probe.answers) >= len(RECORDS) // 6 - 1  # every epoch but maybe the first
     for chk_epoch, epoch, by_epoch, by_chk, offline in probe.answers:
         assert epoch == chk_epoch  # a checkpoint every epoch: the same cut
         want = counts(RECORDS[: 6 * epoch])

@@ -42,6 +42,10 @@ class Probe(JobObserver):
                 self.restarting.append("not available yet")
 
     def on_epoch(self, job_id, stats):
+        if stats.checkpoint_id is None:
+            # the first periodic checkpoint is due an interval after the job starts: an
+            # epoch planned within that millisecond has none (nothing to compare with)
+            return
         r = self.lookup(job_id, "checkpoint")
         offline = read_keyed_state(f"{self.chk_dir}/{job_id}/chk-{r.checkpoint_id}", "q", COUNT)
         self.answers.append((r.epoch, {k: v for k, v in r.as_dict().items() if v}, offline))
@@ -58,6 +62,6 @@ def test_lookups_on_spark_match_the_checkpoint(spark, tmp_path, backend):
     ).process(QueryableCount()).uid("q").sink_to(CollectSink())
     env.execute("queryable-spark")
     assert probe.restarting == ["not available yet"]
-    assert len(probe.answers) >= len(RECORDS) // 8
+    assert len(probe.answers) >= len(RECORDS) // 8 - 1  # every epoch but maybe the first
     for epoch, got, offline in probe.answers:
         assert got == counts(RECORDS[: 8 * epoch]) == offline, epoch
