@@ -19,8 +19,7 @@ answers the whole request again from the newest snapshot, so one answer never mi
 
 The copies are held in an LRU of ``max_entries`` (least recently used disposed first), so
 the memory they take is bounded by the configuration, never the whole state by design.
-:class:`ServingCache` answers heap lookups of integer and boolean keys from the version
-files themselves instead, with no copy (``search.py``).
+Heap lookups of integer and boolean keys are searched in the files instead (``search.py``).
 """
 
 from __future__ import annotations
@@ -392,9 +391,8 @@ def read_descriptor(name: str, kind: str, type_infos: tuple[Any, ...] | None) ->
 
 
 class ServingCache:
-    """The serving copies of one kind of snapshot (epoch or checkpoint), an LRU; heap
-    lookups that can be answered from the version files themselves are (``search.py``:
-    no copy), unless ``search`` is off."""
+    """The serving copies of one kind of snapshot (epoch or checkpoint), an LRU (lookups
+    searched in the version files instead, ``search.py``, have none unless it is off)."""
 
     def __init__(self, max_entries: int, search: bool = True) -> None:
         self.max_entries = max(1, int(max_entries))
@@ -505,20 +503,18 @@ class ServingCache:
         state: tuple[str, str, Any],
         key: Any,
         kg: int,
-        key_bytes: bytes | None = None,
+        kb: bytes | None = None,
     ) -> Any:
-        """``key``'s value (key group ``kg``; ``key_bytes``: serialized with the job's key
+        """``key``'s value (key group ``kg``; ``kb``: its bytes serialized with the job's key
         serializer, when the caller has them) as of ``lin``, the lineage of the subtask
-        owning ``kg`` (a query host is sent it by the driver): searched in its files where
-        that applies, else read from the copy of ``lin``."""
+        owning ``kg`` (a query host is sent it by the driver), ``state`` = (name, kind, type
+        infos): searched in its files where that applies, else read from the copy of ``lin``."""
         self.used = True
         search = self.search
         if search is not None:
             plan = search.plan(lin, op, state[0], state[1])
             if plan is not None:
-                if key_bytes is None:
-                    key_bytes = op.key_serializer.serialize(key)
-                return search.read(plan, key_bytes, kg)
+                return search.read(plan, kb or op.key_serializer.serialize(key), kg)
         key_group = kg
         entry = self._entry(op, op.serving_range(key_group))
         with entry.lock:
