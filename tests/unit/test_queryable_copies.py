@@ -18,7 +18,8 @@ from streamstate.runtime.queryable.serving import (
     ServingCache,
     ServingSnapshot,
 )
-from streamstate.runtime.state.format.keyed import delta_states_meta, split_delta
+from streamstate.runtime.state.format.keyed import delta_states_meta
+from streamstate.runtime.state.format.keyed_index import split_delta
 from streamstate.runtime.versions import StateVersions, commit_keyed_state
 from tests.support import backends as H
 from tests.support.backends import KEY_SER, MAX_P, Made

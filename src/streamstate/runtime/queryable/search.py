@@ -95,7 +95,7 @@ def _file_key(handle: Any) -> Any:
     value (path, size, checksums; inline bytes). A query host gets every pinned lineage
     unpickled anew, so its handles are new objects each epoch, the files the same."""
     try:
-        hash(handle)
+        hash(handle)  # hashability probe only (a dict key in this process, never a key group)
     except TypeError:
         return id(handle)
     return handle

@@ -58,7 +58,8 @@ from streamstate.runtime.protocol import Lineage, Token
 from streamstate.runtime.queryable.search import FileSearch
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state import ttl
-from streamstate.runtime.state.format.keyed import delta_states_meta, join_delta, split_delta
+from streamstate.runtime.state.format.keyed import delta_states_meta, join_delta
+from streamstate.runtime.state.format.keyed_index import split_delta
 from streamstate.runtime.state.registry import create_keyed_backend
 from streamstate.runtime.state_reader import passthrough_descriptor
 

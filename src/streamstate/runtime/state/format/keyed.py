@@ -54,7 +54,6 @@ __all__ = [
     "join_delta",
     "read_delta",
     "read_section",
-    "split_delta",
     "write_delta",
     "write_full",
 ]
@@ -404,7 +403,7 @@ def apply_delta_blocks(
     resolved: list[tuple[StateTable, Any]],
     kg_index: Callable[[int], int | None],
 ) -> None:
-    """Replay blocks of a delta (from :func:`split_delta`) whose states were resolved
+    """Replay blocks of a delta (``keyed_index.split_delta``) whose states were resolved
     already (``resolve_meta`` of :func:`read_delta` on the delta's meta): what
     ``read_delta`` does for them, without parsing and resolving the meta again."""
     what = "keyed state delta"
@@ -416,7 +415,7 @@ def apply_delta_blocks(
 
 
 def delta_states_meta(prefix: bytes) -> list[dict[str, Any]]:
-    """The states' meta of a delta's prefix (from :func:`split_delta`)."""
+    """The states' meta of a delta's prefix (from ``keyed_index.split_delta``)."""
     what = "keyed state delta"
     r = read_header(prefix, DELTA_MAGIC, what)
     try:
@@ -428,35 +427,8 @@ def delta_states_meta(prefix: bytes) -> list[dict[str, Any]]:
     return states
 
 
-def split_delta(data: bytes) -> tuple[bytes, dict[int, list[bytes]]]:
-    """A delta's prefix (header and meta) and its blocks by key group: ``join_delta(prefix,
-    blocks)`` is a delta of those blocks only (queryable state's serving copies apply one
-    key group's part of a delta without scanning the other groups' blocks each time)."""
-    what = "keyed state delta"
-    r = read_header(data, DELTA_MAGIC, what)
-    try:
-        kinds = [sm["kind"] for sm in json.loads(bytes(r.frame()).decode("utf-8"))["states"]]
-    except (ValueError, KeyError, TypeError) as e:
-        raise CorruptCheckpointError(f"{what}: damaged metadata ({e})") from e
-    prefix = bytes(r.buf[: r.pos])
-    out: dict[int, list[bytes]] = {}
-    for _ in range(r.u32()):
-        start = r.pos
-        sid, kg = r.unpack(_DELTA_BLOCK)
-        if sid >= len(kinds):
-            raise CorruptCheckpointError(f"{what}: unknown state id {sid}")
-        r.frame()
-        _skip_entries(r, kinds[sid])
-        r.u32()
-        r.frame()
-        out.setdefault(kg, []).append(bytes(r.buf[start : r.pos]))
-    if not r.at_end():
-        raise CorruptCheckpointError(f"{what}: trailing bytes after the last block")
-    return prefix, out
-
-
 def join_delta(prefix: bytes, blocks: list[bytes]) -> bytes:
-    """The delta of ``blocks`` (from :func:`split_delta`)."""
+    """The delta of ``blocks`` (from ``keyed_index.split_delta``)."""
     return b"".join([prefix, _U32.pack(len(blocks)), *blocks])
 
 

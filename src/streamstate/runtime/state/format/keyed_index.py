@@ -29,7 +29,7 @@ from streamstate.runtime.state.format.keyed import (
     read_header,
 )
 
-__all__ = ["Block", "find_key", "index_delta", "index_section", "searchable_keys"]
+__all__ = ["Block", "find_key", "index_delta", "index_section", "searchable_keys", "split_delta"]
 
 #: frames after a block's keys blob, by state kind (value / reducing / aggregating: 1)
 _PAYLOAD_FRAMES = {"list": 2, "map": 3}
@@ -42,6 +42,8 @@ class Block:
 
     __slots__ = (
         "data",
+        "at",
+        "end",
         "sid",
         "void_ns",
         "n",
@@ -60,6 +62,8 @@ class Block:
 
     def __init__(self, data: bytes, sid: int, void_ns: bool) -> None:
         self.data = data
+        #: where the whole block lies in ``data``
+        self.at = self.end = 0
         self.sid = sid
         #: the block is of the void namespace (keyed state outside windows)
         self.void_ns = void_ns
@@ -152,6 +156,20 @@ def _entries(r: Reader, b: Block, kind: str) -> None:
 
 def index_delta(data: bytes) -> tuple[list[dict[str, Any]], dict[int, list[Block]]]:
     """A delta's states' meta and its blocks by key group (headers parsed only)."""
+    states, _, by_kg = _index_delta(data)
+    return states, by_kg
+
+
+def split_delta(data: bytes) -> tuple[bytes, dict[int, list[bytes]]]:
+    """A delta's prefix (header and meta) and its blocks' bytes by key group:
+    ``keyed.join_delta(prefix, blocks)`` is a delta of those blocks only (serving copies
+    apply one key group's part of a delta without scanning the other groups' blocks)."""
+    _, prefix_end, by_kg = _index_delta(data)
+    out = {kg: [data[b.at : b.end] for b in blocks] for kg, blocks in by_kg.items()}
+    return data[:prefix_end], out
+
+
+def _index_delta(data: bytes) -> tuple[list[dict[str, Any]], int, dict[int, list[Block]]]:
     what = "keyed state delta"
     r = read_header(data, DELTA_MAGIC, what)
     try:
@@ -159,8 +177,10 @@ def index_delta(data: bytes) -> tuple[list[dict[str, Any]], dict[int, list[Block
         kinds = [sm["kind"] for sm in states]
     except (ValueError, KeyError, TypeError) as e:
         raise CorruptCheckpointError(f"{what}: damaged metadata ({e})") from e
+    prefix_end = r.pos
     out: dict[int, list[Block]] = {}
     for _ in range(r.u32()):
+        at = r.pos
         sid, kg = r.unpack(_DELTA_BLOCK)
         if sid >= len(kinds):
             raise CorruptCheckpointError(f"{what}: unknown state id {sid}")
@@ -169,10 +189,11 @@ def index_delta(data: bytes) -> tuple[list[dict[str, Any]], dict[int, list[Block
         _entries(r, b, kinds[sid])
         r.u32()
         b.dels_at, b.dels_end = _skip_frame(r)
+        b.at, b.end = at, r.pos
         out.setdefault(kg, []).append(b)
     if not r.at_end():
         raise CorruptCheckpointError(f"{what}: trailing bytes after the last block")
-    return states, out
+    return states, prefix_end, out
 
 
 def index_section(data: bytes, offset: int, length: int, kg: int, kinds: list[str]) -> list[Block]:

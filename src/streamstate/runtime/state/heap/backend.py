@@ -186,7 +186,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def apply_delta_blocks(
         self, states_meta: list[dict[str, Any]], blocks: Sequence[bytes], resolved: Any = None
     ) -> Any:
-        """Apply blocks of a delta (``format.keyed.split_delta``) whose meta is
+        """Apply blocks of a delta (``format.keyed_index.split_delta``) whose meta is
         ``states_meta``; returns the states' resolution, which a caller applying more
         blocks with the same meta may pass back as ``resolved`` (valid until a state is
         registered). Queryable state's serving copies apply each epoch's delta this way,
