@@ -16,6 +16,7 @@ from typing import Any
 
 from streamstate.errors import ConfigurationError
 from streamstate.runtime.clock import Clock, system_clock_ms
+from streamstate.runtime.state.registry import DEFAULT_BACKEND, backend_settings, registration
 from streamstate.runtime.state.ttl_clock import ttl_time_provider_from_configuration
 
 __all__ = [
@@ -104,7 +105,7 @@ class JobSettings:
     state_dir: str | None = None
     #: ``state.ttl.time-provider``
     ttl_time_provider: Any = None
-    backend_name: str = "hashmap"
+    backend_name: str = DEFAULT_BACKEND
     backend_options: Mapping[str, Any] = field(default_factory=dict)
     job_parameters: Mapping[str, str] = field(default_factory=dict)
     #: the checkpoint or savepoint to start from
@@ -141,7 +142,7 @@ class JobSettings:
 
         ``batch``: Flink's BATCH runtime mode (checkpointing is off, as in Flink, and the
         sources are read in one epoch)."""
-        options = getattr(state_backend, "backend_options", None)
+        backend_name, backend_options = backend_settings(state_backend)
         records = conf_int(
             configuration, "execution.epoch.max-records", DEFAULT_EPOCH_RECORDS, minimum=1
         )
@@ -170,10 +171,10 @@ class JobSettings:
             ),
             state_dir=configuration.get_string("execution.epoch.state-dir", None),
             ttl_time_provider=ttl_time_provider_from_configuration(configuration),
-            backend_name=getattr(state_backend, "backend_name", "hashmap"),
+            backend_name=backend_name,
             backend_options=_with_changelog(
-                getattr(state_backend, "backend_name", "hashmap"),
-                dict(options()) if callable(options) else {},
+                backend_name,
+                backend_options,
                 _conf_bool(configuration, "state.changelog.enabled"),
             ),
             job_parameters=dict(job_parameters or {}),
@@ -210,11 +211,7 @@ def _with_changelog(backend: str, options: dict[str, Any], enabled: bool) -> dic
     heap backend's changelog checkpoints; RocksDB's incremental checkpoints are its own."""
     if not enabled:
         return options
-    if backend == "hashmap":
-        return {**options, "changelog": True}
-    if backend == "rocksdb":
-        return {**options, "incremental": True}
-    return options
+    return {**options, **registration(backend).changelog_options}
 
 
 def _duration_s(conf: Any, key: str) -> float:

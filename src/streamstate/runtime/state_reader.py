@@ -63,7 +63,11 @@ from streamstate.runtime.serializers.ttl import is_ttl_snapshot
 from streamstate.runtime.state import ttl
 from streamstate.runtime.state.format.serializers import describe_schema, restore_serializer
 from streamstate.runtime.state.operator import operator_snapshot_serializers
-from streamstate.runtime.state.registry import create_keyed_backend
+from streamstate.runtime.state.registry import (
+    DEFAULT_BACKEND,
+    create_keyed_backend,
+    restoring_backend,
+)
 
 __all__ = [
     "STATE_KINDS",
@@ -275,10 +279,10 @@ def iter_keyed_state(
     read_descriptor = ttl.stored_form_descriptor(descriptor) if with_ttl else descriptor
     key_serializer = restore_serializer(sm["key_serializer"], name)
     max_p = ops.max_parallelism
-    # incremental RocksDB checkpoints are read by the RocksDB backend, others by the heap
-    kinds = {getattr(h, "backend", "hashmap") for h in handles}
+    # a backend's own files (incremental RocksDB checkpoints) are read by that backend,
+    # canonical snapshots by the default one
     backend = create_keyed_backend(
-        "rocksdb" if "rocksdb" in kinds else "hashmap",
+        restoring_backend(handles) or DEFAULT_BACKEND,
         operator_name=operator_uid,
         key_group_range=KeyGroupRange(0, max_p - 1),
         max_parallelism=max_p,

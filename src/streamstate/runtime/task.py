@@ -552,7 +552,7 @@ def _restore_paths(inst: _SubtaskInstance, cache_hit: bool) -> dict[str, int]:
         if cache_hit:
             path: str | None = "reused"
         else:
-            path = getattr(b, "restore_source", None)
+            path = b.restore_source
         if path is not None:
             out[path] = out.get(path, 0) + 1
     return out

@@ -69,6 +69,7 @@ from streamstate.runtime.state.operator import (
     decode_operator_snapshot,
     redistribute,
 )
+from streamstate.runtime.state.registry import native_snapshots, registration_of
 
 __all__ = [
     "INLINE_LIMIT",
@@ -103,18 +104,17 @@ def commit_keyed_state(
     tag = f"a{es.attempt}-e{es.epoch}"
     cid = es.checkpoint_id
     for uid, backend in backends.items():
+        own_files = native_snapshots(backend)
         native = None
-        if cid is not None:
+        if cid is not None and own_files is not None:
             # an incremental native checkpoint (RocksDB) is also the lineage base
-            incremental = getattr(backend, "snapshot_incremental", None)
-            if incremental is not None:
-                native = incremental(storage, cid, f"{scope_prefix}-{uid}-{index}")
+            native = own_files.snapshot_incremental(storage, cid, f"{scope_prefix}-{uid}-{index}")
         if native is not None:
             checkpoint[uid] = native
             versions[uid] = StateVersion.full(native)
         elif (
             cid is not None
-            and getattr(backend, "changelog", False)
+            and backend.changelog
             and (
                 handle := changelog_checkpoint(
                     storage,
@@ -129,10 +129,12 @@ def commit_keyed_state(
             # heap with state.changelog.enabled: the base named again plus the changes
             checkpoint[uid] = handle
             versions[uid] = StateVersion.full(handle)
-        elif cid is None and hasattr(backend, "snapshot_epoch_version"):
+        elif cid is None and own_files is not None:
             # RocksDB: its own files, only the new SSTs written (see the module docstring)
             scope = f"{scope_prefix}-{uid}-{index}"
-            handle = backend.snapshot_epoch_version(storage, f"{uid}/{index}", tag, es.epoch, scope)
+            handle = own_files.snapshot_epoch_version(
+                storage, f"{uid}/{index}", tag, es.epoch, scope
+            )
             versions[uid] = StateVersion.full(handle)
         elif cid is not None or es.full_version:
             # queryable state: the epoch's changes too, so serving copies move onto the new
@@ -168,14 +170,17 @@ def _bridge_delta(storage: Any, backend: Any, name: str) -> StreamStateHandle | 
     ``backend`` that has queryable states (none otherwise: the job pays for it only when its
     state can be queried). Not with snapshot cleanups (TTL), which change the state inside
     ``snapshot()`` without a delta recording it."""
-    delta_of = getattr(backend, "snapshot_delta", None)
-    if delta_of is None or backend.snapshot_cleanups:
+    if backend.snapshot_cleanups:
         return None
-    if getattr(backend, "changelog", True) is False and searchable_keys(backend.key_serializer):
+    if (
+        not registration_of(backend).native_versions
+        and not backend.changelog
+        and searchable_keys(backend.key_serializer)
+    ):
         return None  # heap keys found in the version files: lookups keep no copy to bridge
     if all(q is None for _, _, q, _ in backend.registered_states()):
         return None
-    delta = delta_of()
+    delta = backend.snapshot_delta()
     return storage.write_epoch_state(name, delta) if delta else ByteStreamStateHandle.of(b"")
 
 
@@ -266,10 +271,12 @@ def write_savepoint(
     """
     keyed: dict[str, Any] = {}
     for uid, backend in backends.items():
-        native = getattr(backend, "snapshot_native", None)
+        own_files = native_snapshots(backend)
         handle = None
-        if target.native and native is not None:
-            handle = native(target, savepoint_id, f"{scope_prefix}-{uid}-{index}")
+        if target.native and own_files is not None:
+            handle = own_files.snapshot_native(
+                target, savepoint_id, f"{scope_prefix}-{uid}-{index}"
+            )
         if handle is None:
             snap = backend.snapshot()
             stream = target.write_state(savepoint_id, f"{uid}-{index}-keyed", snap.data)

@@ -39,7 +39,7 @@ from streamstate.runtime.operators.checkpointing import StateInitializationConte
 from streamstate.runtime.serializers.key import default_key_serializer
 from streamstate.runtime.serializers.registry import serializer_for
 from streamstate.runtime.state.operator import DefaultOperatorStateStore
-from streamstate.runtime.state.registry import create_keyed_backend
+from streamstate.runtime.state.registry import DEFAULT_BACKEND, create_keyed_backend
 from streamstate.runtime.watermarks import MIN_WATERMARK
 
 __all__ = ["HarnessSnapshot", "KeyedFunctionHarness"]
@@ -83,7 +83,7 @@ class KeyedFunctionHarness:
         key_type: Any = None,
         *,
         kind: str = "process",
-        state_backend: str = "hashmap",
+        state_backend: str = DEFAULT_BACKEND,
         max_parallelism: int = 128,
         parallelism: int = 1,
         subtask_index: int = 0,

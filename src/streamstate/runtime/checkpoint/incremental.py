@@ -74,9 +74,6 @@ class IncrementalKeyedStateHandle:
     meta: dict[str, Any] = field(default_factory=dict)
     local_id: str = ""
 
-    #: the backend that can restore this handle
-    backend = "rocksdb"
-
     @property
     def stream(self) -> StreamStateHandle:
         """The private file pack (for code that names a handle by its main stream)."""

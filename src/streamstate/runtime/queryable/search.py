@@ -45,6 +45,7 @@ from streamstate.runtime.state.format.keyed_index import (
     index_section,
     searchable_keys,
 )
+from streamstate.runtime.state.registry import registration
 from streamstate.runtime.state.restore_meta import read_serializers
 from streamstate.runtime.state_reader import passthrough_descriptor
 
@@ -203,7 +204,7 @@ class FileSearch:
     def _make_plan(self, lin: Lineage, op: Any, name: str, kind: str) -> SearchPlan | None:
         ser = op.key_serializer
         width = searchable_keys(ser)
-        if op.backend_name != "hashmap" or not width:
+        if registration(op.backend_name).native_versions or not width:
             return None
         if not all(_searchable_base(h) for h in lin.base):
             return None

@@ -58,9 +58,9 @@ from streamstate.runtime.protocol import Lineage, Token
 from streamstate.runtime.queryable.search import FileSearch
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state import ttl
-from streamstate.runtime.state.format.keyed import delta_states_meta, join_delta
+from streamstate.runtime.state.format.keyed import delta_states_meta
 from streamstate.runtime.state.format.keyed_index import split_delta
-from streamstate.runtime.state.registry import create_keyed_backend
+from streamstate.runtime.state.registry import create_keyed_backend, registration
 from streamstate.runtime.state_reader import passthrough_descriptor
 
 __all__ = [
@@ -83,10 +83,6 @@ DELTA_CACHE = 256
 
 #: base snapshot files kept in memory while the newest snapshot's lineages name them
 BASE_CACHE = 64
-
-#: backend options of serving copies, by backend name: a RocksDB copy opens only the
-#: version it restores (no empty database first)
-COPY_OPTIONS: dict[str, dict[str, Any]] = {"rocksdb": {"defer_open": True}}
 
 
 class _Verified(StreamStateHandle):
@@ -151,12 +147,13 @@ class QueryableOperator:
         )
 
     def serving_range(self, key_group: int) -> KeyGroupRange:
-        """The range one serving copy holds: a key group (heap), the subtask's (RocksDB)."""
+        """The range one serving copy holds: a key group (heap), the subtask's (a backend
+        whose versions are its own files, one per subtask: RocksDB)."""
         return self._ranges[key_group]
 
     @functools.cached_property
     def _ranges(self) -> list[KeyGroupRange]:
-        if self.backend_name == "rocksdb":
+        if registration(self.backend_name).native_versions:
             return [
                 compute_key_group_range_for_operator_index(
                     self.max_parallelism, self.parallelism, self.subtask_of(kg)
@@ -300,7 +297,7 @@ class _Entry:
             key_group_range=self.range,
             max_parallelism=op.max_parallelism,
             key_serializer=op.key_serializer,
-            **{**op.backend_options, **COPY_OPTIONS.get(op.backend_name, {})},
+            **{**op.backend_options, **registration(op.backend_name).serving_copy_options},
         )
         try:
             if lin.base:
@@ -338,13 +335,12 @@ class _Entry:
             self.backend.apply_delta(part)
             return
         assert isinstance(part, _DeltaPart)
-        apply_blocks = getattr(self.backend, "apply_delta_blocks", None)
-        if apply_blocks is None:  # RocksDB (a bridge of a non-incremental checkpoint)
-            self.backend.apply_delta(join_delta(part.prefix, part.blocks))
-            return
         got = self.resolved
         resolved = got[1] if got is not None and got[0] == part.prefix else None
-        self.resolved = (part.prefix, apply_blocks(part.states_meta, part.blocks, resolved))
+        self.resolved = (
+            part.prefix,
+            self.backend.apply_delta_blocks(part.states_meta, part.blocks, resolved),
+        )
 
     def read(self, state: tuple[str, str, Any], key: Any, key_group: int) -> Any:
         """``key``'s value of ``state`` = (name, kind, the job's type infos or None)."""

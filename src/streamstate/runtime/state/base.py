@@ -92,7 +92,8 @@ class StateEntryTransformer(ABC):
 class KeyedStateBackend(ABC):
     """Keyed state of one subtask (the key groups of ``key_group_range``).
 
-    Not thread-safe: one subtask drives it from one thread.
+    Not thread-safe: one subtask drives it from one thread. Backends register by name in
+    ``runtime/state/registry.py``, with their optional abilities.
 
     State TTL (``runtime/state/ttl.py``) needs from a backend: that its
     ``get_partitioned_state`` creates states through ``ttl.create_state`` (one
@@ -101,6 +102,14 @@ class KeyedStateBackend(ABC):
     :meth:`state_entry_transformer` (full-snapshot and incremental cleanup) and
     :meth:`configure_ttl_compaction_filter` (RocksDB compaction filter).
     """
+
+    #: checkpoints are a changelog: the last full snapshot named again plus the deltas
+    #: since (``state.changelog.enabled``; ``checkpoint/changelog.py``)
+    changelog: bool = False
+    #: how the last restore got its files: ``"local"`` (a copy on this machine),
+    #: ``"remote"`` (checkpoint storage or epoch versions) or ``None`` (no restore, or a
+    #: backend that does not tell)
+    restore_source: str | None = None
 
     def __init__(
         self,
@@ -250,6 +259,27 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def apply_delta(self, data: bytes) -> None:
         """Replay a delta from :meth:`snapshot_delta` (entries outside the range are skipped)."""
+
+    @abstractmethod
+    def _resolve_states(self, states_meta: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+        """Per state id of a checkpoint's meta: (state holder to fill, serializers to read
+        with); see ``restore_meta.resolve_states``."""
+
+    def apply_delta_blocks(
+        self, states_meta: list[dict[str, Any]], blocks: Sequence[bytes], resolved: Any = None
+    ) -> Any:
+        """Apply blocks of a delta (``format.keyed_index.split_delta``) whose meta is
+        ``states_meta``; returns the states' resolution, which a caller applying more
+        blocks with the same meta may pass back as ``resolved`` (valid until a state is
+        registered). Queryable state's serving copies apply each epoch's delta this way,
+        a key group's blocks at a time, without parsing the delta's header again."""
+        from streamstate.runtime.state.restore_meta import apply_delta_blocks
+
+        self._check_alive()
+        if resolved is None:
+            resolved = self._resolve_states(states_meta)
+        apply_delta_blocks(blocks, self.key_group_range, resolved)
+        return resolved
 
     @abstractmethod
     def dispose(self) -> None:

@@ -21,7 +21,7 @@ backends apply them identically:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from streamstate.api.state import State, StateDescriptor
@@ -285,16 +285,31 @@ def _read_span(handle: KeyGroupsStateHandle, kgs: list[int]) -> tuple[bytes, int
     return handle.stream.read_range(first, end - first), first
 
 
-def apply_delta(
-    data: bytes,
-    key_group_range: KeyGroupRange,
-    resolve: Callable[[list[dict[str, Any]]], list[tuple[Any, StateSerializers]]],
-) -> None:
-    """Apply a delta (heap delta format) to the key groups of ``key_group_range``."""
+def _kg_index(key_group_range: KeyGroupRange) -> Callable[[int], int | None]:
+    """Key group -> its index in ``key_group_range`` (``None``: another subtask's)."""
     start, n = key_group_range.start, len(key_group_range)
 
     def kg_index(kg: int) -> int | None:
         kgi = kg - start
         return kgi if 0 <= kgi < n else None
 
-    fmt.read_delta(data, resolve, kg_index)
+    return kg_index
+
+
+def apply_delta(
+    data: bytes,
+    key_group_range: KeyGroupRange,
+    resolve: Callable[[list[dict[str, Any]]], list[tuple[Any, StateSerializers]]],
+) -> None:
+    """Apply a delta (heap delta format) to the key groups of ``key_group_range``."""
+    fmt.read_delta(data, resolve, _kg_index(key_group_range))
+
+
+def apply_delta_blocks(
+    blocks: Sequence[bytes],
+    key_group_range: KeyGroupRange,
+    resolved: list[tuple[Any, StateSerializers]],
+) -> None:
+    """Apply blocks of a delta whose states were resolved already (see
+    ``KeyedStateBackend.apply_delta_blocks``) to the key groups of ``key_group_range``."""
+    fmt.apply_delta_blocks(blocks, resolved, _kg_index(key_group_range))

@@ -29,7 +29,14 @@ from streamstate.runtime.state.format.serializers import (
     restore_serializer,
 )
 from streamstate.runtime.state.operator import OperatorStateMode, operator_snapshot_modes
-from streamstate.runtime.state.registry import create_keyed_backend, registered_keyed_backends
+from streamstate.runtime.state.registry import (
+    DEFAULT_BACKEND,
+    ConfiguredBackend,
+    backend_settings,
+    create_keyed_backend,
+    registered_keyed_backends,
+    restoring_backend,
+)
 
 __all__ = [
     "BackendSpec",
@@ -49,7 +56,7 @@ __all__ = [
 class BackendSpec:
     """How a task builds a keyed backend: its registry name and constructor options."""
 
-    name: str = "hashmap"
+    name: str = DEFAULT_BACKEND
     options: dict[str, Any] = field(default_factory=dict)
 
     def create(
@@ -81,14 +88,16 @@ def backend_spec(backend: Any) -> BackendSpec:
                 f"{', '.join(registered_keyed_backends())}"
             )
         return BackendSpec(backend.lower())
-    name = getattr(backend, "backend_name", None)
-    options = getattr(backend, "backend_options", None)
-    if not isinstance(name, str) or not name or not callable(options):
+    if (
+        not isinstance(backend, ConfiguredBackend)
+        or not isinstance(backend.backend_name, str)
+        or not backend.backend_name
+    ):
         raise ConfigurationError(
             f"expected a state backend (HashMapStateBackend(), EmbeddedRocksDBStateBackend()) "
             f"or a backend name, got {backend!r}"
         )
-    return BackendSpec(name, dict(options()))
+    return BackendSpec(*backend_settings(backend))
 
 
 def load_savepoint(path: str) -> CheckpointMetadata:
@@ -159,8 +168,8 @@ class KeyedReadSpec:
     def backend_for(self, handles: list[Any]) -> BackendSpec:
         """RocksDB for native (incremental) handles, whatever was asked: only its restore
         path opens RocksDB's own files; the requested backend otherwise."""
-        native = any(getattr(h, "backend", "hashmap") == "rocksdb" for h in handles)
-        return self.backend.with_name("rocksdb") if native else self.backend
+        native = restoring_backend(handles)
+        return self.backend.with_name(native) if native is not None else self.backend
 
 
 def split_ranges(max_parallelism: int, n: int) -> tuple[KeyGroupRange, ...]:
@@ -205,7 +214,7 @@ def plan_keyed_read(
         check_serializer_compatibility(
             str(first["name"]), "key", key_serializer, first["key_serializer"], require_as_is=True
         )
-    native = any(getattr(h, "backend", "hashmap") == "rocksdb" for h in handles)
+    native = restoring_backend(handles) is not None
     n = ops.parallelism if native else max(parallelism, ops.parallelism)
     return KeyedReadSpec(
         uid=uid,

@@ -183,26 +183,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._check_alive()
         rm.apply_delta(data, self.key_group_range, self._resolve_states)
 
-    def apply_delta_blocks(
-        self, states_meta: list[dict[str, Any]], blocks: Sequence[bytes], resolved: Any = None
-    ) -> Any:
-        """Apply blocks of a delta (``format.keyed_index.split_delta``) whose meta is
-        ``states_meta``; returns the states' resolution, which a caller applying more
-        blocks with the same meta may pass back as ``resolved`` (valid until a state is
-        registered). Queryable state's serving copies apply each epoch's delta this way,
-        a key group's blocks at a time, without parsing the delta's header again."""
-        self._check_alive()
-        if resolved is None:
-            resolved = self._resolve_states(states_meta)
-        start, n = self._start, self._n
-
-        def kg_index(kg: int) -> int | None:
-            kgi = kg - start
-            return kgi if 0 <= kgi < n else None
-
-        fmt.apply_delta_blocks(blocks, resolved, kg_index)
-        return resolved
-
     # ------------------------------------------------------------------- lifecycle
     def dispose(self) -> None:
         for t in self._tables.values():
@@ -224,4 +204,4 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         )
 
 
-register_keyed_backend("hashmap", HeapKeyedStateBackend)
+register_keyed_backend("hashmap", HeapKeyedStateBackend, changelog_options={"changelog": True})

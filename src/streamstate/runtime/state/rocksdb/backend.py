@@ -384,7 +384,16 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         )
 
 
-register_keyed_backend("rocksdb", RocksDBKeyedStateBackend)
+register_keyed_backend(
+    "rocksdb",
+    RocksDBKeyedStateBackend,
+    # Flink's changelog is its own; RocksDB's incremental checkpoints serve the same end
+    changelog_options={"incremental": True},
+    native_handles=(IncrementalKeyedStateHandle,),
+    # a serving copy restores one version: no empty database opened first
+    serving_copy_options={"defer_open": True},
+    native_versions=True,
+)
 
 
 def write_batch(backend: Any, cf: Any, batch: list[tuple[bytes, bytes | None]]) -> None:
