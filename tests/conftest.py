@@ -1,5 +1,8 @@
-"""Shared fixtures: one session-scoped ``local[2]`` SparkSession for integration tests; a
-throwaway PostgreSQL server per test module (``pg``)."""
+"""Shared fixtures: one session-scoped ``local[2]`` SparkSession for integration tests, one
+session-scoped Spark Connect server (``local[2]``) and a Connect session on it
+(``connect_spark``), ``any_spark`` (each test once per runner: the classic runner on the
+classic session, the DataFrame runner on the Connect session); a throwaway PostgreSQL
+server per test module (``pg``)."""
 
 from __future__ import annotations
 
@@ -43,6 +46,52 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def _worker_pythonpath() -> str:
+    """Spark's Python workers must import the test modules that define the jobs' functions
+    (cloudpickle pickles importable classes by reference)."""
+    paths = [ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return os.pathsep.join(dict.fromkeys(paths))
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """A real Spark Connect server (``streamstate local``'s code, ``local[2]``) in a home
+    of its own (jobs that are not given this session never see it); stopped at the end of
+    the test session, also when tests failed (and at exit, should the fixture not end)."""
+    from streamstate.spark.local_server import start_server, stop_server
+
+    home = tmp_path_factory.mktemp("connect-home")
+    atexit.register(stop_server, home)
+    server = start_server(
+        port=0,
+        master="local[2]",
+        conf={"spark.sql.shuffle.partitions": "2"},
+        home=home,
+        environment={"PYTHONPATH": _worker_pythonpath()},
+    )
+    try:
+        yield server
+    finally:
+        stop_server(home)
+
+
+@pytest.fixture(scope="session")
+def connect_spark(connect_server):
+    """A Spark Connect session on the test server: the DataFrame runner's session."""
+    from streamstate.spark.session import connect_session
+
+    session = connect_session(connect_server.url)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(params=["classic", "connect"])
+def any_spark(request):
+    """Each test once per runner: ``classic`` (the RDD runner on the local[2] session) and
+    ``connect`` (the DataFrame runner on the Spark Connect session)."""
+    return request.getfixturevalue("spark" if request.param == "classic" else "connect_spark")
 
 
 @pytest.fixture(scope="module")

@@ -159,7 +159,7 @@ KNOWN_KEYS: dict[str, Validator] = {
     "execution.epoch.idle-wait-ms": _int(0),
     "execution.epoch.source-function.max-wait-ms": _int(0),
     "execution.epoch.state-dir": _any,
-    "execution.runner": _choice("spark", "local"),
+    "execution.runner": _choice("spark", "rdd", "dataframe", "local"),
     "execution.runner.local.rebuild-instances": _bool,
     "execution.runner.spark.preferred-locations": _bool,
     "execution.runner.spark.subtask-hosts": _bool,

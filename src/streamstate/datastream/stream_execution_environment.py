@@ -440,22 +440,21 @@ def _attach_control(executor: Any, configuration: Configuration) -> Any:
 
 
 def _make_runner(configuration: Configuration, spark: Any) -> Any:
-    """The EpochRunner of ``execution.runner``: Spark (default) or in-process.
+    """The EpochRunner of ``execution.runner``: ``local`` (in-process), or a Spark runner
+    by name (``spark``: the session decides; ``rdd``; ``dataframe``: ``spark/runners.py``).
 
     ``execution.runner.local.rebuild-instances: true`` makes the in-process runner rebuild
     every subtask from its state versions in every epoch, as if each moved to another
     worker (for tests of state versions and restores)."""
-    kind = (configuration.get_string("execution.runner", "spark") or "spark").lower()
+    kind = (configuration.get_string("execution.runner", "spark") or "spark").strip().lower()
     if kind == "local":
         from streamstate.runtime.local_runner import LocalEpochRunner
 
         rebuild = configuration.get_string(REBUILD_INSTANCES, "false")
         return LocalEpochRunner(drop_cache_each_epoch=str(rebuild).strip().lower() == "true")
-    if kind != "spark":
-        raise ConfigurationError(f"execution.runner must be 'spark' or 'local', got {kind!r}")
-    from streamstate.spark.runner import SparkEpochRunner
+    from streamstate.spark.runners import make_spark_runner
 
-    return SparkEpochRunner(spark, configuration)
+    return make_spark_runner(kind, spark, configuration)
 
 
 def _source_function_wait_ms(configuration: Configuration, default: int) -> int:

@@ -15,6 +15,7 @@ __all__ = [
     "TASK_FAILURE_LOGGERS",
     "check_java",
     "check_worker_python",
+    "connect_session",
     "get_or_create_spark",
     "resolve_master",
     "silence_task_failure_logs",
@@ -150,3 +151,21 @@ def silence_task_failure_logs(spark: Any) -> None:
     except Exception:  # noqa: BLE001 - a JVM without log4j 2 keeps its logs; nothing breaks
         pass
     sc._streamstate_silenced = True
+
+
+def connect_session(url: str, configuration: Any = None) -> Any:
+    """A new Spark Connect session at ``url`` (``sc://host:port``): a session of its own on
+    the server (its own session id; the user id is this OS user), with the job's
+    ``spark.sql.*`` keys set on it (a Connect client cannot set the server's static keys).
+
+    Made with the Connect client's own builder, not ``SparkSession.builder.remote``: that
+    one refuses to run next to a classic SparkContext in the same process and switches the
+    whole process to Connect mode (``SPARK_CONNECT_MODE_ENABLED``)."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    conf = configuration.to_dict() if configuration is not None else {}
+    builder = ConnectSession.builder.remote(url)
+    for k, v in conf.items():
+        if k.startswith("spark.sql."):
+            builder = builder.config(k, v)
+    return builder.create()

@@ -1,0 +1,123 @@
+"""A subtask's outputs as Arrow record batches, and back: the exchange format of the
+DataFrame runner (``spark/dataframe_runner.py``), reusable by any runner that moves
+epochs between stages as Arrow data.
+
+A subtask yields ``(dest_stage, target_subtask, payload)`` (``task.run_stage_partition``);
+the encoding is one row per output with the columns of :data:`ROUTED_FIELDS`:
+
+* ``dest`` (int32): the downstream stage, or ``DRIVER`` (-1) for acks;
+* ``target`` (int32): the subtask of ``dest`` the row is for;
+* ``route`` (int32): the value an exchange partitions on to land the row on ``target``
+  (the runner's routing function; e.g. a value whose Spark hash lands on ``target``);
+* ``payload`` (binary): the payload, pickled (protocol 5). Data chunks are already
+  pickled blobs; the tuple around them costs a few bytes.
+
+Batches are cut at :data:`BATCH_ROWS` rows or :data:`BATCH_BYTES` payload bytes, so a
+large epoch streams instead of building one huge batch. Decoding checks that every row
+was meant for the subtask reading it: an exchange that routed a row elsewhere is a
+:class:`MisroutedRecordError` naming both subtasks, never a record processed by the wrong
+subtask. pyarrow only, no pyspark.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from streamstate.errors import StreamStateError
+
+__all__ = [
+    "BATCH_BYTES",
+    "BATCH_ROWS",
+    "ROUTED_DDL",
+    "ROUTED_FIELDS",
+    "MisroutedRecordError",
+    "decode_routed",
+    "encode_routed",
+    "routed_schema",
+]
+
+#: the columns, in order, as (name, Spark SQL type)
+ROUTED_FIELDS = (("dest", "int"), ("target", "int"), ("route", "int"), ("payload", "binary"))
+#: the same as a Spark DDL schema string (what ``mapInArrow`` is declared to return)
+ROUTED_DDL = ", ".join(f"{name} {kind}" for name, kind in ROUTED_FIELDS)
+BATCH_ROWS = 4096
+BATCH_BYTES = 8 * 1024 * 1024
+
+
+class MisroutedRecordError(StreamStateError, RuntimeError):
+    """A row reached a subtask it was not routed to: the exchange did not partition as the
+    routing function assumed (e.g. a Spark version whose hash partitioning differs)."""
+
+
+def routed_schema(large_binary: bool = False) -> Any:
+    """The pyarrow schema of the batches (``large_binary``: the payload as ``large_binary``,
+    for engines that exchange Arrow with 64-bit offsets)."""
+    import pyarrow as pa
+
+    binary = pa.large_binary() if large_binary else pa.binary()
+    return pa.schema(
+        [("dest", pa.int32()), ("target", pa.int32()), ("route", pa.int32()), ("payload", binary)]
+    )
+
+
+def encode_routed(
+    outputs: Iterable[tuple[int, int, Any]],
+    route: Callable[[int, int], int],
+    large_binary: bool = False,
+) -> Iterator[Any]:
+    """Record batches of ``outputs``; ``route(dest, target)`` gives each row's route."""
+    import pyarrow as pa
+
+    schema = routed_schema(large_binary)
+    dests: list[int] = []
+    targets: list[int] = []
+    routes: list[int] = []
+    payloads: list[bytes] = []
+    size = 0
+
+    def batch() -> Any:
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(dests, pa.int32()),
+                pa.array(targets, pa.int32()),
+                pa.array(routes, pa.int32()),
+                pa.array(payloads, schema.field("payload").type),
+            ],
+            schema=schema,
+        )
+
+    for dest, target, payload in outputs:
+        blob = pickle.dumps(payload, protocol=5)
+        dests.append(dest)
+        targets.append(target)
+        routes.append(route(dest, target))
+        payloads.append(blob)
+        size += len(blob)
+        if len(payloads) >= BATCH_ROWS or size >= BATCH_BYTES:
+            yield batch()
+            dests, targets, routes, payloads, size = [], [], [], [], 0
+    if payloads:
+        yield batch()
+
+
+def decode_routed(batches: Iterable[Any], subtask: int | None = None) -> Iterator[tuple[int, Any]]:
+    """The ``(target, payload)`` items of ``batches`` (what ``run_stage_partition`` reads).
+
+    ``subtask``: the reader; a row whose target is another subtask raises
+    :class:`MisroutedRecordError`. Columns are found by name."""
+    for b in batches:
+        if b.num_rows == 0:
+            continue
+        targets = b.column(b.schema.get_field_index("target")).to_pylist()
+        payloads = b.column(b.schema.get_field_index("payload")).to_pylist()
+        if subtask is not None:
+            for target in targets:
+                if target != subtask:
+                    raise MisroutedRecordError(
+                        f"a record for subtask {target} reached subtask {subtask}: the "
+                        f"exchange did not route as computed (streamstate.spark.routing)"
+                    )
+        for target, payload in zip(targets, payloads, strict=True):
+            yield target, pickle.loads(payload)
