@@ -17,8 +17,11 @@
 ``StreamExecutionEnvironment`` created inside picks up: they travel in the environment
 variable ``STREAMSTATE_CONF`` (a JSON object of configuration keys), which the environment
 constructor merges *before* the job's own configuration (so explicit settings in the job
-win, as with Flink's ``flink run -p/-D``). Options must come before ``JOB.py``; everything
-after it is passed to the job.
+win, as with Flink's ``flink run -p/-D``). Options must come before ``JOB.py``, as with
+``flink run`` and its jar; everything after it is passed to the job, except that one of
+``run``'s own options there (``job.py --from-checkpoint PATH``) is refused with the right
+order: it would otherwise reach only the job's ``sys.argv`` and the job would silently start
+from empty state. ``JOB.py -- ARGS`` passes such arguments to the job on purpose.
 
 Exit codes: 0 ok; 2 usage error or a streamstate error (one line on stderr, no traceback);
 1 any other error raised by a job (with its traceback); a job's own ``sys.exit(n)`` is kept.
@@ -45,6 +48,14 @@ __all__ = ["CONF_ENV_VAR", "build_parser", "main"]
 CONF_ENV_VAR = "STREAMSTATE_CONF"
 
 _KINDS = ("value", "list", "map", "reducing", "aggregating")
+
+#: why a checkpoint directory can be empty after a job ran (``streamstate checkpoints``)
+NO_CHECKPOINTS_HINT = (
+    "(a job deletes its checkpoints when it finishes or is cancelled unless "
+    "execution.checkpointing.externalized-checkpoint-retention is RETAIN_ON_CANCELLATION; "
+    "checkpoints go to this directory only with execution.checkpointing.dir or "
+    "set_checkpoint_storage_dir)"
+)
 
 
 class _UsageError(Exception):
@@ -231,16 +242,70 @@ def _job_process_state(script: str, argv: list[str], conf: dict[str, str]) -> It
             os.environ[CONF_ENV_VAR] = saved_env
 
 
+def _run_options() -> dict[str, bool]:
+    """``streamstate run``'s option strings -> whether each takes a value."""
+    sub = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    )  # argparse has no public accessor for a subcommand's options
+    return {
+        o: a.nargs != 0
+        for a in sub.choices["run"]._actions
+        for o in a.option_strings
+        if o not in ("-h", "--help")
+    }
+
+
+def _misplaced_option(job_args: list[str]) -> tuple[int, int] | None:
+    """``(start, end)`` of the first of ``run``'s own options among the job's arguments
+    (``--from-checkpoint PATH``, ``--master=URL``, ``-Dk=v``, ``--quiet``), or None."""
+    options = _run_options()
+    for i, arg in enumerate(job_args):
+        if arg == "--":
+            return None
+        name, has_value = arg.split("=", 1)[0], "=" in arg
+        if name not in options and arg.startswith("-D") and len(arg) > 2:
+            name, has_value = "-D", True  # -Dkey=value
+        if name in options:
+            return i, i + 1 + (options[name] and not has_value)
+    return None
+
+
+def _double_dash_follows(argv: list[str], job: str) -> bool:
+    """Whether ``--`` comes right after the job file in the command line."""
+    at = argv.index("run") if "run" in argv else 0
+    return any(a == job and argv[i + 1 : i + 2] == ["--"] for i, a in enumerate(argv) if i > at)
+
+
+def _job_args(args: argparse.Namespace) -> list[str]:
+    """The job's ``sys.argv[1:]``; ``run``'s own options after JOB.py are refused (they
+    would reach only the job, which would run without them: a restore silently lost)."""
+    job_args = list(args.job_args)
+    if job_args[:1] == ["--"]:
+        return job_args[1:]
+    if _double_dash_follows(getattr(args, "argv", []), args.job):
+        return job_args  # argparse removed the `--` that says "the rest is the job's"
+    found = _misplaced_option(job_args)
+    if found is None:
+        return job_args
+    start, end = found
+    option = " ".join(job_args[start:end])
+    fixed = ["streamstate run", option, args.job, *job_args[:start], *job_args[end:]]
+    raise _UsageError(
+        f"streamstate run: {option!r} comes after the job file, where it would only be "
+        f"passed to the job; options of `streamstate run` go before the job file (as with "
+        f"`flink run`): `{' '.join(fixed)}`. To pass it to the job itself: "
+        f"`streamstate run {args.job} -- {' '.join(job_args)}`"
+    )
+
+
 def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     import runpy
 
     script = args.job
     if not os.path.isfile(script):
         raise ConfigurationError(f"job script {script!r} does not exist")
+    job_args = _job_args(args)
     conf = _run_conf(args)
-    job_args = list(args.job_args)
-    if job_args[:1] == ["--"]:
-        job_args = job_args[1:]
     with _job_process_state(script, job_args, conf):
         try:
             runpy.run_path(script, run_name="__main__")
@@ -280,6 +345,7 @@ def _cmd_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
     if not infos:
         which = f" of job {args.job}" if args.job else ""
         print(f"no checkpoints{which} under {args.directory}", file=out)
+        print(NO_CHECKPOINTS_HINT, file=out)
         return 0
     rows = [
         (
@@ -421,8 +487,10 @@ _COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``streamstate`` command; returns the exit code."""
     parser = build_parser()
+    raw = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        args = parser.parse_args(raw)
+        args.argv = raw
     except _UsageError as e:
         print(e, file=sys.stderr)
         return 2
@@ -433,6 +501,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return _COMMANDS[args.command](args, sys.stdout)
+    except _UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
     except StreamStateError as e:
         if isinstance(e, JobExecutionError) and e.__cause__ is not None:
             # the user's error once, with its Python traceback (the worker's, on Spark)

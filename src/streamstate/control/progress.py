@@ -1,7 +1,8 @@
 """Progress of a running job on the terminal: epochs, records/s, last checkpoint, restarts.
 
 ``execution.progress`` (default ``auto``): ``live`` redraws one line in place (``rich``),
-``lines`` writes one line per epoch (at most one a second, and always the last), ``none``
+``lines`` writes one line per epoch (at most one a second, none for the first epoch, and
+always the last: a short job writes one line in all), ``none``
 writes nothing; ``auto`` is ``live`` when stderr is a terminal and ``lines`` otherwise.
 ``streamstate run --quiet`` sets ``none``. The observer runs on the driver between epochs
 and only formats a string and writes it.
@@ -16,7 +17,12 @@ from typing import Any, TextIO
 
 from streamstate.common.job_status import JobStatus
 from streamstate.errors import ConfigurationError
-from streamstate.runtime.job_status import EpochStats, FailureInfo, JobObserver
+from streamstate.runtime.job_status import (
+    EpochStats,
+    FailureInfo,
+    JobObserver,
+    RestoredCheckpoint,
+)
 
 __all__ = ["PROGRESS_KEY", "PROGRESS_MODES", "ProgressObserver", "progress_observer"]
 
@@ -42,7 +48,8 @@ class ProgressObserver(JobObserver):
         self.restarts = 0
         self.last_checkpoint: int | None = None
         self._t0 = time.monotonic()
-        self._last_line = 0.0
+        #: when the last line was written (``lines``); None until the first epoch ended
+        self._last_line: float | None = None
         self._rate = 0.0
         self._window: deque[tuple[int, float]] = deque(maxlen=RATE_WINDOW)
 
@@ -73,7 +80,10 @@ class ProgressObserver(JobObserver):
                 self._live = None
             return
         now = time.monotonic()
-        if final or now - self._last_line >= LINE_INTERVAL_S:
+        if self._last_line is None and not final:
+            self._last_line = now  # the first epoch: a line a second from here on
+            return
+        if final or now - (self._last_line or 0.0) >= LINE_INTERVAL_S:
             self._last_line = now
             self.stream.write(self._text(status) + "\n")
             self.stream.flush()
@@ -90,6 +100,17 @@ class ProgressObserver(JobObserver):
         if stats.checkpoint_id is not None:
             self.last_checkpoint = stats.checkpoint_id
         self._write()
+
+    def on_restore(self, job_id: str, restored: RestoredCheckpoint) -> None:
+        self._note(f"{self.job_name}: {restored.describe()}")
+
+    def _note(self, text: str) -> None:
+        """A line of its own above the progress line (or between the lines)."""
+        if self.live and self._live is not None:
+            self._live.console.print(text, highlight=False, markup=False)
+            return
+        self.stream.write(text + "\n")
+        self.stream.flush()
 
     def on_failure(self, job_id: str, failure: FailureInfo) -> None:
         if failure.will_restart:

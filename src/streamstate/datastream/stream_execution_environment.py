@@ -358,7 +358,7 @@ def _build_executor(env: StreamExecutionEnvironment, job_name: str | None) -> An
         checkpointing_enabled=settings.checkpoint.enabled,
         clock=settings.clock,
     )
-    return JobExecutor(
+    executor = JobExecutor(
         plan,
         settings,
         storage.create_access(working_dir=settings.state_dir),
@@ -366,6 +366,13 @@ def _build_executor(env: StreamExecutionEnvironment, job_name: str | None) -> An
         _make_runner(env._configuration, env._spark),
         observers=(*env._observers, *_progress(env._configuration, settings.job_name)),
     )
+    # a bad --from-checkpoint is one error, before the job's address or status is printed
+    try:
+        executor.load_restore_point()
+    except BaseException:
+        executor.storage.release_job()
+        raise
+    return executor
 
 
 def _check_explicit_uids(sinks: list[Transformation]) -> None:

@@ -41,7 +41,12 @@ from streamstate.runtime.epoch_loop import EpochLoop, JobCancelled
 from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.job_metrics import JobMetrics
 from streamstate.runtime.job_state import JobState
-from streamstate.runtime.job_status import FailureInfo, JobLifecycle, JobObserver
+from streamstate.runtime.job_status import (
+    FailureInfo,
+    JobLifecycle,
+    JobObserver,
+    RestoredCheckpoint,
+)
 from streamstate.runtime.protocol import EpochSpec, StageTaskSpec, SubtaskAck
 from streamstate.runtime.queryable.service import (
     QueryableStateService,
@@ -107,6 +112,8 @@ class JobExecutor:
         #: sink operator uid -> its driver-side committer
         self.committers: dict[str, Any] = {}
         self.restored_from: str | None = None
+        #: ``settings.recovery_path`` loaded by :meth:`load_restore_point` (None: not yet)
+        self._restore_point: tuple[CheckpointMetadata, str] | None = None
         #: published epoch/checkpoint snapshots for queryable state (runtime/queryable/)
         self.queryable = QueryableStateService(
             self.job_id,
@@ -189,22 +196,37 @@ class JobExecutor:
                 md.checkpoint_id, epoch, attempt, checkpoint_lineages(md, self.queryable.operators)
             )
 
+    def load_restore_point(self) -> None:
+        """Load the checkpoint the job starts from (``settings.recovery_path``), if any.
+
+        Called before the job is announced (its address, its status), so a bad path is one
+        error and nothing else; :meth:`run` calls it when nobody did."""
+        path = self.settings.recovery_path
+        if not path or self._restore_point is not None:
+            return
+        try:
+            self._restore_point = load_restore_point(path)
+        except FileNotFoundError as e:
+            raise CorruptCheckpointError(f"no checkpoint at {path}: {e}") from e
+
     def _initial_restore(self) -> None:
         self.state.reset()
-        path = self.settings.recovery_path
-        if not path:
+        if not self.settings.recovery_path:
             # a fresh start rolls back to epoch 0: sinks drop what an earlier run left
             # pending (e.g. PostgreSQL transactions prepared before its first checkpoint)
             for c in self.committers.values():
                 c.abort(0)
             return
-        try:
-            md, where = load_restore_point(path)
-        except FileNotFoundError as e:
-            raise CorruptCheckpointError(f"no checkpoint at {path}: {e}") from e
+        self.load_restore_point()
+        assert self._restore_point is not None
+        md, where = self._restore_point
         self._restore(md, where, initial=True)
         self.restored_from = where
-        log.info("job %s restored from %s (epoch %d)", self.job_id, where, self.state.epoch)
+        restored = RestoredCheckpoint(
+            md.checkpoint_id, md.job_id, where, md.is_savepoint, self.state.epoch
+        )
+        log.info("job %s %s (epoch %d)", self.job_id, restored.describe(), self.state.epoch)
+        self.lifecycle.notify("on_restore", restored)
 
     def _recover_after_failure(self) -> None:
         self.state.attempt += 1

@@ -28,7 +28,14 @@ from typing import Any
 from streamstate.common.job_status import JobStatus
 from streamstate.errors import IllegalLifecycleTransition, TaskFailure
 
-__all__ = ["EpochStats", "FailureInfo", "JobLifecycle", "JobObserver", "StageEpochStats"]
+__all__ = [
+    "EpochStats",
+    "FailureInfo",
+    "JobLifecycle",
+    "JobObserver",
+    "RestoredCheckpoint",
+    "StageEpochStats",
+]
 
 log = logging.getLogger("streamstate")
 
@@ -112,8 +119,29 @@ class FailureInfo:
         )
 
 
+@dataclass(frozen=True)
+class RestoredCheckpoint:
+    """The checkpoint or savepoint a job started from (``--from-checkpoint``)."""
+
+    checkpoint_id: int
+    #: the job that wrote it (another run of this job, usually)
+    job_id: str
+    #: its ``_metadata`` URL
+    path: str
+    is_savepoint: bool
+    #: the epoch it was taken at (the restored job goes on from the next)
+    epoch: int
+
+    def describe(self) -> str:
+        kind = "savepoint" if self.is_savepoint else "checkpoint"
+        return f"restored from {kind} {self.checkpoint_id} of job {self.job_id} ({self.path})"
+
+
 class JobObserver:
     """Callbacks from a running job's driver; override what you need (all no-ops here)."""
+
+    def on_restore(self, job_id: str, restored: RestoredCheckpoint) -> None:
+        """The job starts from ``restored`` (before its first epoch)."""
 
     def on_status_change(self, job_id: str, status: JobStatus, timestamp_ms: int) -> None:
         """The job entered ``status``."""

@@ -147,10 +147,15 @@ class SparkEpochRunner(EpochRunner):
         return f"Spark ({self.spark.sparkContext.master})" if self.spark else "Spark"
 
     def start(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
-        from streamstate.spark.session import get_or_create_spark, silence_task_failure_logs
+        from streamstate.spark.session import (
+            check_session_python,
+            get_or_create_spark,
+            silence_task_failure_logs,
+        )
 
         if self.spark is None:
             self.spark = get_or_create_spark(self.configuration)
+        check_session_python(self.spark)  # a user's own session: its workers' Python
         keep = self.configuration is not None and str(
             self.configuration.get_string("execution.task-failure-logs", "false")
         ).strip().lower() in ("true", "1", "yes")

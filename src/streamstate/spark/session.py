@@ -8,12 +8,13 @@ import subprocess
 import sys
 from typing import Any
 
-from streamstate.errors import ConfigurationError
+from streamstate.errors import ConfigurationError, WorkerEnvironmentError
 
 __all__ = [
     "QUIET_KEY",
     "TASK_FAILURE_LOGGERS",
     "check_java",
+    "check_session_python",
     "check_worker_python",
     "connect_session",
     "get_or_create_spark",
@@ -54,32 +55,81 @@ def check_java() -> None:
     )
 
 
+#: worker interpreters that imported streamstate (probed once per process)
 _probed: set[str] = set()
 
 
-def check_worker_python(master: str | None) -> None:
-    """On a local master, probe ``PYSPARK_PYTHON`` once: it must import streamstate."""
-    worker = os.environ.get("PYSPARK_PYTHON")
+def _probe(python: str) -> str | None:
+    """None when ``python`` imports streamstate, else why not (its last error line)."""
+    try:
+        done = subprocess.run(
+            [python, "-c", "import streamstate"], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        return str(e)
+    if done.returncode == 0:
+        return None
+    return (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+
+
+def _same_interpreter(path: str) -> bool:
+    # not realpath: a virtualenv's python is a symlink to the system's, with other packages
+    return os.path.abspath(path) == os.path.abspath(sys.executable)
+
+
+def check_worker_python(master: str | None, worker: str | None = None) -> None:
+    """On a local master, probe the Python that Spark's workers run (``worker``, default
+    ``PYSPARK_PYTHON``) once: it must import streamstate. A cluster's workers are not
+    probed from here (their first task fails with :class:`WorkerEnvironmentError`)."""
+    explicit = worker is None
+    worker = os.environ.get("PYSPARK_PYTHON") if worker is None else worker
     if not worker or (master is not None and not master.startswith("local")):
         return
     path = shutil.which(worker) or worker
-    if os.path.realpath(path) == os.path.realpath(sys.executable) or path in _probed:
+    if _same_interpreter(path) or path in _probed:
         return
-    try:
-        done = subprocess.run(
-            [path, "-c", "import streamstate"], capture_output=True, text=True, timeout=120
-        )
-        failed, why = done.returncode != 0, (done.stderr.strip().splitlines() or [""])[-1]
-    except OSError as e:
-        failed, why = True, str(e)
-    if failed:
-        raise ConfigurationError(
+    why = _probe(path)
+    if why is None:
+        _probed.add(path)
+        return
+    if explicit:
+        raise WorkerEnvironmentError(
             f"PYSPARK_PYTHON={worker} cannot import streamstate ({why}); Spark's Python "
             f"workers run that interpreter. Install streamstate into it "
             f"(`{path} -m pip install streamstate`), or point PYSPARK_PYTHON at this "
             f"interpreter ({sys.executable}) or unset it."
         )
-    _probed.add(path)
+    raise WorkerEnvironmentError(_worker_python_advice(worker, path, why))
+
+
+def _worker_python_advice(worker: str, path: str, why: str) -> str:
+    how = (
+        "PYSPARK_PYTHON and spark.pyspark.python were unset when the SparkSession was "
+        "created, so PySpark runs `python3` from the PATH"
+        if worker == "python3" and not os.environ.get("PYSPARK_PYTHON")
+        else f"the SparkSession was created with PYSPARK_PYTHON={worker}"
+    )
+    return (
+        f"the SparkSession's Python workers run {worker} ({path}), which cannot import "
+        f"streamstate ({why}): {how}, while this driver runs {sys.executable}. Set "
+        f"PYSPARK_PYTHON={sys.executable} before the SparkSession is created (`export "
+        f"PYSPARK_PYTHON={sys.executable}` in the shell, or os.environ['PYSPARK_PYTHON'] = "
+        f"sys.executable before SparkSession.builder; with spark-submit: --conf "
+        f"spark.pyspark.python={sys.executable}), or install streamstate into {path} "
+        f"(`{path} -m pip install <streamstate wheel or clone>`). Sessions that streamstate "
+        f"creates itself set it for you."
+    )
+
+
+def check_session_python(spark: Any) -> None:
+    """A session's Python workers must import streamstate: on a local master the
+    interpreter they run (PySpark's ``SparkContext.pythonExec``) is probed once, so a
+    user's own session built without ``PYSPARK_PYTHON`` fails here with one paragraph
+    saying what to set, before any task fails inside a Java stack trace."""
+    sc = spark.sparkContext
+    worker = getattr(sc, "pythonExec", None)
+    if worker:
+        check_worker_python(str(sc.master), str(worker))
 
 
 def get_or_create_spark(
@@ -89,21 +139,27 @@ def get_or_create_spark(
 
     ``spark.master`` and any other ``spark.*`` keys of the job configuration are
     passed to the builder; under ``spark-submit`` the submitted master wins over
-    ``default_master`` (default ``local[*]``). Python workers are reused across tasks
-    (``spark.python.worker.reuse``), which is what lets a subtask find its state in memory
-    in the next epoch. Unless ``execution.runner.spark.quiet: false``, Spark's console
-    progress bar is off and its logs at WARN. Before a JVM starts: a clear error when
-    there is no Java, or when ``PYSPARK_PYTHON`` (on a local master) lacks streamstate.
+    ``default_master`` (default ``local[*]``). The workers run this interpreter
+    (``spark.pyspark.python`` and ``PYSPARK_PYTHON`` set to ``sys.executable`` unless
+    given). Python workers are reused across tasks (``spark.python.worker.reuse``), which
+    is what lets a subtask find its state in memory in the next epoch. Spark's own web UI
+    is off (``spark.ui.enabled: false`` unless given: the job's dashboard is
+    streamstate's). Unless ``execution.runner.spark.quiet: false``, the driver JVM starts
+    quietly (``spark/jvm.py``), Spark's console progress bar is off and its logs at WARN.
+    Before a JVM starts: a clear error when there is no Java, or when the workers'
+    Python (on a local master) lacks streamstate.
     """
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name)
     conf = configuration.to_dict() if configuration is not None else {}
+    worker = conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+    worker = worker or sys.executable
+    # PySpark's driver reads the environment variable; the key is what Spark shows
+    os.environ.setdefault("PYSPARK_PYTHON", worker)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Under spark-submit (or pyspark shell) the JVM already exists with its --master:
     # PYSPARK_GATEWAY_PORT is set, and the master must not be overridden.
     launched = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
@@ -112,17 +168,27 @@ def get_or_create_spark(
     if not launched:
         check_java()
     check_worker_python(master)
-    if master is not None and "spark.master" not in conf:
-        builder = builder.master(master)
-    if master is not None and master.startswith("local"):
-        # a single machine: keep driver and executors on loopback
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = builder.config("spark.python.worker.reuse", "true")
+    settings = {
+        "spark.app.name": app_name,
+        "spark.pyspark.python": worker,
+        "spark.python.worker.reuse": "true",
+        "spark.ui.enabled": "false",
+    }
     if quiet:
-        builder = builder.config("spark.ui.showConsoleProgress", "false")
-    for k, v in conf.items():
-        if k.startswith("spark."):
-            builder = builder.config(k, v)
+        settings["spark.ui.showConsoleProgress"] = "false"
+    if master is not None:
+        settings["spark.master"] = master
+        if master.startswith("local"):
+            # a single machine: keep driver and executors on loopback
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings.update({k: str(v) for k, v in conf.items() if k.startswith("spark.")})
+    if quiet and not launched:
+        from streamstate.spark.jvm import start_quiet_gateway
+
+        start_quiet_gateway(settings)
+    builder = SparkSession.builder
+    for k, v in settings.items():
+        builder = builder.config(k, v)
     session = builder.getOrCreate()
     if quiet:
         session.sparkContext.setLogLevel("WARN")

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from streamstate.errors import CheckpointStorageError, ConfigurationError
@@ -29,6 +30,8 @@ from streamstate.runtime.checkpoint.storage import (
 )
 
 __all__ = ["FileSystemCheckpointStorageAccess"]
+
+log = logging.getLogger("streamstate")
 
 
 class FileSystemCheckpointStorageAccess(CheckpointStorageAccess):
@@ -71,10 +74,20 @@ class FileSystemCheckpointStorageAccess(CheckpointStorageAccess):
         self._lock = JobLock(self._dir.fs, self._dir.job_path, job_id).acquire()
 
     def release_job(self) -> None:
-        """The job ended: give up the job directory's lock."""
+        """The job ended: give up the job directory's lock, and remove the directory when
+        no file is left in it (no checkpoint retained: an empty ``<dir>/<job-id>/`` would
+        only make ``streamstate checkpoints`` list a job without checkpoints)."""
         lock = getattr(self, "_lock", None)
         if lock is not None:
             lock.release()
+        if self._dir is None:
+            return
+        fs, job_path = self._dir.fs, self._dir.job_path
+        try:
+            if fs.exists(job_path) and not fs.find(job_path):
+                fs.rm(job_path, recursive=True)
+        except OSError as e:
+            log.debug("could not remove the empty job directory %s: %s", job_path, e)
 
     def _directory(self) -> CheckpointDirectory:
         self._require_job()

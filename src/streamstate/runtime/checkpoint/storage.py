@@ -166,11 +166,36 @@ def resolve_external_pointer(path: str) -> str:
         meta = _join(p, METADATA_FILE_NAME)
     if not fs.exists(meta) or fs.isdir(meta):
         raise CorruptCheckpointError(
-            f"no {METADATA_FILE_NAME} at {path!r}: the checkpoint never completed or the path "
-            f"is wrong. Pass a completed checkpoint directory (chk-<n>) or its "
+            _subsumed_by(fs, meta)
+            or f"no {METADATA_FILE_NAME} at {path!r}: the checkpoint never completed or the "
+            f"path is wrong. Pass a completed checkpoint directory (chk-<n>) or its "
             f"{METADATA_FILE_NAME} file"
         )
     return fs.unstrip_protocol(meta)
+
+
+def _subsumed_by(fs: Any, meta: str) -> str | None:
+    """Why ``<job dir>/chk-<n>/_metadata`` is missing when a newer checkpoint of the same
+    job completed (it was subsumed: deleted once ``num-retained`` newer ones existed),
+    naming the newest; None when there is no newer one."""
+    chk_dir, job_dir = meta.rsplit("/", 1)[0], meta.rsplit("/", 2)[0]
+    m = _CHK_RE.match(chk_dir.rsplit("/", 1)[-1])
+    if m is None:
+        return None
+    newer = sorted(
+        (cid, d)
+        for cid, d in _checkpoint_dirs(fs, job_dir)
+        if cid > int(m.group(1)) and fs.exists(_join(d, METADATA_FILE_NAME))
+    )
+    if not newer:
+        return None
+    first, (newest_id, newest) = newer[0][0], newer[-1]
+    return (
+        f"checkpoint chk-{m.group(1)} of job {job_dir.rsplit('/', 1)[-1]} is gone: it was "
+        f"subsumed by chk-{first} (a job keeps the newest "
+        f"execution.checkpointing.num-retained completed checkpoints, default 1, and deletes "
+        f"older ones). The newest is chk-{newest_id}: {fs.unstrip_protocol(newest)}"
+    )
 
 
 def verify_state_files(metadata: CheckpointMetadata, where: str) -> None:
@@ -202,7 +227,8 @@ def load_metadata_from_path(path: str, verify: bool = True) -> CheckpointMetadat
         with fs.open(p, "rb") as f:
             data = f.read()
     except FileNotFoundError as e:
-        raise CorruptCheckpointError(f"{meta_url} disappeared while reading it") from e
+        why = _subsumed_by(fs, p) or f"{meta_url} disappeared while reading it"
+        raise CorruptCheckpointError(why) from e
     with relative_paths_under(meta_url.rsplit("/", 1)[0]):
         md = CheckpointMetadata.from_file_bytes(data, meta_url)
     if verify:

@@ -46,6 +46,7 @@ from streamstate.runtime.state_processor.reading import (
     read_window_range,
 )
 from streamstate.spark.schema import record_converter, record_schema
+from streamstate.spark.session import check_session_python
 
 __all__ = ["SavepointReader", "WindowSavepointReader"]
 
@@ -104,6 +105,7 @@ class SavepointReader:
     """Reads the state of one savepoint (or retained checkpoint) into DataFrames."""
 
     def __init__(self, spark: Any, path: str, metadata: CheckpointMetadata, backend: BackendSpec):
+        check_session_python(spark)  # its tasks run streamstate: a clear error, not a stack
         self.spark = spark
         self.path = path
         self.metadata = metadata

@@ -63,6 +63,7 @@ from streamstate.runtime.state_processor.writing import (
     savepoint_metadata,
 )
 from streamstate.spark.schema import from_spark
+from streamstate.spark.session import check_session_python
 
 __all__ = [
     "KeyedOperatorTransformation",
@@ -246,6 +247,7 @@ class SavepointWriter:
         max_parallelism: int,
         base: CheckpointMetadata | None = None,
     ) -> None:
+        check_session_python(spark)  # its tasks run streamstate: a clear error, not a stack
         self.spark = spark
         self.backend = backend
         self.max_parallelism = max_parallelism
