@@ -1,7 +1,8 @@
 """``streamstate list|info|cancel|savepoint|stop``: running jobs, through their REST API.
 
 As ``flink list/info/cancel/savepoint/stop``. Jobs are found in the job registry
-(``$STREAMSTATE_HOME/jobs``, written by every running job's driver) or at ``--address URL``
+(``$STREAMSTATE_HOME/jobs/<user>``, written by every running job's driver; ``list`` says
+where it looked) or at ``--address URL``
 (the address a job prints at start); the registry file also gives the bearer token the
 mutating verbs need (``--token`` overrides it).
 """
@@ -14,7 +15,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from streamstate.control.client import RestClient, resolve_job
-from streamstate.control.registry import list_jobs
+from streamstate.control.registry import list_jobs, registry_dir
 
 __all__ = ["JOB_COMMANDS", "add_job_parsers"]
 
@@ -116,10 +117,11 @@ def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         out.write(json.dumps(jobs, indent=2) + "\n")
         return 0
+    where = args.address or f"the job registry {registry_dir()}"
     if not jobs:
-        out.write("No running jobs.\n")
+        out.write(f"No running jobs in {where}.\n")
         return 0
-    out.write("------------------ Jobs ------------------\n")
+    out.write(f"------------------ Jobs in {where} ------------------\n")
     for j in jobs:
         out.write(
             f"{_time(j['start-time'])} : {j['jid']} : {j['name']} ({j['state']}) "

@@ -4,7 +4,7 @@
 
     streamstate run [--from-checkpoint PATH | --from-savepoint PATH]
                     [--allow-non-restored-state] [--master URL] [--parallelism N] [--quiet]
-                    [-D key=value ...] JOB.py [job args ...]
+                    [--verbose] [-D key=value ...] JOB.py [job args ...]
     streamstate checkpoints DIR [--job JOB_ID] [--no-verify] [--all] [--json]
     streamstate describe PATH [--json]
     streamstate state PATH --operator UID --state NAME
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import sys
 import traceback
@@ -107,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--master", "-m", metavar="URL", help="Spark master (spark.master)")
     r.add_argument(
         "--quiet", "-q", action="store_true", help="no progress output (execution.progress: none)"
+    )
+    r.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="Spark's and streamstate's logs at INFO, Spark's start-up output and progress bars "
+        "(execution.runner.spark.quiet: false)",
     )
     r.add_argument(
         "--parallelism",
@@ -216,6 +224,8 @@ def _run_conf(args: argparse.Namespace) -> dict[str, str]:
         conf["spark.master"] = args.master
     if args.quiet:
         conf["execution.progress"] = "none"
+    if args.verbose:
+        conf["execution.runner.spark.quiet"] = "false"
     if args.parallelism is not None:
         if args.parallelism < 1:
             raise ConfigurationError(f"--parallelism must be >= 1, got {args.parallelism}")
@@ -298,6 +308,16 @@ def _job_args(args: argparse.Namespace) -> list[str]:
     )
 
 
+def _log_to_stderr(level: int) -> None:
+    """streamstate's log records at ``level`` and above on stderr (``run -v``)."""
+    logger = logging.getLogger("streamstate")
+    logger.setLevel(level)
+    if not any(isinstance(h, logging.StreamHandler) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+
+
 def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     import runpy
 
@@ -306,6 +326,8 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         raise ConfigurationError(f"job script {script!r} does not exist")
     job_args = _job_args(args)
     conf = _run_conf(args)
+    if args.verbose:
+        _log_to_stderr(logging.INFO)
     with _job_process_state(script, job_args, conf):
         try:
             runpy.run_path(script, run_name="__main__")

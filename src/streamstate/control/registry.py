@@ -1,10 +1,12 @@
 """Job registry files: how ``streamstate list`` and friends find running jobs.
 
-One JSON file per running job in :func:`registry_dir` (``$STREAMSTATE_HOME/jobs``, default
-``~/.streamstate/jobs``), written atomically (temp file + rename) with mode 0600 because it
-holds the job's bearer token, and removed when the job ends. Format version
-:data:`REGISTRY_VERSION`. A file whose process is gone is stale: :func:`list_jobs` skips
-and deletes it.
+One JSON file per running job in :func:`registry_dir` (``$STREAMSTATE_HOME/jobs/<user>``,
+default ``~/.streamstate/jobs/<user>``), written atomically (temp file + rename) with mode
+0600 because it holds the job's bearer token, and removed when the job ends. Format version
+:data:`REGISTRY_VERSION`. The registry is per user: a home shared by several users (or a
+``STREAMSTATE_HOME`` shared by a team) lists each user's own jobs, and a file another user
+owns is never listed. A file whose process is gone is stale: :func:`list_jobs` skips and
+deletes it.
 """
 
 from __future__ import annotations
@@ -23,10 +25,22 @@ REGISTRY_VERSION = 1
 HOME_ENV_VAR = "STREAMSTATE_HOME"
 
 
+def _user() -> str:
+    """This process's user name (its effective uid when it has no name)."""
+    uid = os.geteuid()
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
+
+
 def registry_dir() -> Path:
-    """Where running jobs register (``$STREAMSTATE_HOME/jobs``, default ``~/.streamstate/jobs``)."""
+    """Where this user's running jobs register: ``$STREAMSTATE_HOME/jobs/<user>``, default
+    ``~/.streamstate/jobs/<user>``."""
     home = os.environ.get(HOME_ENV_VAR) or os.path.join(os.path.expanduser("~"), ".streamstate")
-    return Path(home) / "jobs"
+    return Path(home) / "jobs" / _user()
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,11 @@ def list_jobs() -> list[JobRecord]:
         return []
     out = []
     for p in sorted(d.glob("*.json")):
+        try:
+            if p.stat().st_uid != os.geteuid():
+                continue  # another user's file: not this user's job
+        except OSError:
+            continue
         rec = JobRecord.read(p)
         if rec is None:
             continue
