@@ -10,8 +10,8 @@ from DataFrames::
     )
 
     reader = SavepointReader.read(spark, "/savepoints/savepoint-1a2b3c-...", HashMapStateBackend())
-    balances = reader.read_keyed_state(
-        "balances", BalanceReader(), output_type=Types.ROW_NAMED(["id", "balance"], [...]))
+    balances = reader.read_keyed_state("balances", BalanceReader())  # schema inferred, or
+    # output_type=Types.ROW_NAMED(["id", "balance"], [...]) to declare it
 
     SavepointWriter.new_savepoint(spark, HashMapStateBackend(), 128).with_operator(
         "balances",
@@ -19,8 +19,7 @@ from DataFrames::
             .key_by(lambda row: row.id).transform(BalanceBootstrapper()),
     ).write("/savepoints/bootstrapped")
 
-See docs/architecture.md ("State Processor API") for how it works and
-docs/limitations.md for what it does not do.
+See docs/state-processor.md for how it works (and what it does not do: merging windows).
 """
 
 from __future__ import annotations

@@ -211,3 +211,23 @@ class WindowContents(WindowReaderFunction):
 WINDOW_ROW = Types.TUPLE(
     [Types.STRING(), Types.LONG(), Types.LONG(), Types.LIST(Types.LONG()), Types.LIST(Types.LONG())]
 )
+
+
+class TotalReader(KeyedStateReaderFunction):
+    """Only the running total: a plain value per key."""
+
+    def open(self, ctx: Any) -> None:
+        self.total = ctx.get_state(TOTAL)
+
+    def read_key(self, key: Any, ctx: Any, out: Any) -> None:
+        out.collect(self.total.value())
+
+
+class NothingReader(KeyedStateReaderFunction):
+    """Emits nothing (no schema to infer)."""
+
+    def open(self, ctx: Any) -> None:
+        self.total = ctx.get_state(TOTAL)
+
+    def read_key(self, key: Any, ctx: Any, out: Any) -> None:
+        return None

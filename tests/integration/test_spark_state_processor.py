@@ -252,3 +252,22 @@ def test_change_an_existing_savepoint_and_restore_it(spark, tmp_path, sources):
 
 def job_view_of(path: str, uid: str) -> dict[str, int]:
     return read_keyed_state(path, uid, J.TOTAL)
+
+
+def test_read_keyed_state_infers_the_schema_without_an_output_type(spark, sources):
+    """As Spark's createDataFrame of rows without a schema: columns from the records'
+    fields, their types inferred from the first rows (a declared type gives control)."""
+    path = sources["hashmap-canonical"]
+    reader = SavepointReader.read(spark, path)
+    inferred = reader.read_keyed_state("sum", J.SumReader())
+    assert inferred.columns == ["key", "total", "seen", "timers"]
+    types = {f.name: f.dataType.simpleString() for f in inferred.schema.fields}
+    assert types == {"key": "string", "total": "bigint", "seen": "bigint", "timers": "array<bigint>"}
+    got = {r.key: (r.total, r.seen, r.timers) for r in inferred.collect()}
+    assert got == job_view(path)
+    # a non-record value is one column named `value`, as with a declared scalar type
+    totals = reader.read_keyed_state("sum", J.TotalReader())
+    assert totals.columns == ["value"]
+    assert sorted(r.value for r in totals.collect()) == sorted(t for t, _, _ in got.values())
+    with pytest.raises(ConfigurationError, match="no records.*output_type"):
+        reader.read_keyed_state("sum", J.NothingReader()).collect()

@@ -4,7 +4,8 @@ A subclass implements Flink's hooks (snake_case): ``begin_transaction``,
 ``invoke(transaction, value, context)``, ``pre_commit``, ``commit``, ``abort``,
 and optionally ``recover_and_commit`` / ``recover_and_abort``.
 
-How the hooks run (see ``docs/architecture.md``, "Two-phase commit sinks"):
+How the hooks run (see ``docs/architecture.md``, *Sources and sinks contracts*,
+"TwoPhaseCommitSinkFunction"):
 
 * Worker, every epoch of every subtask: ``begin_transaction()`` before the
   epoch's first record, ``invoke`` per record, ``pre_commit`` at the epoch's

@@ -36,6 +36,7 @@ from streamstate.errors import ConfigurationError
 
 __all__ = [
     "from_spark",
+    "inferable_row",
     "is_record_type",
     "record_converter",
     "record_schema",
@@ -203,6 +204,34 @@ def record_converter(ti: Any) -> Converter:
     if is_record_type(ti):
         return conv
     return lambda v: (conv(v),)
+
+
+def _inferable(value: Any) -> Any:
+    """A value Spark's schema inference understands: rows as PySpark rows (``f0``, ``f1``,
+    ... when unnamed), instants as datetimes, the rest as is (lists and dicts recursively)."""
+    from pyspark.sql import Row as SparkRow
+
+    if isinstance(value, Row) or (isinstance(value, tuple) and not hasattr(value, "__fields__")):
+        names = getattr(value, "_fields", None) or [f"f{i}" for i in range(len(value))]
+        return SparkRow(**{n: _inferable(v) for n, v in zip(names, value, strict=True)})
+    if isinstance(value, Instant):
+        return value.to_datetime()
+    if isinstance(value, list):
+        return [_inferable(v) for v in value]
+    if isinstance(value, dict):
+        return {_inferable(k): _inferable(v) for k, v in value.items()}
+    return value
+
+
+def inferable_row(record: Any) -> Any:
+    """One record as a PySpark row for ``createDataFrame`` without a schema (Spark infers
+    it from the first rows, as for any RDD): a record type's fields are the columns
+    (``f0``, ``f1``, ... when unnamed, as with a declared ``Types.TUPLE``), any other value
+    is one column named ``value``, as with a declared type."""
+    from pyspark.sql import Row as SparkRow
+
+    row = _inferable(record)
+    return row if isinstance(row, SparkRow) else SparkRow(value=row)
 
 
 def from_spark(value: Any) -> Any:

@@ -45,7 +45,7 @@ from streamstate.runtime.state_processor.reading import (
     read_operator_subtask,
     read_window_range,
 )
-from streamstate.spark.schema import record_converter, record_schema
+from streamstate.spark.schema import inferable_row, record_converter, record_schema
 from streamstate.spark.session import check_session_python
 
 __all__ = ["SavepointReader", "WindowSavepointReader"]
@@ -55,7 +55,11 @@ _BATCH = 1024
 
 def _typed_rows(uid: str, output_type: Any, records: Any) -> Any:
     """Check each record against ``output_type`` (OutputTypeError naming the operator) and
-    convert it into a row of the DataFrame's schema."""
+    convert it into a row of the DataFrame's schema; without an ``output_type``, into a row
+    Spark infers the schema of."""
+    if output_type is None:
+        yield from map(inferable_row, records)
+        return
     check = OutputTypeCheck(f"reader of {uid}", output_type)
     convert = record_converter(output_type)
     batch: list[Any] = []
@@ -93,12 +97,30 @@ def _key_serializer(key_type: Any) -> Any:
 def _output_type(output_type: Any) -> Any:
     if output_type is None:
         raise ConfigurationError(
-            "the records of a reader function need a declared type for the DataFrame's "
-            "schema: pass output_type=Types.ROW_NAMED([...], [...]) (one column per field) "
-            "or any Types.* type (one column named 'value')"
+            "the records of operator state need a declared type for the DataFrame's "
+            "schema: pass Types.ROW_NAMED([...], [...]) (one column per field) or any "
+            "Types.* type (one column named 'value')"
         )
     record_schema(output_type)  # raises for types without a Spark SQL type
     return output_type
+
+
+def _reader_output_type(output_type: Any) -> Any:
+    """A reader function's ``output_type``, checked; None: the schema is inferred."""
+    return None if output_type is None else _output_type(output_type)
+
+
+def _inferred_frame(spark: Any, rdd: Any) -> Any:
+    """The DataFrame of ``rdd``'s rows with the schema Spark infers from its first rows."""
+    try:
+        return spark.createDataFrame(rdd)
+    except ValueError as e:  # PySpark's CANNOT_INFER_EMPTY_SCHEMA (a ValueError)
+        if "EMPTY" not in str(getattr(e, "getErrorClass", lambda: "")()) and "empty" not in str(e):
+            raise
+        raise ConfigurationError(
+            "the reader function emitted no records, so there is nothing to infer the "
+            "DataFrame's schema from: pass output_type=... (e.g. Types.ROW_NAMED([...], [...]))"
+        ) from e
 
 
 class SavepointReader:
@@ -140,12 +162,15 @@ class SavepointReader:
         ``key_type``: the job's ``key_by`` key type (``None``: the recorded key serializer,
         right for jobs that declared none). ``output_type``: the records' type; a ROW /
         ROW_NAMED / TUPLE type gives one column per field, any other type one ``value``
-        column."""
+        column. Without it the schema is inferred from the first records, as Spark's
+        ``createDataFrame`` does for rows without a schema (rows' fields are the columns,
+        ``f0``, ``f1``, ... for tuples; other values one ``value`` column); declare it for
+        control (types, nullability, no inference job)."""
         if not isinstance(function, KeyedStateReaderFunction):
             raise ConfigurationError(
                 f"read_keyed_state() takes a KeyedStateReaderFunction, got {function!r}"
             )
-        output_type = _output_type(output_type)
+        output_type = _reader_output_type(output_type)
         spec = plan_keyed_read(
             self.metadata, uid, self.backend, _key_serializer(key_type), self._parallelism()
         )
@@ -154,6 +179,8 @@ class SavepointReader:
 
     def _frame(self, n: int, task: Any, output_type: Any) -> Any:
         rdd = self.spark.sparkContext.parallelize(range(n), n).mapPartitionsWithIndex(task)
+        if output_type is None:
+            return _inferred_frame(self.spark, rdd)
         return self.spark.createDataFrame(rdd, record_schema(output_type), verifySchema=False)
 
     def window(self, assigner: WindowAssigner) -> WindowSavepointReader:
@@ -217,7 +244,7 @@ class WindowSavepointReader:
     ) -> Any:
         if not isinstance(function, WindowReaderFunction):
             raise ConfigurationError(f"expected a WindowReaderFunction, got {function!r}")
-        output_type = _output_type(output_type)
+        output_type = _reader_output_type(output_type)
         r = self._reader
         spec = plan_keyed_read(
             r.metadata, uid, r.backend, _key_serializer(key_type), r._parallelism()
