@@ -247,7 +247,6 @@ class SavepointWriter:
         max_parallelism: int,
         base: CheckpointMetadata | None = None,
     ) -> None:
-        check_session_python(spark)  # its tasks run streamstate: a clear error, not a stack
         self.spark = spark
         self.backend = backend
         self.max_parallelism = max_parallelism
@@ -334,6 +333,7 @@ class SavepointWriter:
             raise ConfigurationError(
                 "the savepoint would hold no operator: add one with with_operator"
             )
+        check_session_python(self.spark)  # its tasks run streamstate: a clear error, not a stack
         target = create_target(path)
         try:
             operators = self._copy_existing(target)
