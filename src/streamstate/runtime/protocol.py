@@ -44,9 +44,10 @@ __all__ = [
 ]
 
 #: Bumped whenever a message changes shape; driver and workers must agree on it.
-PROTOCOL_VERSION = 9  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated;
+PROTOCOL_VERSION = 10  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated;
 # v6: .executor; v7: SubtaskAck.query_host, StageTaskSpec.serve_queries;
-# v8: StageTaskSpec.source_interval_s / source_slice; v9: StateVersion.bridge, Lineage.bridge
+# v8: StageTaskSpec.source_interval_s / source_slice; v9: StateVersion.bridge, Lineage.bridge;
+# v10: StageTaskSpec.storage_options
 
 #: The destination index of acks that go back to the driver (leaf stages).
 DRIVER = -1
@@ -222,6 +223,9 @@ class StageTaskSpec:
     #: run a query host on the executors that serves this stage's keyed state
     #: (``queryable-state.serve-on-executors``, runtime/queryable/query_host.py)
     serve_queries: bool = False
+    #: the job's storage options (endpoint, credentials), installed by the worker before
+    #: anything of the job touches a store (runtime/stores/options.py)
+    storage_options: Any = None
     protocol_version: int = PROTOCOL_VERSION
 
 

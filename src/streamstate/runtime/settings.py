@@ -18,6 +18,7 @@ from streamstate.errors import ConfigurationError
 from streamstate.runtime.clock import Clock, system_clock_ms
 from streamstate.runtime.state.registry import DEFAULT_BACKEND, backend_settings, registration
 from streamstate.runtime.state.ttl_clock import ttl_time_provider_from_configuration
+from streamstate.runtime.stores.options import StorageOptions
 
 __all__ = [
     "BATCH_EPOCH_RECORDS",
@@ -125,6 +126,9 @@ class JobSettings:
     #: ``queryable-state.serve-on-executors``: a query host on each executor machine serves
     #: the state of the subtasks there (runtime/queryable/query_host.py), not the driver
     queryable_on_executors: bool = True
+    #: ``s3.*`` / ``fsspec.*``: endpoint and credentials of the stores (runtime/stores/),
+    #: installed on the driver and on every executor
+    storage_options: StorageOptions = field(default_factory=StorageOptions)
 
     @staticmethod
     def from_environment(
@@ -195,6 +199,7 @@ class JobSettings:
             queryable_on_executors=_conf_bool(
                 configuration, "queryable-state.serve-on-executors", default=True
             ),
+            storage_options=StorageOptions.from_configuration(configuration),
         )
 
 

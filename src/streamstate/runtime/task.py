@@ -115,6 +115,8 @@ def _spec(spec_blob: Any) -> StageTaskSpec:
             blob = blob.value  # a Spark broadcast
         spec = pickle.loads(blob)
         check_protocol_version(spec)
+        if spec.storage_options is not None:
+            spec.storage_options.install()
         _SPECS[key] = spec
         for k in [k for k in _SPECS if k[0] != job_id]:
             del _SPECS[k]  # one job per worker at a time: drop older jobs' specs

@@ -25,9 +25,10 @@ from streamstate.runtime.checkpoint.storage import (
     _check_relative_name,
     _join,
     _url_to_fs,
-    link_file,
     load_metadata_from_path,
 )
+from streamstate.runtime.stores import explain_access_error
+from streamstate.runtime.stores.files import link_file
 
 __all__ = ["FileSystemCheckpointStorageAccess"]
 
@@ -64,14 +65,20 @@ class FileSystemCheckpointStorageAccess(CheckpointStorageAccess):
     def initialize_job(self, job_id: str) -> None:
         super().initialize_job(job_id)
         self._dir = CheckpointDirectory(self.checkpoint_path, job_id)
+        url = self._dir.url(self._dir.job_path)
         try:
             self._dir.fs.makedirs(self._dir.job_path, exist_ok=True)
             make_private(self._dir.fs, self._dir.job_path)
-        except OSError as e:
-            raise CheckpointStorageError(
-                f"cannot create checkpoint directory {self._dir.url(self._dir.job_path)}: {e}"
-            ) from e
-        self._lock = JobLock(self._dir.fs, self._dir.job_path, job_id).acquire()
+            self._lock = JobLock(self._dir.fs, self._dir.job_path, job_id).acquire()
+        except CheckpointStorageError:
+            raise
+        except Exception as e:
+            explained = explain_access_error(self._dir.fs, url, e)
+            if explained is not None:
+                raise explained from e
+            if not isinstance(e, OSError):
+                raise
+            raise CheckpointStorageError(f"cannot create checkpoint directory {url}: {e}") from e
 
     def release_job(self) -> None:
         """The job ended: give up the job directory's lock, and remove the directory when

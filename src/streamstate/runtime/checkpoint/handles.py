@@ -101,11 +101,11 @@ class FileStateHandle(StreamStateHandle):
         return FileStateHandle(path, len(data), checksum(data), digest(data))
 
     def read(self) -> bytes:
-        import fsspec
+        from streamstate.runtime.stores import url_to_fs
 
         try:
-            with fsspec.open(self.path, "rb") as f:
-                data = f.read()
+            fs, path = url_to_fs(self.path)
+            data = fs.cat_file(path)
         except FileNotFoundError as e:
             raise CorruptCheckpointError(f"state file {self.path} is missing") from e
         if len(data) != self.size or checksum(data) != self.crc:

@@ -5,7 +5,8 @@ driver creates ``<dir>/<job-id>/_lock`` (exclusively, on local file systems) hol
 host, process id, job id and start time; a second driver for the same directory and job
 id is refused with :class:`~streamstate.errors.CheckpointStorageError` naming the owner.
 A lock whose owner process is gone (same host, pid not running) is stale and taken over.
-On object stores there is no exclusive create: the check is best effort (documented).
+On an object store the lock is a conditional PUT (``If-None-Match: *``), as exclusive as
+the file system's create where the server honours it (docs/limitations.md otherwise).
 
 Job directories on local file systems are made owner-only (``0700``): checkpoints hold
 state, and restoring a checkpoint can load pickled values (see docs/guarantees.md).
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from streamstate.errors import CheckpointStorageError
+from streamstate.runtime.stores import write_once
 
 __all__ = ["LOCK_FILE_NAME", "JobLock", "is_local", "make_private", "process_alive"]
 
@@ -88,19 +90,9 @@ class JobLock:
         raise CheckpointStorageError(f"cannot take the lock {self.path}: it keeps reappearing")
 
     def _create(self, data: bytes) -> bool:
-        if is_local(self.fs):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            return True
-        if self.fs.exists(self.path):  # object stores: no exclusive create (best effort)
-            return False
-        with self.fs.open(self.path, "wb") as f:
-            f.write(data)
-        return True
+        """Create the lock file unless it exists: an exclusive create on a file system,
+        a conditional PUT on an object store (:func:`stores.write_once`)."""
+        return write_once(self.fs, self.path, data)
 
     def _read(self) -> dict[str, Any] | None:
         try:

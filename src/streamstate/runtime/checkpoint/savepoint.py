@@ -3,7 +3,7 @@
 A savepoint (``JobClient.trigger_savepoint``) is written into a fresh directory
 ``<target dir>/savepoint-<job id prefix>-<random>``: every state file of every subtask (in
 the NATIVE format of RocksDB, every SST file too: nothing is shared with checkpoints), then
-``_metadata`` last and atomically, so a directory without ``_metadata`` is never a
+``_metadata`` last, once and atomically, so a directory without ``_metadata`` is never a
 savepoint. File handles in its ``_metadata`` hold paths relative to the directory: move or
 copy it (to another disk, to ``s3://``) and it restores from there.
 
@@ -27,6 +27,7 @@ from streamstate.runtime.checkpoint.storage import (
     _join,
     _url_to_fs,
     atomic_write,
+    write_once_or_fail,
 )
 
 __all__ = ["SavepointTarget"]
@@ -81,5 +82,5 @@ class SavepointTarget:
         """Write ``_metadata`` last (atomically): only now is this a savepoint."""
         fs, root = _url_to_fs(self.url)
         path = _join(root, METADATA_FILE_NAME)
-        atomic_write(fs, path, metadata.to_file_bytes())
+        write_once_or_fail(fs, path, metadata.to_file_bytes(), "this savepoint")
         return self.url

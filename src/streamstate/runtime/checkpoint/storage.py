@@ -11,18 +11,17 @@ A :class:`CheckpointStorageAccess` is created on the driver, ``initialize_job`` 
 and then it is pickled and shipped to Spark workers, which call ``write_state`` and
 ``write_epoch_state`` only. Everything else (metadata, listing, pruning) runs on the driver.
 
-Atomicity: every file is written to a temporary name in its final directory and then
-renamed (``fs.mv``). On POSIX file systems the rename is atomic; on object stores a single
-PUT is atomic, so a reader never sees a partial ``_metadata`` either way.
+Atomicity: every file is written through the store of its file system
+(:mod:`streamstate.runtime.stores`): a temporary sibling renamed over the name on a POSIX
+file system, one PUT of the final key on an object store. ``_metadata`` is written once
+(an exclusive link, a conditional PUT): a reader never sees a partial one, and a completed
+checkpoint is never replaced.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import re
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any, ClassVar
@@ -39,6 +38,8 @@ from streamstate.runtime.checkpoint.handles import (
 )
 from streamstate.runtime.checkpoint.lock import is_local
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
+from streamstate.runtime.stores import explain_access_error, url_to_fs, write_atomic, write_once
+from streamstate.runtime.stores.files import link_file
 
 __all__ = [
     "CHECKPOINT_DIR_PREFIX",
@@ -73,16 +74,8 @@ _JOB_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
 def _url_to_fs(url: str) -> tuple[Any, str]:
-    import fsspec
-
-    try:
-        fs, path = fsspec.core.url_to_fs(url)
-    except (ImportError, ValueError) as e:
-        raise ConfigurationError(
-            f"cannot access checkpoint location {url!r}: {e}. Use a local path or an fsspec "
-            f"URL whose file system is installed (file://, memory://, s3:// needs s3fs, ...)"
-        ) from e
-    return fs, path.rstrip("/") or "/"
+    """``(file system, path)`` of a checkpoint location (:func:`stores.url_to_fs`)."""
+    return url_to_fs(url)
 
 
 def _join(base: str, *parts: str) -> str:
@@ -99,42 +92,41 @@ def _check_relative_name(name: str, what: str) -> str:
 def atomic_write(fs: Any, path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see either nothing or all of it.
 
-    Writes a temporary sibling (same directory, so the rename stays within one file
-    system) and renames it over ``path``. The temp file is removed if anything fails.
+    The store of ``fs`` decides how (:mod:`streamstate.runtime.stores`): a file system
+    renames a finished temporary sibling over ``path``, an object store PUTs the final key
+    (no rename there, and none needed: an object appears whole). A failure raises
+    :class:`CheckpointStorageError` (a typed :class:`StoreAccessError` naming the setting
+    for refused credentials or an unreachable endpoint) and leaves no visible file.
     """
-    parent = path.rsplit("/", 1)[0] or "/"
-    tmp = f"{parent}/.{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.inprogress"
     try:
-        fs.makedirs(parent, exist_ok=True)
-        with fs.open(tmp, "wb") as f:
-            f.write(data)
-        fs.mv(tmp, path)
-    except BaseException as e:
-        try:
-            if fs.exists(tmp):
-                fs.rm(tmp)
-        except Exception:  # noqa: BLE001 - best effort: the original error matters more
-            pass
-        if isinstance(e, OSError) and not isinstance(e, CheckpointStorageError):
-            raise CheckpointStorageError(f"cannot write {path}: {e}") from e
-        raise
+        write_atomic(fs, path, data)
+    except OSError as e:
+        raise _storage_error(fs, path, e) from e
 
 
-def link_file(fs: Any, local_path: str, path: str) -> bool:
-    """Hard-link the local file ``local_path`` as ``path`` on the local ``fs`` (atomically:
-    a temporary name, then a rename); ``False`` when it cannot (another file system, no
-    hard links there): the caller copies."""
-    parent = path.rsplit("/", 1)[0] or "/"
-    tmp = f"{parent}/.{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.inprogress"
+def write_once_or_fail(fs: Any, path: str, data: bytes, what: str) -> None:
+    """Create ``path`` (``_metadata``) with ``data``, atomically and only if it does not
+    exist: a conditional PUT on an object store, an exclusive link on a file system.
+    Raises :class:`CheckpointStorageError` when it exists: never overwritten."""
     try:
-        fs.makedirs(parent, exist_ok=True)
-        os.link(local_path, tmp)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        return False
-    return True
+        created = write_once(fs, path, data)
+    except OSError as e:
+        raise _storage_error(fs, path, e) from e
+    if not created:
+        raise CheckpointStorageError(
+            f"{fs.unstrip_protocol(path)} exists already: {what} was completed by another "
+            f"writer (two drivers of one job directory?); it is never overwritten"
+        )
+
+
+def _storage_error(fs: Any, path: str, error: OSError) -> CheckpointStorageError:
+    if isinstance(error, CheckpointStorageError):
+        return error
+    url = fs.unstrip_protocol(path)
+    explained = explain_access_error(fs, url, error)
+    if isinstance(explained, CheckpointStorageError):
+        return explained
+    return CheckpointStorageError(f"cannot write {url}: {error}")
 
 
 def epoch_state_name(scope: str, version: int, part: str = "state") -> str:
@@ -367,8 +359,11 @@ class CheckpointDirectory:
         )
 
     def store_metadata(self, metadata: CheckpointMetadata) -> str:
+        """Write ``_metadata`` once: it completes the checkpoint, and is never replaced."""
         path = _join(self.checkpoint_path(metadata.checkpoint_id), METADATA_FILE_NAME)
-        atomic_write(self.fs, path, metadata.to_file_bytes())
+        write_once_or_fail(
+            self.fs, path, metadata.to_file_bytes(), f"checkpoint {metadata.checkpoint_id}"
+        )
         return self.url(path)
 
     def load_metadata(self, checkpoint_id: int, verify: bool = True) -> CheckpointMetadata:
