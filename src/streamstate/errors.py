@@ -12,6 +12,8 @@ __all__ = [
     "ConfigurationError",
     "ControlPlaneError",
     "CorruptCheckpointError",
+    "DuplicateOutputError",
+    "FileSinkRestoreError",
     "IllegalLifecycleTransition",
     "InputFormatError",
     "JobExecutionError",
@@ -179,6 +181,17 @@ class StoreAccessError(CheckpointStorageError):
 class StoreNotInstalledError(ConfigurationError):
     """A URL names a file system whose fsspec implementation is not installed (``s3://``
     without ``s3fs``); names the package to install."""
+
+
+class FileSinkRestoreError(CorruptCheckpointError):
+    """A FileSink restore misses a pending or in-progress file the checkpoint names, and its
+    part was never committed in the sink's directory (deleted, or another directory)."""
+
+
+class DuplicateOutputError(CheckpointError):
+    """A restore would write output again that a sink already committed (a fallback to an
+    older checkpoint, or resuming one) and the replay cannot skip it; names what would be
+    duplicated and the option that allows it."""
 
 
 class JobExecutionError(StreamStateError, RuntimeError):

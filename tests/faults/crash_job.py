@@ -113,11 +113,11 @@ def install_crash_hooks() -> None:
     _after(coordinator.CheckpointCoordinator, "complete", "after-metadata")
     commit_one = file_sink.FileCommitter._commit_one
 
-    def crashing_commit_one(src: str, final: str, cleanup: Any = ()) -> None:
-        commit_one(src, final, cleanup)
+    def crashing_commit_one(self: Any, src: str, final: str, cleanup: Any = ()) -> None:
+        commit_one(self, src, final, cleanup)
         hit("commit")
 
-    file_sink.FileCommitter._commit_one = staticmethod(crashing_commit_one)  # type: ignore[method-assign]
+    file_sink.FileCommitter._commit_one = crashing_commit_one  # type: ignore[method-assign]
     _after(file_sink.FileSinkOperator, "snapshot_state", "pre-commit")
     _after(postgres.PostgresTwoPhaseCommitSink, "pre_commit", "pre-commit")
     _after(postgres.PostgresTwoPhaseCommitSink, "commit", "commit")

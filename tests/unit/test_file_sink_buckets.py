@@ -249,4 +249,4 @@ def test_restore_deletes_orphans_and_keeps_the_checkpointed_open_part(tmp_path):
     fresh = FileCommitter(str(out))
     fresh.restore(state)
     assert len(hidden(out)) == 1 and visible(out) == {}
-    assert state["open"] and Path(state["open"][0]).exists()
+    assert state["open"] and (out / state["open"][0][0]).exists()  # relative to the base path

@@ -3,7 +3,8 @@
 ::
 
     streamstate run [--from-checkpoint PATH | --from-savepoint PATH]
-                    [--allow-non-restored-state] [--master URL] [--parallelism N] [--quiet]
+                    [--allow-non-restored-state] [--allow-duplicate-output]
+                    [--master URL] [--parallelism N] [--quiet]
                     [--verbose] [-D key=value ...] JOB.py [job args ...]
     streamstate checkpoints DIR [--job JOB_ID] [--no-verify] [--all] [--json]
     streamstate describe PATH [--json]
@@ -104,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-non-restored-state",
         action="store_true",
         help="drop state of operators the job no longer has instead of failing the restore",
+    )
+    r.add_argument(
+        "--allow-duplicate-output",
+        action="store_true",
+        help="restore a checkpoint behind committed output even where the replay cannot skip "
+        "it (execution.state-recovery.allow-duplicate-output): that output is written again",
     )
     r.add_argument("--master", "-m", metavar="URL", help="Spark master (spark.master)")
     r.add_argument(
@@ -220,6 +227,8 @@ def _run_conf(args: argparse.Namespace) -> dict[str, str]:
         conf["execution.state-recovery.path"] = args.from_checkpoint
     if args.allow_non_restored_state:
         conf["execution.state-recovery.ignore-unclaimed-state"] = "true"
+    if args.allow_duplicate_output:
+        conf["execution.state-recovery.allow-duplicate-output"] = "true"
     if args.master:
         conf["spark.master"] = args.master
     if args.quiet:

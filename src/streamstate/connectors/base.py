@@ -21,7 +21,9 @@ Sinks
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
+
+from streamstate.runtime.replay import NO_REPLAY, ReplayPlan
 
 __all__ = ["SinkCommitter", "Source"]
 
@@ -91,7 +93,21 @@ class Source(ABC):
 
 
 class SinkCommitter(ABC):
-    """Driver-side half of a sink: makes epoch results visible according to the guarantee."""
+    """Driver-side half of a sink: makes epoch results visible according to the guarantee.
+
+    Replays over committed output (``runtime/replay.py``): before a restore the driver sets
+    :attr:`replay`. A committer whose subtasks skip the records of parts already committed
+    (``skips_replayed_records``: the FileSink) checks in ``restore`` whether it may; for the
+    others the driver discards the results of replayed epochs it knows were committed, or
+    refuses the restore (``DuplicateOutputError``) when it cannot tell.
+    """
+
+    #: the sink's subtasks skip replayed records that are already committed (FileSink)
+    skips_replayed_records: ClassVar[bool] = False
+    #: what it commits outlives the job's driver (False: results kept in the driver process)
+    output_outlives_job: ClassVar[bool] = True
+    #: how the current restore treats committed output (set by the driver)
+    replay: ReplayPlan = NO_REPLAY
 
     @abstractmethod
     def prepare(self, epoch: int, results: list[Any]) -> None:

@@ -64,6 +64,8 @@ class PrintSinkOperator(StreamOperator):
 class PrintCommitter(SinkCommitter):
     """Writes the printed lines of a completed epoch on the driver, subtask by subtask."""
 
+    output_outlives_job = False  # at-least-once anyway (docs/guarantees.md)
+
     def __init__(self, exactly_once: bool = False) -> None:
         pass
 
@@ -130,6 +132,9 @@ class CollectSinkOperator(StreamOperator):
 
 class CollectCommitter(SinkCommitter):
     """Collected records become visible when a checkpoint covers their epoch.
+
+    They are kept in the driver process: a job restored by a new driver starts an empty
+    collection (``output_outlives_job`` False).
 
     With ``exactly_once`` False (at-least-once mode) records are visible as
     soon as their epoch completed, so a replay after a failure adds duplicates.

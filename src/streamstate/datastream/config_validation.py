@@ -158,6 +158,7 @@ KNOWN_KEYS: dict[str, Validator] = {
     "execution.checkpointing.num-retained": _int(1),
     "execution.state-recovery.path": _any,
     "execution.state-recovery.ignore-unclaimed-state": _bool,
+    "execution.state-recovery.allow-duplicate-output": _bool,
     "execution.savepoint.ignore-unclaimed-state": _bool,
     "execution.checkpointing.savepoint-dir": _any,
     "state.savepoints.dir": _any,

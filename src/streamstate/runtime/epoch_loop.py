@@ -20,6 +20,7 @@ from streamstate.runtime.checkpoint.coordinator import PendingCheckpoint
 from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.job_state import source_uid
 from streamstate.runtime.protocol import SubtaskAck
+from streamstate.runtime.replay import PROPERTY as REPLAY_PROPERTY
 from streamstate.runtime.savepoints import SavepointRequests
 from streamstate.runtime.sliced_read import reads_in_slices
 
@@ -54,6 +55,9 @@ class EpochLoop:
         self.metrics = job.metrics
         self.committers = job.committers
         self.queryable = job.queryable
+        self.history = job.history
+        #: an unbounded source may cut an epoch short (runtime/replay.py)
+        self.unbounded = any(not st.source.bounded for st in self.plan.sources)
         #: checkpoint notifications for the subtasks, delivered with the next epoch
         self.notifications: list[tuple[str, int]] = []
         #: ids of aborted checkpoints whose files are still state-version bases
@@ -62,6 +66,13 @@ class EpochLoop:
         self.savepoints = SavepointRequests()
         #: a stop-with-savepoint completed: the loop ends after its epoch
         self.stop_requested = False
+        #: sink uid -> the last epoch whose output it committed (runtime/replay.py)
+        self.committed_output: dict[str, int] = {}
+        #: sink uid -> the last epoch whose non-empty results it prepared
+        self._output_epoch: dict[str, int] = {}
+        #: sink uid -> replayed epochs up to this one are discarded, not committed (a
+        #: fallback past committed output that replays exactly)
+        self.discard_through: dict[str, int] = {}
 
     def run(self) -> None:
         """Run epochs until every bounded source is done (and committed), the epoch limit
@@ -228,6 +239,8 @@ class EpochLoop:
             [source_uid(st) for st in self.plan.sources],
         )
         self.lifecycle.notify("on_epoch", stats)
+        if not notify_only:
+            self.history.epoch_read(epoch, stats.source_records, self.full_budget, self.unbounded)
         return stats.source_records
 
     def _absorb(
@@ -244,7 +257,12 @@ class EpochLoop:
             for n in st.nodes.values():
                 if n.uid in self.committers:
                     results = [by[(st.id, i)].sinks.get(n.uid) for i in range(st.parallelism)]
-                    self.committers[n.uid].prepare(epoch, results)
+                    committer = self.committers[n.uid]
+                    committer.prepare(epoch, results)
+                    if epoch <= self.discard_through.get(n.uid, 0):
+                        committer.abort(epoch - 1)  # committed before the fallback
+                    elif any(results):
+                        self._output_epoch[n.uid] = epoch
         if superseded:
             self.storage.discard_epoch_state(superseded)
         return by
@@ -307,6 +325,7 @@ class EpochLoop:
                 "job_name": self.job_name,
                 "watermarks": self.state.watermark_property(),
                 "queryable": self.queryable.registrations(),
+                REPLAY_PROPERTY: self.history.to_property(),
             },
             now_ms=now,
         )
@@ -327,8 +346,10 @@ class EpochLoop:
         return self._listeners
 
     def _commit_all(self, epoch: int) -> None:
-        for c in self.committers.values():
+        for uid, c in self.committers.items():
             c.commit(epoch)
+            if uid in self._output_epoch:
+                self.committed_output[uid] = self._output_epoch[uid]
 
 
 def acknowledge_checkpoint(

@@ -31,12 +31,17 @@ from streamstate.errors import (
     CheckpointStorageError,
     ConfigurationError,
     CorruptCheckpointError,
+    DuplicateOutputError,
     JobExecutionError,
 )
 from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator, continue_ids_after
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.checkpoint.savepoint import SavepointTarget
-from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess, load_restore_point
+from streamstate.runtime.checkpoint.storage import (
+    CheckpointStorageAccess,
+    load_restore_point,
+    newer_checkpoints,
+)
 from streamstate.runtime.epoch_loop import EpochLoop, JobCancelled
 from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.job_metrics import JobMetrics
@@ -53,6 +58,8 @@ from streamstate.runtime.queryable.service import (
     checkpoint_lineages,
     queryable_operators,
 )
+from streamstate.runtime.replay import PROPERTY as REPLAY_PROPERTY
+from streamstate.runtime.replay import ReplayHistory, ReplayPlan, replay_stamp
 from streamstate.runtime.restart import RestartStrategy
 from streamstate.runtime.savepoints import SavepointRequest
 from streamstate.runtime.settings import JobSettings
@@ -117,6 +124,10 @@ class JobExecutor:
         self.restored_from: str | None = None
         #: ``settings.recovery_path`` loaded by :meth:`load_restore_point` (None: not yet)
         self._restore_point: tuple[CheckpointMetadata, str] | None = None
+        #: how this job's epochs were cut: may a restore skip committed output?
+        self.history = ReplayHistory(
+            replay_stamp(plan, settings.epoch_records, settings.epoch_interval_s)
+        )
         #: published epoch/checkpoint snapshots for queryable state (runtime/queryable/)
         self.queryable = QueryableStateService(
             self.job_id,
@@ -212,17 +223,100 @@ class JobExecutor:
         except FileNotFoundError as e:
             raise CorruptCheckpointError(f"no checkpoint at {path}: {e}") from e
 
+    def _plan_replay(
+        self, restored_epoch: int, committed: ReplayHistory | None, committed_epoch: int
+    ) -> ReplayPlan:
+        """Whether the epochs after ``restored_epoch`` replay exactly the committed ones
+        (``committed``: the history of the run that committed them, ``None``: unknown), and
+        hand the decision to the committers and the subtasks (``runtime/replay.py``)."""
+        stamp = self.history.stamp
+        why = ""
+        if stamp is None:
+            why = "its epochs are cut by time (execution.epoch.interval)"
+        elif committed is None:
+            why = (
+                "the job may have run on after this checkpoint and how an unbounded source "
+                "cut those epochs is unknown (a savepoint, or newer checkpoints that cannot "
+                "be read)"
+            )
+        elif committed.stamp != stamp:
+            why = (
+                "the job's operators, their parallelism or execution.epoch.max-records changed, "
+                "or the checkpoints predate replay records"
+            )
+        elif committed.uncertain_epoch > restored_epoch:
+            why = (
+                f"epoch {committed.uncertain_epoch} read what an unbounded source held at the "
+                f"time, not its full budget, so a replay cuts it elsewhere"
+            )
+        plan = ReplayPlan(
+            None if why else stamp,
+            # at-least-once checkpointing promises no more than that
+            self.settings.allow_duplicate_output or not self.settings.checkpoint.exactly_once,
+            committed_epoch,
+            why,
+        )
+        for c in self.committers.values():
+            c.replay = plan
+        self.state.replay_stamp = plan.stamp
+        return plan
+
+    def _refuse_duplicates(self, plan: ReplayPlan, sinks: dict[str, int]) -> None:
+        """``sinks``: uid -> the last epoch whose output it committed after the restored
+        checkpoint, for committers the replay would write again."""
+        if not sinks:
+            return
+        message = (
+            f"job {self.job_id}: the restore replays output that was already committed "
+            f"({', '.join(f'sink {u!r} up to epoch {e}' for u, e in sorted(sinks.items()))}) "
+            f"and cannot skip it"
+            + (f" ({plan.why_not_exact})" if plan.why_not_exact else "")
+            + ", so it would be written again"
+        )
+        if not plan.allow_duplicates:
+            raise DuplicateOutputError(
+                f"{message}. Restore the newest checkpoint, or allow the duplicates with "
+                f"execution.state-recovery.allow-duplicate-output: true "
+                f"(`streamstate run --allow-duplicate-output`)"
+            )
+        log.warning("%s (allowed by execution.state-recovery.allow-duplicate-output)", message)
+
     def _initial_restore(self) -> None:
         self.state.reset()
         if not self.settings.recovery_path:
             # a fresh start rolls back to epoch 0: sinks drop what an earlier run left
             # pending (e.g. PostgreSQL transactions prepared before its first checkpoint)
+            self._plan_replay(0, self.history, 0)
             for c in self.committers.values():
                 c.abort(0)
             return
         self.load_restore_point()
         assert self._restore_point is not None
         md, where = self._restore_point
+        epoch = int(md.properties.get("epoch", 0))
+        saved = ReplayHistory.from_property(md.properties.get(REPLAY_PROPERTY))
+        newer, newest = newer_checkpoints(where)
+        if newest is not None:  # an older retained checkpoint: its job went on committing
+            committed = ReplayHistory.from_property(newest.properties.get(REPLAY_PROPERTY))
+        elif saved is not None and not self.loop.unbounded:
+            committed = saved  # bounded sources only: every epoch is cut by its budget
+        elif newer or md.is_savepoint:
+            committed = None  # the job may have run on: how it cut those epochs is unknown
+        else:
+            committed = saved
+        committed_epoch = int(newest.properties.get("epoch", 0)) if newest else 0
+        plan = self._plan_replay(epoch, committed, committed_epoch)
+        if newer:
+            self._refuse_duplicates(
+                plan,
+                {
+                    uid: committed_epoch
+                    for uid, c in self.committers.items()
+                    if c.output_outlives_job and not c.skips_replayed_records
+                },
+            )
+        if saved is not None:
+            self.history.uncertain_epoch = saved.uncertain_epoch
         self._restore(md, where, initial=True)
         self.restored_from = where
         restored = RestoredCheckpoint(
@@ -241,10 +335,36 @@ class JobExecutor:
                 self.storage.load_metadata(self.restored_from, verify=True),
                 self.restored_from,
             )
+        restored_epoch = int(md.properties.get("epoch", 0)) if md is not None else 0
+        committed = self.loop.committed_output
+        plan = self._plan_replay(restored_epoch, self.history, max(committed.values(), default=0))
+        beyond = {uid: e for uid, e in committed.items() if e > restored_epoch}
+        if plan.skips_committed:
+            # a fallback past committed output that replays exactly: the FileSink's subtasks
+            # skip the committed records, other sinks' replayed epochs are discarded
+            self.loop.discard_through = {
+                uid: e
+                for uid, e in beyond.items()
+                if not self.committers[uid].skips_replayed_records
+            }
+        else:
+            self.loop.discard_through = {}
+            self._refuse_duplicates(
+                plan,
+                {
+                    uid: e
+                    for uid, e in beyond.items()
+                    # a checkpoint's restore lets the FileSink check its parts itself
+                    if md is None or not self.committers[uid].skips_replayed_records
+                },
+            )
         self.state.reset()
         if md is not None:
+            saved = ReplayHistory.from_property(md.properties.get(REPLAY_PROPERTY))
+            self.history.uncertain_epoch = saved.uncertain_epoch if saved is not None else 0
             self._restore(md, path)
         else:
+            self.history.uncertain_epoch = 0
             for c in self.committers.values():
                 c.abort(0)
         try:
@@ -356,7 +476,19 @@ class JobExecutor:
         self.lifecycle.transition(JobStatus.RESTARTING)
         self.cancel_requested.wait(backoff_ms / 1000.0)
         self.metrics.bump("restarts")
-        self._recover_after_failure()
+        try:
+            self._recover_after_failure()
+        except DuplicateOutputError as refused:
+            # the fallback would write committed output again: fail instead (as Flink fails
+            # rather than fall back silently), naming the option that allows it
+            self.lifecycle.transition(JobStatus.FAILING)
+            self._terminate_failed()
+            self.lifecycle.transition(JobStatus.FAILED)
+            raise JobExecutionError.caused_by(
+                f"job {self.job_name!r} ({self.job_id}) failed ({failure.exception_type}: "
+                f"{failure.message.strip()}) and cannot restart: {refused}",
+                refused,
+            ) from refused
         self.lifecycle.transition(JobStatus.RUNNING)
 
     def _terminate_failed(self) -> None:

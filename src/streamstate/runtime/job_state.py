@@ -55,6 +55,8 @@ class JobState:
         self.committed_epoch = 0
         #: the epoch the current attempt started after (see EpochSpec.attempt_start_epoch)
         self.attempt_start_epoch = 0
+        #: EpochSpec.replay_stamp of this attempt (set by the driver at every restore)
+        self.replay_stamp: str | None = None
 
     def reset(self) -> None:
         """A fresh start at epoch 0 of the current attempt."""
@@ -211,6 +213,7 @@ class JobState:
                 savepoint=savepoint[1] if savepoint else None,
                 attempt_start_epoch=self.attempt_start_epoch,
                 ending=ending,
+                replay_stamp=self.replay_stamp,
             )
         return especs
 

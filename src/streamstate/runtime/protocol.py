@@ -44,10 +44,11 @@ __all__ = [
 ]
 
 #: Bumped whenever a message changes shape; driver and workers must agree on it.
-PROTOCOL_VERSION = 10  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated;
+PROTOCOL_VERSION = 11  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated;
 # v6: .executor; v7: SubtaskAck.query_host, StageTaskSpec.serve_queries;
 # v8: StageTaskSpec.source_interval_s / source_slice; v9: StateVersion.bridge, Lineage.bridge;
 # v10: StageTaskSpec.storage_options
+# v11: EpochSpec.replay_stamp
 
 #: The destination index of acks that go back to the driver (leaf stages).
 DRIVER = -1
@@ -177,6 +178,9 @@ class EpochSpec:
     #: the job ends after this epoch's checkpoint (a stop, e.g. execution.epoch.max-epochs):
     #: sinks close what they keep open (the FileSink rolls its in-progress parts)
     ending: bool = False
+    #: the job's replay stamp when this attempt replays exactly, so sinks skip records they
+    #: committed before (``runtime/replay.py``); ``None``: skip nothing
+    replay_stamp: str | None = None
 
     @property
     def previous_token(self) -> Token:

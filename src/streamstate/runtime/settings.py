@@ -114,6 +114,10 @@ class JobSettings:
     #: ``execution.state-recovery.ignore-unclaimed-state``: a restore may drop the state of
     #: operators the job no longer has (otherwise it fails, as in Flink)
     allow_non_restored_state: bool = False
+    #: ``execution.state-recovery.allow-duplicate-output``: a restore may write output again
+    #: that a sink committed after its checkpoint when the replay cannot skip it
+    #: (``runtime/replay.py``; otherwise it fails with DuplicateOutputError)
+    allow_duplicate_output: bool = False
     #: ``execution.checkpointing.savepoint-dir``: where savepoints go when no directory is given
     savepoint_dir: str | None = None
     #: the driver's clock (ms); see ``runtime/clock.py``
@@ -187,6 +191,9 @@ class JobSettings:
                 configuration,
                 "execution.state-recovery.ignore-unclaimed-state",
                 "execution.savepoint.ignore-unclaimed-state",
+            ),
+            allow_duplicate_output=_conf_bool(
+                configuration, "execution.state-recovery.allow-duplicate-output"
             ),
             savepoint_dir=_conf_str(
                 configuration, "execution.checkpointing.savepoint-dir", "state.savepoints.dir"

@@ -180,6 +180,7 @@ def _build_instance(
             store,
         )
         ctx.batch = spec.batch
+        ctx.job_id, ctx.replay_stamp = spec.job_id, epoch_spec.replay_stamp
         op.setup(ctx)
         inst.contexts.append(ctx)
         inst.ops[tid] = op

@@ -360,6 +360,7 @@ class FileSink(Sink, SupportsPreprocessing):
         from streamstate.connectors.file_sink import FileCommitter, FileSinkOperator
 
         prefix = self.output_file_config.get_part_prefix()
+        suffix = self.output_file_config.get_part_suffix()
         base = self.base_path
         return (
             "FileSink",
@@ -368,11 +369,11 @@ class FileSink(Sink, SupportsPreprocessing):
                 base,
                 self.part_format,
                 prefix,
-                self.output_file_config.get_part_suffix(),
+                suffix,
                 self.rolling_policy._rules(),
                 self.bucket_assigner,
             ),
-            lambda exactly_once: FileCommitter(base, prefix),
+            lambda exactly_once: FileCommitter(base, prefix, suffix),
         )
 
     class BaseBuilder:

@@ -52,6 +52,7 @@ __all__ = [
     "epoch_state_name",
     "load_metadata_from_path",
     "load_restore_point",
+    "newer_checkpoints",
     "resolve_external_pointer",
     "verify_state_files",
 ]
@@ -258,6 +259,29 @@ def load_restore_point(path: str) -> tuple[CheckpointMetadata, str]:
     _, _, md, url = max(found, key=lambda x: (x[0], x[1]))
     log.info("restoring checkpoint %s (the newest valid one under %s)", url, path)
     return md, url
+
+
+def newer_checkpoints(meta_url: str) -> tuple[list[str], CheckpointMetadata | None]:
+    """The completed checkpoints of the same job directory that are newer than the
+    checkpoint whose ``_metadata`` is ``meta_url`` (their ``_metadata`` URLs, newest first),
+    and the metadata of the newest of them that loads (its state files are not read).
+    Empty for a savepoint or a checkpoint outside a job directory."""
+    fs, p = _url_to_fs(meta_url)
+    chk_dir = p.rsplit("/", 1)[0]
+    m = _CHK_RE.match(chk_dir.rsplit("/", 1)[-1])
+    if m is None:
+        return [], None
+    newer = [
+        fs.unstrip_protocol(_join(d, METADATA_FILE_NAME))
+        for cid, d in sorted(_checkpoint_dirs(fs, chk_dir.rsplit("/", 1)[0]), reverse=True)
+        if cid > int(m.group(1)) and fs.exists(_join(d, METADATA_FILE_NAME))
+    ]
+    for url in newer:
+        try:
+            return newer, load_metadata_from_path(url, verify=False)
+        except CorruptCheckpointError as e:
+            log.warning("cannot read the newer checkpoint %s: %s", url, e)
+    return newer, None
 
 
 def _newest_valid(

@@ -74,6 +74,10 @@ class OperatorContext(RuntimeContext):
         self.batch = False
         #: the job ends after this epoch's checkpoint (EpochSpec.ending)
         self.ending = False
+        #: the job's id, and its replay stamp when a restore skips committed output
+        #: (EpochSpec.replay_stamp; runtime/replay.py)
+        self.job_id = ""
+        self.replay_stamp: str | None = None
         #: the user metrics of this operator in this subtask (reported in every ack)
         self.metric_registry = MetricRegistry()
 
