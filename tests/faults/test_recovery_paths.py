@@ -179,3 +179,19 @@ def test_a_restore_whose_pending_part_is_gone_fails_loudly(tmp_path):
     p = run(out, tmp_path / "chk-2", start=checkpoint(chk, 3))
     assert p.returncode != 0
     assert "FileSinkRestoreError" in p.stderr and "never committed" in p.stderr
+
+
+def test_a_trial_restore_of_committed_output_into_another_directory_is_harmless(tmp_path):
+    """A checkpoint whose parts are all committed (the job ran on past it) restores into a
+    new directory: the new directory gets the output after the checkpoint, the original
+    one is not touched."""
+    out, chk = tmp_path / "out", tmp_path / "chk"
+    ok(run(out, chk, "--rolling", "size"))
+    before = {f: f.read_bytes() for f in out.rglob("*") if f.is_file()}
+    trial = tmp_path / "trial"
+    ok(run(trial, tmp_path / "chk-trial", "--rolling", "size", start=checkpoint(chk, 3)))
+    assert {f: f.read_bytes() for f in out.rglob("*") if f.is_file()} == before
+    after = set(expected_lines(RECORDS)) - set(committed_lines(trial))
+    assert committed_lines(trial) and set(committed_lines(trial)) < set(expected_lines(RECORDS))
+    assert len(committed_lines(trial)) == len(set(committed_lines(trial)))
+    assert after  # what the original run committed before the checkpoint is not repeated

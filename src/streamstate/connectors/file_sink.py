@@ -210,6 +210,12 @@ class FileSinkOperator(StreamOperator):
             self.writer, self.next_seq = str(mine[2]), int(mine[3])
         else:
             self._start_writer()
+        homes = {str(w[7]) for w in writers if len(w) > 7}
+        if homes and self.base_path not in homes:
+            # restored into another directory: the driver checked that every part of the
+            # checkpoint is committed in its own (FileCommitter); nothing there is touched
+            log.info("FileSink %s: restored from a checkpoint of %s", self.base_path, homes)
+            parts = []
         if not parts and not (self.stamp is not None and (restored or ctx.attempt > 0)):
             return  # nothing this subtask wrote can be committed yet
         scan = scan_output(self.base_path, self.part_prefix, self.part_suffix)
@@ -273,7 +279,7 @@ class FileSinkOperator(StreamOperator):
         ctx = self.ctx
         assert ctx is not None and self.writer is not None
         return ["writer", STATE_VERSION, self.writer, self.next_seq, self.stamp,
-                ctx.subtask_index, ctx.parallelism]  # fmt: skip
+                ctx.subtask_index, ctx.parallelism, self.base_path]  # fmt: skip
 
     def process_watermark(self, watermark_ms: int) -> list[Any]:
         if watermark_ms >= MAX_WATERMARK:
