@@ -43,7 +43,11 @@ def run(
     out: Path, chk: Path, *args: str, start: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """One run of the job (``start``: ``--from-checkpoint`` that path, through the CLI)."""
-    cmd = [sys.executable, JOB] if start is None else [CLI, "run", "--from-checkpoint", start, JOB]
+    cmd = (
+        [sys.executable, JOB]
+        if start is None
+        else [CLI, "run", "--from-checkpoint", start, JOB, "--"]
+    )
     cmd += [str(out), str(chk), *args]
     return subprocess.run(cmd, env=_env(env), capture_output=True, text=True, timeout=300)
 
@@ -96,7 +100,7 @@ def test_a_fallback_that_cannot_replay_exactly_is_refused_unless_allowed(tmp_pat
     out2, chk2 = tmp_path / "out2", tmp_path / "chk2"
     allowed = ["-D", "execution.state-recovery.allow-duplicate-output=true"]
     p = subprocess.run(
-        [CLI, "run", *allowed, JOB, str(out2), str(chk2), "--epoch-interval", "1 h"],
+        [CLI, "run", *allowed, JOB, "--", str(out2), str(chk2), "--epoch-interval", "1 h"],
         env=_env({"DAMAGE_AT": "9"}),
         capture_output=True,
         text=True,
@@ -135,7 +139,7 @@ def test_resuming_an_older_checkpoint_rescaled_is_refused_unless_allowed(tmp_pat
     assert_exact(out)  # the refused restore changed nothing
     p = subprocess.run(
         [CLI, "run", "--allow-duplicate-output", "--from-checkpoint", checkpoint(chk, 3), JOB,
-         str(out), str(tmp_path / "chk-b"), "--parallelism", "3"],
+         "--", str(out), str(tmp_path / "chk-b"), "--parallelism", "3"],
         env=_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     ok(p)
