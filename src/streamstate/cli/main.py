@@ -24,6 +24,10 @@ win, as with Flink's ``flink run -p/-D``). Options must come before ``JOB.py``, 
 order: it would otherwise reach only the job's ``sys.argv`` and the job would silently start
 from empty state. ``JOB.py -- ARGS`` passes such arguments to the job on purpose.
 
+The commands that read checkpoints (``checkpoints``, ``describe``, ``state``) reach an
+object store with the ``s3.*`` / ``fsspec.*`` keys of ``STREAMSTATE_CONF`` or the AWS SDK's
+own environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...).
+
 Exit codes: 0 ok; 2 usage error or a streamstate error (one line on stderr, no traceback);
 1 any other error raised by a job (with its traceback); a job's own ``sys.exit(n)`` is kept.
 """
@@ -43,6 +47,7 @@ from typing import Any, TextIO
 from streamstate.cli.jobs import JOB_COMMANDS, add_job_parsers
 from streamstate.cli.state_export import write_rows
 from streamstate.errors import ConfigurationError, JobExecutionError, StreamStateError
+from streamstate.runtime.stores import StorageOptions
 
 __all__ = ["CONF_ENV_VAR", "build_parser", "main"]
 
@@ -209,17 +214,22 @@ def _parse_define(raw: str) -> tuple[str, str]:
     return key, value.strip()
 
 
-def _run_conf(args: argparse.Namespace) -> dict[str, str]:
-    conf: dict[str, str] = {}
+def _outer_conf() -> dict[str, str]:
+    """The keys of ``STREAMSTATE_CONF`` (a JSON object), if set."""
     outer = os.environ.get(CONF_ENV_VAR)
-    if outer:
-        try:
-            values = json.loads(outer)
-        except json.JSONDecodeError as e:
-            raise ConfigurationError(f"{CONF_ENV_VAR} is not a JSON object: {e}") from e
-        if not isinstance(values, dict):
-            raise ConfigurationError(f"{CONF_ENV_VAR} is not a JSON object: {outer!r}")
-        conf.update({str(k): str(v) for k, v in values.items()})
+    if not outer:
+        return {}
+    try:
+        values = json.loads(outer)
+    except json.JSONDecodeError as e:
+        raise ConfigurationError(f"{CONF_ENV_VAR} is not a JSON object: {e}") from e
+    if not isinstance(values, dict):
+        raise ConfigurationError(f"{CONF_ENV_VAR} is not a JSON object: {outer!r}")
+    return {str(k): str(v) for k, v in values.items()}
+
+
+def _run_conf(args: argparse.Namespace) -> dict[str, str]:
+    conf = _outer_conf()
     for raw in args.defines:
         k, v = _parse_define(raw)
         conf[k] = v
@@ -531,6 +541,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        if args.command != "run":  # a job installs its own; the others read stores here
+            StorageOptions.from_configuration(_outer_conf()).install()
         return _COMMANDS[args.command](args, sys.stdout)
     except _UsageError as e:
         print(e, file=sys.stderr)

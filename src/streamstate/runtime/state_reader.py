@@ -483,13 +483,16 @@ def list_checkpoints(
     read and CRC-checked, so damaged ones show as ``"corrupt"``.
     Raises ``ConfigurationError`` when ``directory`` does not exist.
     """
-    import fsspec
+    from streamstate.runtime.stores import explained, url_to_fs
 
-    try:
-        fs, root = fsspec.core.url_to_fs(directory)
-    except (ImportError, ValueError) as e:
-        raise ConfigurationError(f"cannot access checkpoint directory {directory!r}: {e}") from e
-    root = root.rstrip("/") or "/"
+    fs, root = url_to_fs(directory)
+    with explained(fs, directory):
+        return _list_checkpoints(fs, root, directory, job_id, verify, include_incomplete)
+
+
+def _list_checkpoints(
+    fs: Any, root: str, directory: str, job_id: str | None, verify: bool, include_incomplete: bool
+) -> list[CheckpointInfo]:
     if not fs.exists(root) or not fs.isdir(root):
         raise ConfigurationError(f"checkpoint directory {directory!r} does not exist")
     out: list[CheckpointInfo] = []

@@ -38,7 +38,13 @@ from streamstate.runtime.checkpoint.handles import (
 )
 from streamstate.runtime.checkpoint.lock import is_local
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
-from streamstate.runtime.stores import explain_access_error, url_to_fs, write_atomic, write_once
+from streamstate.runtime.stores import (
+    explain_access_error,
+    explained,
+    url_to_fs,
+    write_atomic,
+    write_once,
+)
 from streamstate.runtime.stores.files import link_file
 
 __all__ = [
@@ -157,7 +163,9 @@ def resolve_external_pointer(path: str) -> str:
         meta = p
     else:
         meta = _join(p, METADATA_FILE_NAME)
-    if not fs.exists(meta) or fs.isdir(meta):
+    with explained(fs, path):
+        found = fs.exists(meta) and not fs.isdir(meta)
+    if not found:
         raise CorruptCheckpointError(
             _subsumed_by(fs, meta)
             or f"no {METADATA_FILE_NAME} at {path!r}: the checkpoint never completed or the "
@@ -239,7 +247,9 @@ def load_restore_point(path: str) -> tuple[CheckpointMetadata, str]:
     a warning; none valid raises :class:`CorruptCheckpointError` listing what was tried.
     """
     fs, p = _url_to_fs(path)
-    if fs.exists(_join(p, METADATA_FILE_NAME)) or p.rsplit("/", 1)[-1] == METADATA_FILE_NAME:
+    with explained(fs, path):
+        here = fs.exists(_join(p, METADATA_FILE_NAME))
+    if here or p.rsplit("/", 1)[-1] == METADATA_FILE_NAME:
         md = load_metadata_from_path(path, verify=True)
         return md, resolve_external_pointer(path)
     tried: list[str] = []

@@ -6,7 +6,7 @@ credentials) of a job. docs/guarantees.md says what each store guarantees."""
 from streamstate.runtime.stores.base import Store, StoreKind
 from streamstate.runtime.stores.objects import MIN_PART_SIZE, MultipartUploads
 from streamstate.runtime.stores.options import StorageOptions
-from streamstate.runtime.stores.registry import register_store, store_for, url_to_fs
+from streamstate.runtime.stores.registry import explained, register_store, store_for, url_to_fs
 
 __all__ = [
     "MIN_PART_SIZE",
@@ -15,6 +15,7 @@ __all__ = [
     "Store",
     "StoreKind",
     "explain_access_error",
+    "explained",
     "register_store",
     "store_for",
     "url_to_fs",

@@ -27,6 +27,7 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from streamstate.errors import ConfigurationError
@@ -136,21 +137,38 @@ class StorageOptions:
             for protocol in set(_DEFAULTS) | set(self.by_protocol):
                 before = _BEFORE.setdefault(protocol, dict(fsspec.config.conf.get(protocol, {})))
                 fsspec.config.conf[protocol] = _merge(before, self.for_protocol(protocol))
-            _STATE["installed"] = True
+            _STATE["installed"] = self
+
+    @staticmethod
+    def current() -> StorageOptions:
+        """The options installed last in this process (none installed: empty), e.g. to
+        ship them with Spark tasks that read a store (the State Processor API)."""
+        installed = _STATE["installed"]
+        return installed if isinstance(installed, StorageOptions) else StorageOptions()
+
+    def installed_around(self, task: Any) -> Any:
+        """``task`` (a Spark partition function) installing these options first, in the
+        executor process that runs it."""
+        return partial(_run_installed, self, task)
 
 
 _LOCK = threading.Lock()
 #: protocol -> fsspec's defaults for it before the first :meth:`StorageOptions.install`
 #: of this process (the user's own, restored under the next install's options)
 _BEFORE: dict[str, dict[str, Any]] = {}
-_STATE = {"installed": False}
+_STATE: dict[str, StorageOptions | None] = {"installed": None}
 
 
 def ensure_installed() -> None:
     """Streamstate's defaults, when no job installed options in this process yet (a CLI
     command, the state reader): the AWS SDK's environment supplies the rest."""
-    if not _STATE["installed"]:
+    if _STATE["installed"] is None:
         StorageOptions().install()
+
+
+def _run_installed(options: StorageOptions, task: Any, *args: Any) -> Any:
+    options.install()
+    return task(*args)
 
 
 def _text(items: Mapping[str, Any], key: str) -> str:

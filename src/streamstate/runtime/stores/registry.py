@@ -3,6 +3,8 @@ system (with the job's storage options and typed errors)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from streamstate.errors import ConfigurationError, StoreNotInstalledError
@@ -11,7 +13,7 @@ from streamstate.runtime.stores.files import LocalFileStore, MemoryStore, Renami
 from streamstate.runtime.stores.objects import S3Store
 from streamstate.runtime.stores.options import ensure_installed
 
-__all__ = ["protocols_of", "register_store", "store_for", "url_to_fs"]
+__all__ = ["explained", "protocols_of", "register_store", "store_for", "url_to_fs"]
 
 #: protocol -> store
 _STORES: dict[str, Store] = {}
@@ -68,6 +70,20 @@ def url_to_fs(url: str) -> tuple[Any, str]:
             f"(file://, s3://, memory://, ...)"
         ) from e
     return fs, path.rstrip("/") or "/"
+
+
+@contextlib.contextmanager
+def explained(fs: Any, url: str) -> Iterator[None]:
+    """Run a block of store accesses to ``url``; an error the store can explain (refused
+    credentials, an unreachable endpoint, a missing bucket) becomes its typed error naming
+    the setting (:meth:`Store.explain`); others pass unchanged."""
+    try:
+        yield
+    except Exception as e:
+        typed = store_for(fs).explain(url, e)
+        if typed is None:
+            raise
+        raise typed from e
 
 
 #: fsspec protocol -> the package implementing it

@@ -45,6 +45,7 @@ from streamstate.runtime.state_processor.reading import (
     read_operator_subtask,
     read_window_range,
 )
+from streamstate.runtime.stores import StorageOptions
 from streamstate.spark.schema import inferable_row, record_converter, record_schema
 from streamstate.spark.session import check_session_python
 
@@ -132,9 +133,14 @@ class SavepointReader:
         self.path = path
         self.metadata = metadata
         self.backend = backend
+        #: the store options of this process (s3.* of a job that ran here, or
+        #: ``configuration``'s): the executors reading the state files install them
+        self.storage_options = StorageOptions.current()
 
     @staticmethod
-    def read(spark: Any, path: str, backend: Any = None) -> SavepointReader:
+    def read(
+        spark: Any, path: str, backend: Any = None, configuration: Any = None
+    ) -> SavepointReader:
         """Open the savepoint (or checkpoint) at ``path`` (its directory or ``_metadata``).
 
         ``backend`` (``HashMapStateBackend()``, ``EmbeddedRocksDBStateBackend()``, a
@@ -142,7 +148,11 @@ class SavepointReader:
         RocksDB holds a key-group range on the executor's disk instead of in memory.
         Native RocksDB state (native savepoints, incremental checkpoints) is always
         opened with RocksDB. ``_metadata``'s signature is verified now; state files by
-        the tasks that read them."""
+        the tasks that read them. ``configuration`` (a Configuration or a dict): the
+        store's endpoint and credentials (``s3.endpoint``, ``s3.access-key``, ...; see
+        docs/guarantees.md), for this process and the executors reading the files."""
+        if configuration is not None:
+            StorageOptions.from_configuration(configuration).install()
         return SavepointReader(spark, path, load_savepoint(path), backend_spec(backend))
 
     # -- keyed state ---------------------------------------------------------------------
@@ -178,6 +188,7 @@ class SavepointReader:
         return self._frame(len(spec.ranges), task, output_type)
 
     def _frame(self, n: int, task: Any, output_type: Any) -> Any:
+        task = self.storage_options.installed_around(task)
         rdd = self.spark.sparkContext.parallelize(range(n), n).mapPartitionsWithIndex(task)
         if output_type is None:
             return _inferred_frame(self.spark, rdd)
@@ -194,7 +205,9 @@ class SavepointReader:
     ) -> Any:
         where, handles = plan_operator_read(self.metadata, uid, name, mode)
         uid_s = OperatorIdentifier.of(uid).identifier
-        task = partial(_operator_task, where, name, mode, uid_s, output_type)
+        task = self.storage_options.installed_around(
+            partial(_operator_task, where, name, mode, uid_s, output_type)
+        )
         schema = record_schema(output_type)
         if not handles:
             return self.spark.createDataFrame([], schema)
