@@ -48,6 +48,7 @@ from streamstate.cli.jobs import JOB_COMMANDS, add_job_parsers
 from streamstate.cli.state_export import write_rows
 from streamstate.errors import ConfigurationError, JobExecutionError, StreamStateError
 from streamstate.runtime.stores import StorageOptions
+from streamstate.runtime.tracebacks import user_frames
 
 __all__ = ["CONF_ENV_VAR", "build_parser", "main"]
 
@@ -552,7 +553,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # the user's error once, with its Python traceback (the worker's, on Spark)
             cause = e.__cause__
             notes = "\n".join(getattr(cause, "__notes__", []))
-            print(notes or "".join(traceback.format_exception(cause)).rstrip(), file=sys.stderr)
+            shown = notes or user_frames("".join(traceback.format_exception(cause)))
+            print(shown.rstrip(), file=sys.stderr)
         msg = " ".join(str(e).split())
         print(f"streamstate {args.command}: {type(e).__name__}: {msg}", file=sys.stderr)
         return 2

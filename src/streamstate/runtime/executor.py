@@ -44,6 +44,7 @@ from streamstate.runtime.checkpoint.storage import (
 )
 from streamstate.runtime.epoch_loop import EpochLoop, JobCancelled
 from streamstate.runtime.graph import ExecutionPlan, Stage
+from streamstate.runtime.interrupts import CtrlC, ctrl_c_stops
 from streamstate.runtime.job_metrics import JobMetrics
 from streamstate.runtime.job_state import JobState
 from streamstate.runtime.job_status import (
@@ -83,6 +84,10 @@ class EpochRunner(ABC):
     @abstractmethod
     def stop(self) -> None: ...
 
+    def interrupt(self) -> None:  # noqa: B027 - optional: most runners finish their epoch
+        """Cancel the epoch running now, from another thread (a second Ctrl-C): its
+        ``run_epoch`` then raises. Runners that cannot cut an epoch short do nothing."""
+
     def describe(self) -> str:
         return type(self).__name__
 
@@ -117,6 +122,9 @@ class JobExecutor:
         )
         self.lifecycle = JobLifecycle(self.job_id, settings.clock, tuple(observers))
         self.cancel_requested = threading.Event()
+        #: the running epoch was cut short on purpose (Ctrl-C twice): its failure is a cancel
+        self.interrupted = threading.Event()
+        self._ctrl_c: CtrlC | None = None
         self.state = JobState(plan)
         self.metrics = JobMetrics()
         #: sink operator uid -> its driver-side committer
@@ -150,6 +158,12 @@ class JobExecutor:
     def cancel(self) -> None:
         """Stop at the next epoch boundary (the retention policy of checkpoints applies)."""
         self.cancel_requested.set()
+
+    def interrupt(self) -> None:
+        """Stop now: cancel, and cut the running epoch short (it ends the job cancelled)."""
+        self.interrupted.set()
+        self.cancel_requested.set()
+        self.runner.interrupt()
 
     def trigger_savepoint(
         self,
@@ -386,8 +400,11 @@ class JobExecutor:
         However it ends, its per-epoch versions are deleted and its storage released
         (checkpoints follow the retention policy)."""
         try:
-            return self._run()
+            with ctrl_c_stops(self.job_name, self.cancel, self.interrupt) as ctrl_c:
+                self._ctrl_c = ctrl_c
+                return self._run()
         finally:
+            self._ctrl_c = None
             self.queryable.retract_epoch(f"job {self.job_id} ended")
             self.queryable.close()
             self.loop.savepoints.close(f"job {self.job_id} ended")
@@ -407,6 +424,8 @@ class JobExecutor:
             self.plan,
             build_task_specs(self.plan, self.job_id, self.storage, self.settings),
         )
+        if self._ctrl_c is not None:
+            self._ctrl_c.reclaim()  # starting Spark installed PySpark's Ctrl-C handler
         self.lifecycle.transition(JobStatus.RUNNING)
         cancelled = False
         try:
@@ -416,9 +435,13 @@ class JobExecutor:
                     break
                 except (JobCancelled, KeyboardInterrupt):
                     cancelled = True
-                    log.warning("job %s cancelled at epoch %d", self.job_id, self.state.epoch)
+                    log.info("job %s cancelled at epoch %d", self.job_id, self.state.epoch)
                     break
                 except Exception as e:  # noqa: BLE001 - every failure goes to the restart strategy
+                    if self.interrupted.is_set():  # the epoch was cut short on purpose
+                        cancelled = True
+                        log.info("job %s stopped in epoch %d", self.job_id, self.state.epoch + 1)
+                        break
                     self._on_failure(e)
         finally:
             self.runner.stop()

@@ -32,6 +32,7 @@ from streamstate.runtime.protocol import EpochSpec, SubtaskAck
 from streamstate.runtime.queryable.query_host import stop_query_host
 from streamstate.runtime.subtask_host import DEFAULT_IDLE_TIMEOUT_S, run_hosted, stop_hosts
 from streamstate.runtime.task import run_stage_partition
+from streamstate.runtime.tracebacks import in_main_file, user_frames
 from streamstate.spark.placement import (
     executor_location,
     located_input,
@@ -142,6 +143,8 @@ class SparkEpochRunner(EpochRunner):
         self._placement = _placement(configuration)
         #: (stage, subtask) -> the executor (task location) that ran it last
         self.locations: dict[tuple[int, int], str] = {}
+        #: an epoch's Spark job is running (what interrupt() may cancel)
+        self._epoch_running = False
 
     def describe(self) -> str:
         return f"Spark ({self.spark.sparkContext.master})" if self.spark else "Spark"
@@ -214,12 +217,18 @@ class SparkEpochRunner(EpochRunner):
             rdds[st.id] = out
         leaves = [rdds[s.id].map(_ack_of) for s in plan.leaves]
         final = leaves[0] if len(leaves) == 1 else sc.union(leaves)
-        sc.setJobDescription(f"streamstate epoch {next(iter(epoch_specs.values())).epoch}")
+        # the job group lets interrupt() cancel exactly this job's Spark jobs
+        sc.setJobGroup(
+            f"streamstate-{self._job_id}",
+            f"streamstate epoch {next(iter(epoch_specs.values())).epoch}",
+        )
+        self._epoch_running = True
         try:
             acks = [pickle.loads(b) for b in final.collect()]  # acks are pickled (task._emit)
         except Exception as e:  # noqa: BLE001
             raise translate_spark_error(e) from None
         finally:
+            self._epoch_running = False
             for r in persisted:
                 r.unpersist()
         hostless = {s.id for s in plan.stages if _hostless(s)}
@@ -229,6 +238,15 @@ class SparkEpochRunner(EpochRunner):
             if a.executor is not None:
                 self.locations[(a.stage, a.subtask)] = a.executor
         return acks
+
+    def interrupt(self) -> None:
+        """Cancel this job's running Spark jobs (called off the driver loop's thread: the
+        loop is blocked in ``collect()``, which then raises)."""
+        if self.spark is not None and self._job_id is not None and self._epoch_running:
+            try:
+                self.spark.sparkContext.cancelJobGroup(f"streamstate-{self._job_id}")
+            except Exception as e:  # noqa: BLE001 - the context may be stopping already
+                log.debug("cancelling the job's Spark jobs failed: %s", e)
 
     def stop(self) -> None:
         if self._hosted is not None and self._job_id is not None and self.spark is not None:
@@ -303,11 +321,18 @@ def _exception_line(tb: str) -> tuple[str, str]:
 
 def _user_class(qualified: str) -> type[BaseException] | None:
     """The exception class of this name in the driver (builtins, streamstate.errors, or a
-    module the driver already imported, e.g. the job script), never importing anything."""
+    module the driver already imported), never importing anything. A bare name that is no
+    builtin is the job script's: Python's tracebacks leave ``__main__.`` out, and the
+    worker's copy of a class defined in the script is that class, shipped by value."""
     module, _, name = qualified.rpartition(".")
-    owner: Any = builtins if not module else sys.modules.get(module)
-    cls = getattr(owner, name, None) if owner is not None else None
-    return cls if isinstance(cls, type) and issubclass(cls, BaseException) else None
+    owners: list[Any] = (
+        [builtins, sys.modules.get("__main__")] if not module else [sys.modules.get(module)]
+    )
+    for owner in owners:
+        cls = getattr(owner, name, None) if owner is not None else None
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            return cls
+    return None
 
 
 def _host_crash(qualified: str, message: str, tb: str) -> BaseException | None:
@@ -369,7 +394,8 @@ def translate_spark_error(e: BaseException) -> BaseException:
             cls = None
     if cls is None:
         return TaskFailure(qualified, message, tb)
-    err.add_note(f"worker traceback:\n{tb}")
+    shown = in_main_file(user_frames(tb), getattr(sys.modules.get("__main__"), "__file__", None))
+    err.add_note(f"worker traceback:\n{shown}")  # the whole one: remote_traceback
     # what FailureInfo and the job's exception history read
     err.error_type = qualified  # type: ignore[attr-defined]  # an annotation on the rebuilt error
     err.remote_traceback = tb  # type: ignore[attr-defined]  # an annotation on the rebuilt error
