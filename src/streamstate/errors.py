@@ -36,6 +36,7 @@ __all__ = [
     "TimestampError",
     "UnknownJobError",
     "UnknownKvStateError",
+    "UnsignedCheckpointError",
     "UnsupportedFeatureError",
     "WorkerEnvironmentError",
     "WrongKeyTypeError",
@@ -181,6 +182,11 @@ class StoreAccessError(CheckpointStorageError):
 class StoreNotInstalledError(ConfigurationError):
     """A URL names a file system whose fsspec implementation is not installed (``s3://``
     without ``s3fs``); names the package to install."""
+
+
+class UnsignedCheckpointError(CorruptCheckpointError):
+    """A checkpoint's ``_metadata`` carries no signature (an old or downgraded format) and
+    the reader did not opt in to unsigned checkpoints by name."""
 
 
 class FileSinkRestoreError(CorruptCheckpointError):

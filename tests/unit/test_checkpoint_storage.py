@@ -26,7 +26,9 @@ from streamstate.errors import (
     ConfigurationError,
     CorruptCheckpointError,
     StateSizeExceededError,
+    UnsignedCheckpointError,
 )
+from streamstate.runtime.checkpoint import signing
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
 from streamstate.runtime.checkpoint.handles import (
     ByteStreamStateHandle,
@@ -210,14 +212,23 @@ def test_every_bit_flip_in_metadata_is_detected(tmp_path):
         s.load_metadata(1, verify=False)
 
 
-def test_format_1_metadata_without_checksum_is_still_read(tmp_path):
+def test_unsigned_metadata_is_refused_unless_allowed_by_name(tmp_path):
+    """Format 1 (plain JSON) and a format-2 header without its hmac are downgrades anyone
+    can write (issue 27): refused by default, read when the reader opts in by name."""
     s = fs_storage(str(tmp_path))
     md = write_checkpoint(s, 1)
     meta = tmp_path / JOB / "chk-1" / "_metadata"
-    doc = json.loads(meta.read_bytes().split(b"\n", 1)[1])
+    header, body = meta.read_bytes().split(b"\n", 1)
+    doc = json.loads(body)
     doc["format_version"] = 1
-    meta.write_text(json.dumps(doc))
-    assert s.load_metadata(1).operator_states == md.operator_states
+    unsigned_header = header.split(b" hmac-sha256=")[0] + b"\n"
+    for data in (json.dumps(doc).encode(), unsigned_header + body):
+        meta.write_bytes(data)
+        with pytest.raises(UnsignedCheckpointError, match="allow-unsigned-checkpoints"):
+            s.load_metadata(1)
+        assert s.latest_valid_checkpoint() is None
+        with signing.allowing_unsigned():
+            assert s.load_metadata(1).operator_states == md.operator_states
 
 
 def test_wrong_crc_detected(tmp_path):
@@ -254,12 +265,12 @@ def test_unknown_format_version_rejected(tmp_path):
     doc = json.loads(meta.read_bytes().split(b"\n", 1)[1])  # a format-1 style plain document
     doc["format_version"] = FORMAT_VERSION + 1
     meta.write_text(json.dumps(doc))
-    with pytest.raises(CorruptCheckpointError, match="format version"):
+    with signing.allowing_unsigned(), pytest.raises(CorruptCheckpointError, match="format version"):
         s.load_metadata(1)
     doc["format_version"] = FORMAT_VERSION
     del doc["job_id"]
     meta.write_text(json.dumps(doc))
-    with pytest.raises(CorruptCheckpointError, match="malformed"):
+    with signing.allowing_unsigned(), pytest.raises(CorruptCheckpointError, match="malformed"):
         s.load_metadata(1)
 
 

@@ -4,6 +4,7 @@ fallback to an older checkpoint, killed uploads, local recovery, rescaling."""
 from __future__ import annotations
 
 import os
+import zlib
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from streamstate.runtime.checkpoint.metadata import (
 from streamstate.runtime.state.rocksdb import incremental as inc
 from tests.support import backends as H
 from tests.support.backends import Made, made_backends
+from tests.support.crc import with_crc32
 
 V = ValueStateDescriptor("v")
 
@@ -115,12 +117,14 @@ def test_local_recovery_downloads_nothing(
     assert {x.path for _, x in h.shared} <= {x.path for _, x in h2.shared}
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate"])
+@pytest.mark.parametrize("damage", ["flip", "truncate", "same-crc"])
 def test_a_damaged_local_copy_is_replaced_by_the_remote_one(
     rocks: Made, storage: FileSystemCheckpointStorageAccess, damage: str, caplog: Any
 ) -> None:
     """Issue 17: a corrupted SST file in the local recovery copy was opened and the job
-    failed; now the copy is checked against the checkpoint's CRCs and never opened."""
+    failed; now the copy is checked against the checkpoint's CRCs and never opened. Issue
+    27: a file swapped for one with the same size and CRC32 (SST files may hold pickled
+    values) is caught by the SHA-256 the signed ``_metadata`` recorded."""
     b = incremental(rocks)
     put(b, KEYS[:300], 7)
     h = b.snapshot_incremental(storage, 1, "op-0")
@@ -130,6 +134,9 @@ def test_a_damaged_local_copy_is_replaced_by_the_remote_one(
     data = bytearray(open(path, "rb").read())
     if damage == "flip":
         data[len(data) // 2] ^= 0x10  # same size, one bit different
+    elif damage == "same-crc":
+        data[len(data) // 2] ^= 0x10
+        data = bytearray(with_crc32(bytes(data), zlib.crc32(open(path, "rb").read())))
     else:
         data = data[: len(data) - 7]
     os.unlink(path)  # the copy is a hard link of the live database's file: replace, not edit

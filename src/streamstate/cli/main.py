@@ -4,6 +4,7 @@
 
     streamstate run [--from-checkpoint PATH | --from-savepoint PATH]
                     [--allow-non-restored-state] [--allow-duplicate-output]
+                    [--allow-unsigned-checkpoints]
                     [--master URL] [--parallelism N] [--quiet]
                     [--verbose] [-D key=value ...] JOB.py [job args ...]
     streamstate checkpoints DIR [--job JOB_ID] [--no-verify] [--all] [--json]
@@ -47,6 +48,7 @@ from typing import Any, TextIO
 from streamstate.cli.jobs import JOB_COMMANDS, add_job_parsers
 from streamstate.cli.state_export import write_rows
 from streamstate.errors import ConfigurationError, JobExecutionError, StreamStateError
+from streamstate.runtime.checkpoint import signing
 from streamstate.runtime.stores import StorageOptions
 from streamstate.runtime.tracebacks import user_frames
 
@@ -118,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="restore a checkpoint behind committed output even where the replay cannot skip "
         "it (execution.state-recovery.allow-duplicate-output): that output is written again",
     )
+    _add_unsigned_flag(r)
     r.add_argument("--master", "-m", metavar="URL", help="Spark master (spark.master)")
     r.add_argument(
         "--quiet", "-q", action="store_true", help="no progress output (execution.progress: none)"
@@ -160,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--all", action="store_true", help="also list incomplete chk-<n> directories")
     c.add_argument("--json", action="store_true", help="print JSON")
+    _add_unsigned_flag(c)
 
     d = sub.add_parser(
         "describe",
@@ -168,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("path", metavar="PATH", help="chk-<n> / savepoint directory or _metadata")
     d.add_argument("--json", action="store_true", help="print JSON")
+    _add_unsigned_flag(d)
 
     s = sub.add_parser(
         "state",
@@ -190,8 +195,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="text (default), json lines, csv with a header, or parquet (needs --output)",
     )
     s.add_argument("--output", metavar="FILE", help="write to FILE instead of stdout")
+    _add_unsigned_flag(s)
     add_job_parsers(sub)
+    p.set_defaults(allow_unsigned_checkpoints=False)
     return p
+
+
+def _add_unsigned_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-unsigned-checkpoints",
+        action="store_true",
+        help="read checkpoints whose _metadata has no signature (written by an older "
+        "streamstate, or downgraded): only for checkpoints you wrote, their pickled state "
+        "is loaded (execution.state-recovery.allow-unsigned-checkpoints)",
+    )
 
 
 def _version() -> str:
@@ -240,6 +257,8 @@ def _run_conf(args: argparse.Namespace) -> dict[str, str]:
         conf["execution.state-recovery.ignore-unclaimed-state"] = "true"
     if args.allow_duplicate_output:
         conf["execution.state-recovery.allow-duplicate-output"] = "true"
+    if args.allow_unsigned_checkpoints:
+        conf[signing.ALLOW_UNSIGNED_KEY] = "true"
     if args.master:
         conf["spark.master"] = args.master
     if args.quiet:
@@ -544,7 +563,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command != "run":  # a job installs its own; the others read stores here
             StorageOptions.from_configuration(_outer_conf()).install()
-        return _COMMANDS[args.command](args, sys.stdout)
+        with signing.allowing_unsigned(args.allow_unsigned_checkpoints):
+            return _COMMANDS[args.command](args, sys.stdout)
     except _UsageError as e:
         print(e, file=sys.stderr)
         return 2

@@ -159,6 +159,7 @@ KNOWN_KEYS: dict[str, Validator] = {
     "execution.state-recovery.path": _any,
     "execution.state-recovery.ignore-unclaimed-state": _bool,
     "execution.state-recovery.allow-duplicate-output": _bool,
+    "execution.state-recovery.allow-unsigned-checkpoints": _bool,
     "execution.savepoint.ignore-unclaimed-state": _bool,
     "execution.checkpointing.savepoint-dir": _any,
     "state.savepoints.dir": _any,

@@ -34,6 +34,7 @@ from streamstate.errors import (
     DuplicateOutputError,
     JobExecutionError,
 )
+from streamstate.runtime.checkpoint import signing
 from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator, continue_ids_after
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.checkpoint.savepoint import SavepointTarget
@@ -233,7 +234,8 @@ class JobExecutor:
         if not path or self._restore_point is not None:
             return
         try:
-            self._restore_point = load_restore_point(path)
+            with signing.allowing_unsigned(self.settings.allow_unsigned_checkpoints):
+                self._restore_point = load_restore_point(path)
         except FileNotFoundError as e:
             raise CorruptCheckpointError(f"no checkpoint at {path}: {e}") from e
 
@@ -400,7 +402,10 @@ class JobExecutor:
         However it ends, its per-epoch versions are deleted and its storage released
         (checkpoints follow the retention policy)."""
         try:
-            with ctrl_c_stops(self.job_name, self.cancel, self.interrupt) as ctrl_c:
+            with (
+                ctrl_c_stops(self.job_name, self.cancel, self.interrupt) as ctrl_c,
+                signing.allowing_unsigned(self.settings.allow_unsigned_checkpoints),
+            ):
                 self._ctrl_c = ctrl_c
                 return self._run()
         finally:

@@ -118,6 +118,9 @@ class JobSettings:
     #: that a sink committed after its checkpoint when the replay cannot skip it
     #: (``runtime/replay.py``; otherwise it fails with DuplicateOutputError)
     allow_duplicate_output: bool = False
+    #: ``execution.state-recovery.allow-unsigned-checkpoints``: restore a checkpoint whose
+    #: ``_metadata`` has no signature (``checkpoint/signing.py``; otherwise refused)
+    allow_unsigned_checkpoints: bool = False
     #: ``execution.checkpointing.savepoint-dir``: where savepoints go when no directory is given
     savepoint_dir: str | None = None
     #: the driver's clock (ms); see ``runtime/clock.py``
@@ -194,6 +197,9 @@ class JobSettings:
             ),
             allow_duplicate_output=_conf_bool(
                 configuration, "execution.state-recovery.allow-duplicate-output"
+            ),
+            allow_unsigned_checkpoints=_conf_bool(
+                configuration, "execution.state-recovery.allow-unsigned-checkpoints"
             ),
             savepoint_dir=_conf_str(
                 configuration, "execution.checkpointing.savepoint-dir", "state.savepoints.dir"

@@ -14,8 +14,11 @@ Self-verification (format 2): the file is one header line,
 document; the reader checks the length and the CRC32 of the JSON bytes *before* parsing, so
 a flipped or truncated byte anywhere is a :class:`CorruptCheckpointError`, never a silently
 changed field, and then the HMAC under the checkpoint key (``checkpoint/signing.py``), so a
-checkpoint changed by someone without the key is refused before any state is read. Format
-1 files (plain JSON, no checksum, no signature) are still read, with a warning.
+checkpoint changed by someone without the key is refused before any state is read. A file
+without a signature, format 1 (plain JSON, no checksum) or a format 2 header without its
+``hmac-sha256``, is refused with :class:`UnsignedCheckpointError` (a downgrade would let
+anyone edit offsets or swap state files) unless the reader opted in by name
+(``signing.unsigned_allowed``); then it is read with a warning.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamstate.errors import CorruptCheckpointError
+from streamstate.errors import CorruptCheckpointError, UnsignedCheckpointError
 from streamstate.runtime.checkpoint import signing
 from streamstate.runtime.checkpoint.handles import (
     KeyGroupsStateHandle,
@@ -234,7 +237,9 @@ class CheckpointMetadata:
     def from_file_bytes(data: bytes, where: str = "<memory>") -> CheckpointMetadata:
         """Parse a ``_metadata`` file, verifying its checksum first (format 1: plain JSON)."""
         if data[:1] == b"{":
-            return CheckpointMetadata.from_json_bytes(data, where)
+            doc = _parse_json(data, where)  # a damaged file says so before "unsigned"
+            _unsigned(where, "is format 1 (plain JSON, no checksum, no signature)")
+            return CheckpointMetadata.from_dict(doc, where)
         nl = data.find(b"\n")
         m = _HEADER.match(data[: nl + 1]) if nl > 0 else None
         if m is None:
@@ -257,7 +262,7 @@ class CheckpointMetadata:
             )
         signature = m.group(4)
         if signature is None:
-            log.warning("checkpoint metadata %s is not signed: its origin cannot be checked", where)
+            _unsigned(where, "has no hmac-sha256 signature in its header")
         elif not signing.verify(body, signature.decode()):
             raise CorruptCheckpointError(
                 f"checkpoint metadata {where} does not verify against this process's checkpoint "
@@ -269,13 +274,34 @@ class CheckpointMetadata:
 
     @staticmethod
     def from_json_bytes(data: bytes, where: str = "<memory>") -> CheckpointMetadata:
-        try:
-            doc = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CorruptCheckpointError(
-                f"checkpoint metadata {where} is not valid JSON (truncated or overwritten?): {e}"
-            ) from e
-        return CheckpointMetadata.from_dict(doc, where)
+        return CheckpointMetadata.from_dict(_parse_json(data, where), where)
+
+
+def _parse_json(data: bytes, where: str) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CorruptCheckpointError(
+            f"checkpoint metadata {where} is not valid JSON (truncated or overwritten?): {e}"
+        ) from e
+
+
+def _unsigned(where: str, what: str) -> None:
+    """An unsigned ``_metadata``: refused unless the reader opted in by name."""
+    if not signing.unsigned_allowed():
+        raise UnsignedCheckpointError(
+            f"checkpoint metadata {where} {what}: its origin cannot be checked, and restoring "
+            f"it could load pickled state or edited source positions, so it is refused. If "
+            f"you wrote it (an older streamstate), opt in by name: "
+            f"{signing.ALLOW_UNSIGNED_KEY}: true for a job, --allow-unsigned-checkpoints on "
+            f"the command line, or {signing.ALLOW_UNSIGNED_ENV}=true"
+        )
+    log.warning(
+        "checkpoint metadata %s %s: its origin cannot be checked; read because unsigned "
+        "checkpoints are allowed",
+        where,
+        what,
+    )
 
 
 def build_operator_states(

@@ -12,18 +12,65 @@ The key is ``STREAMSTATE_CHECKPOINT_KEY`` (any string) when set, else the file
 created with 32 random bytes and mode 0600 on first use. To restore checkpoints on
 another machine or as another user (a cluster's driver, a moved savepoint), give it the
 same key.
+
+A ``_metadata`` without a signature (format 1, plain JSON, or a format 2 header without
+``hmac-sha256``) proves nothing about its origin, so it is refused unless the reader opts
+in by name (:func:`unsigned_allowed`): ``execution.state-recovery.allow-unsigned-checkpoints``
+for a job, ``--allow-unsigned-checkpoints`` on the command line, or the environment
+variable ``STREAMSTATE_ALLOW_UNSIGNED_CHECKPOINTS=true`` for any reader (the State
+Processor API). Opting in trusts that checkpoint as if this deployment had written it:
+its pickled state is loaded.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import hmac
 import os
 import secrets
+from collections.abc import Iterator
 
-__all__ = ["KEY_ENV", "key_path", "sign", "signing_key", "verify"]
+__all__ = [
+    "ALLOW_UNSIGNED_ENV",
+    "ALLOW_UNSIGNED_KEY",
+    "KEY_ENV",
+    "allowing_unsigned",
+    "key_path",
+    "sign",
+    "signing_key",
+    "unsigned_allowed",
+    "verify",
+]
 
 KEY_ENV = "STREAMSTATE_CHECKPOINT_KEY"
+#: the named opt-ins for unsigned ``_metadata`` (see the module docstring)
+ALLOW_UNSIGNED_ENV = "STREAMSTATE_ALLOW_UNSIGNED_CHECKPOINTS"
+ALLOW_UNSIGNED_KEY = "execution.state-recovery.allow-unsigned-checkpoints"
+
+_allow_unsigned: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "allow_unsigned", default=False
+)
+
+
+def unsigned_allowed() -> bool:
+    """Whether this reader opted in to unsigned ``_metadata`` (a job's or command's option
+    in effect, or ``STREAMSTATE_ALLOW_UNSIGNED_CHECKPOINTS=true``)."""
+    if _allow_unsigned.get():
+        return True
+    return os.environ.get(ALLOW_UNSIGNED_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+@contextlib.contextmanager
+def allowing_unsigned(allowed: bool = True) -> Iterator[None]:
+    """Read unsigned ``_metadata`` within this block when ``allowed`` (a named option)."""
+    token = _allow_unsigned.set(allowed or _allow_unsigned.get())
+    try:
+        yield
+    finally:
+        _allow_unsigned.reset(token)
+
 
 _cached: dict[str, bytes] = {}
 

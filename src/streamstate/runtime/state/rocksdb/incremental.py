@@ -22,6 +22,7 @@ ranges of this backend's key groups are copied over, column family by column fam
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import re
@@ -34,7 +35,12 @@ from typing import TYPE_CHECKING, Any
 from rocksdict import Checkpoint, Rdict
 
 from streamstate.errors import CorruptCheckpointError
-from streamstate.runtime.checkpoint.handles import checksum, handle_from_dict
+from streamstate.runtime.checkpoint.handles import (
+    FileStateHandle,
+    StreamStateHandle,
+    checksum,
+    handle_from_dict,
+)
 from streamstate.runtime.checkpoint.incremental import (
     FORMAT,
     FORMAT_VERSION,
@@ -247,26 +253,38 @@ class EpochVersionTarget:
 # ----------------------------------------------------------------------------- restore
 
 
-def _file_crc(path: str) -> int:
-    crc = 0
+def _file_sums(path: str) -> tuple[int, str]:
+    """CRC32 and SHA-256 (hex) of the file ``path``, in one pass."""
+    crc, sha = 0, hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
             crc = zlib.crc32(chunk, crc)
-    return crc & 0xFFFFFFFF
+            sha.update(chunk)
+    return crc & 0xFFFFFFFF, sha.hexdigest()
+
+
+def _matches(size: int, crc: int, sha: str, handle: StreamStateHandle) -> bool:
+    """Whether bytes of ``size``/``crc``/``sha`` are the file ``handle`` names: its SHA-256
+    when the signed ``_metadata`` recorded one (a CRC32 can be forged, and SST files may
+    hold pickled values), else its size and CRC32."""
+    if size != handle.size or crc != handle.crc:
+        return False
+    return not isinstance(handle, FileStateHandle) or handle.sha256 in (None, sha)
 
 
 def _local_copy_matches(directory: str, handle: IncrementalKeyedStateHandle) -> bool:
     """Whether the local copy holds exactly the checkpoint's files: the private pack and
-    every SST file have the size *and CRC32* the checkpoint recorded. A damaged copy (a
-    flipped bit, a truncated file) is never opened: the caller downloads the remote one."""
+    every SST file have the size, CRC32 and SHA-256 the checkpoint recorded. A damaged or
+    swapped copy is never opened: the caller downloads the remote one."""
     try:
         with open(os.path.join(directory, "_private.pack"), "rb") as f:
             pack = f.read()
-        if len(pack) != handle.private.size or checksum(pack) != handle.private.crc:
+        sums = (len(pack), checksum(pack), hashlib.sha256(pack).hexdigest())
+        if not _matches(*sums, handle.private):
             raise ValueError("the private files differ")
         for name, h in handle.shared:
             path = os.path.join(directory, name)
-            if os.path.getsize(path) != h.size or _file_crc(path) != h.crc:
+            if not _matches(os.path.getsize(path), *_file_sums(path), h):
                 raise ValueError(f"{name} differs from the checkpoint's copy")
     except FileNotFoundError:
         return False
