@@ -74,12 +74,11 @@ def _each_backend(request: Any) -> Any:
 def ns_entries(backend: Any, state: str, namespace: Any = None) -> list[Any]:
     """Keys holding state ``state`` in ``namespace`` (every namespace when ``None``)."""
     out: list[Any] = []
-    tables = getattr(backend, "_tables", None)
-    table = tables[state] if tables is not None else backend._columns[state]
+    store = backend.store(state)
     for kgi in range(len(backend.key_group_range)):
-        for ns, m in table.entries(kgi):
+        for ns, keys, _ in store.entries(kgi):
             if namespace is None or ns == namespace:
-                out.extend(m)
+                out.extend(keys)
     return out
 
 
@@ -546,11 +545,9 @@ def test_purged_window_namespaces_do_not_accumulate() -> None:
         h.backend.snapshot_delta()
     assert len(h.out) == 100
     assert ns_entries(h.backend, "window-contents") == []
-    tables = getattr(h.backend, "_tables", None)
-    if tables is not None:
-        assert len(tables["window-contents"].namespaces) <= 3  # void + the handle's window
-    else:  # RocksDB: the dirty sets of purged windows are dropped
-        assert len(h.backend._columns["window-contents"].dirty) <= 3
+    # the change sets (and on the heap the namespaces) of purged windows are dropped: what
+    # is left is the void namespace and the handle's window
+    assert len(h.backend.store("window-contents").dirty) <= 3
 
 
 def test_merge_namespaces_for_list_reducing_aggregating() -> None:

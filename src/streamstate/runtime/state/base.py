@@ -12,8 +12,11 @@ when a checkpoint is taken, :meth:`~KeyedStateBackend.snapshot` (everything).
 Recovery is :meth:`~KeyedStateBackend.restore` from the last full snapshot(s)
 followed by :meth:`~KeyedStateBackend.apply_delta` for each later delta.
 
-The serializer plumbing shared by backends (choosing, restoring and checking
-serializers) and the snapshot formats live in ``runtime/state/format/``.
+Everything a backend does alike is written here once, over the keyed-store contract
+of ``store.py``; a backend supplies its stores. The serializer plumbing shared by
+backends (choosing, restoring and checking serializers) and the snapshot formats live
+in ``runtime/state/format/``, the rules of registering and restoring against a
+checkpoint's meta in ``restore_meta.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from streamstate.api.state import State, StateDescriptor
 from streamstate.errors import (
@@ -31,7 +34,12 @@ from streamstate.errors import (
 from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
 from streamstate.runtime.keygroups import KeyGroupRange, compute_key_group_for_serialized_key
 from streamstate.runtime.serializers.base import TypeSerializer
+from streamstate.runtime.state import restore_meta as rm
 from streamstate.runtime.state.float_state import with_value_conversion
+from streamstate.runtime.state.format import keyed as fmt
+from streamstate.runtime.state.format.serializers import StateSerializers
+from streamstate.runtime.state.kinds import KIND_CLASSES
+from streamstate.runtime.state.store import CurrentKey, KeyedStore
 from streamstate.runtime.state.ttl import create_state as create_state_with_ttl
 from streamstate.runtime.state.ttl_clock import SystemTtlTimeProvider, TtlTimeProvider
 
@@ -39,9 +47,13 @@ __all__ = [
     "KeyedSnapshot",
     "KeyedStateBackend",
     "StateEntryTransformer",
-    "state_not_mergeable_error",
-    "state_without_key_error",
 ]
+
+#: the store type of a backend (``heap/store.py``'s, ``rocksdb/columns.py``'s)
+StoreT = TypeVar("StoreT", bound=KeyedStore)
+
+#: key types that are always hashable (no probe needed)
+_ATOMIC_KEY_TYPES = frozenset({str, int, bytes, float, bool, type(None)})
 
 
 @dataclass(frozen=True)
@@ -89,16 +101,23 @@ class StateEntryTransformer(ABC):
         """
 
 
-class KeyedStateBackend(ABC):
+class KeyedStateBackend(ABC, Generic[StoreT]):
     """Keyed state of one subtask (the key groups of ``key_group_range``).
 
     Not thread-safe: one subtask drives it from one thread. Backends register by name in
     ``runtime/state/registry.py``, with their optional abilities.
 
-    State TTL (``runtime/state/ttl.py``) needs from a backend: that its
-    ``get_partitioned_state`` creates states through ``ttl.create_state`` (one
-    call), that ``set_current_key`` calls :attr:`key_selection_listeners`, that
-    ``snapshot`` first calls :meth:`run_snapshot_cleanups`, and, optionally,
+    What is the same for every backend is written here, once, over the keyed-store
+    contract (``runtime/state/store.py``): the current key, registering states (the
+    state kinds of ``kinds.py`` over a store's access), snapshots and deltas (the formats
+    of ``format/keyed.py`` over the stores), restores and listings. A backend supplies
+    its stores (:meth:`_new_store`), what a schema change does to a store's stored form
+    (:meth:`_migrate`) and its own lifecycle (:meth:`dispose`).
+
+    State TTL (``runtime/state/ttl.py``) needs from a backend: that states are created
+    through ``ttl.create_state`` (:meth:`get_partitioned_state` does), that
+    ``set_current_key`` calls :attr:`key_selection_listeners`, that ``snapshot`` first
+    calls :meth:`run_snapshot_cleanups`, and, optionally,
     :meth:`state_entry_transformer` (full-snapshot and incremental cleanup) and
     :meth:`configure_ttl_compaction_filter` (RocksDB compaction filter).
     """
@@ -122,6 +141,13 @@ class KeyedStateBackend(ABC):
         self.key_group_range = key_group_range
         self.max_parallelism = max_parallelism
         self.key_serializer = key_serializer
+        #: the first key group of the range and the number of key groups
+        self._first_key_group = key_group_range.start
+        self._size = len(key_group_range)
+        #: the key every state is scoped to, shared with every state access
+        self.current = CurrentKey(self._size)
+        #: state name -> its store (registered or restored)
+        self._stores: dict[str, StoreT] = {}
         #: the clock of state TTL; the task installs the job's (``state.ttl.time-provider``)
         self.ttl_time_provider: TtlTimeProvider = SystemTtlTimeProvider()
         #: called (no arguments) after every ``set_current_key`` (TTL per-record cleanup)
@@ -134,8 +160,73 @@ class KeyedStateBackend(ABC):
         #: state name -> entries migrated to a new schema at restore (job metrics)
         self.migrated_entries: dict[str, int] = {}
 
+    # ------------------------------------------------------------------- what a backend supplies
+    @abstractmethod
+    def _new_store(self, name: str, kind: str, serializers: StateSerializers) -> StoreT:
+        """A new, empty store of state ``name`` (registered or restored)."""
+
+    @abstractmethod
+    def _migrate(self, store: StoreT, serializers: StateSerializers) -> None:
+        """Bring a restored ``store`` to ``serializers`` (the descriptor registered for it,
+        or a delta written after a schema change): rewrite its stored form if that
+        changes (``runtime/state/migration.py``)."""
+
+    @abstractmethod
+    def dispose(self) -> None:
+        """Release all state; the backend must not be used afterwards."""
+
+    # ------------------------------------------------------------------- the current key
+    def set_current_key(self, key: Any, key_group: int) -> None:
+        """Scope every state handle to ``key`` (HOT PATH: once per record).
+
+        ``key_group`` is the key's group, precomputed by the shuffle; it must lie
+        in this backend's key group range. Raises ``KeySerializationError`` for an
+        unhashable key and ``StateAccessError`` for a key group outside the range.
+        """
+        kgi = key_group - self._first_key_group
+        if kgi < 0 or kgi >= self._size:
+            raise self._key_group_range_error(key, key_group)
+        if type(key) not in _ATOMIC_KEY_TYPES:
+            try:
+                hash(key)  # hashability probe only (keys scope state); key groups use murmur3
+            except TypeError:
+                raise self._unhashable_key_error(key) from None
+        current = self.current
+        current.key = key
+        current.key_group_index = kgi
+        current.key_bytes = None
+        if self.key_selection_listeners:
+            for listener in self.key_selection_listeners:
+                listener()
+
+    def shuffled_key_slots(self) -> tuple[int, int] | None:
+        """``(first key group, number of key groups)`` when the current key may be set by
+        writing ``current.key`` and ``current.key_group_index`` directly, for keys that
+        came through the hash shuffle (hashable, key group computed by the writer); the
+        caller checks ``0 <= index < number`` and calls :meth:`set_current_key`
+        otherwise. ``None`` (the default): always call it."""
+        return None
+
+    def get_current_key(self) -> Any:
+        """The key set by the last :meth:`set_current_key` (``None`` before any)."""
+        return self.current.key
+
+    def get_current_key_group(self) -> int:
+        """The key group of the current key (``StateAccessError`` while none is set)."""
+        kgi = self.current.key_group_index
+        if kgi >= self._size:
+            raise self._no_current_key_error()
+        return self._first_key_group + kgi
+
+    def key_group_of(self, key: Any) -> int:
+        """The key group of ``key``: murmur3 of its serialized form, as the hash shuffle."""
+        return compute_key_group_for_serialized_key(
+            self.key_serializer.serialize(key), self.max_parallelism
+        )
+
+    # ------------------------------------------------------------------- registration
     def run_snapshot_cleanups(self) -> None:
-        """Run the registered snapshot cleanups (a backend's ``snapshot`` calls this first)."""
+        """Run the registered snapshot cleanups (``snapshot`` calls this first)."""
         for cleanup in list(self.snapshot_cleanups.values()):
             cleanup()
 
@@ -157,37 +248,6 @@ class KeyedStateBackend(ABC):
         """
         return False
 
-    @abstractmethod
-    def set_current_key(self, key: Any, key_group: int) -> None:
-        """Scope every state handle to ``key`` (HOT PATH: once per record).
-
-        ``key_group`` is the key's group, precomputed by the shuffle; it must lie
-        in this backend's key group range. Raises ``KeySerializationError`` for an
-        unhashable key and ``StateAccessError`` for a key group outside the range.
-        """
-
-    def shuffled_key_slots(self) -> tuple[int, int] | None:
-        """``(first key group, number of key groups)`` when the current key may be set by
-        assigning ``_key`` (the key) and ``_kgi`` (its key group minus the first) directly,
-        for keys that came through the hash shuffle (hashable, key group computed by the
-        writer); the caller checks ``0 <= _kgi < number`` and calls
-        :meth:`set_current_key` otherwise. ``None`` (the default): always call it."""
-        return None
-
-    @abstractmethod
-    def get_current_key(self) -> Any:
-        """The key set by the last :meth:`set_current_key` (``None`` before any)."""
-
-    def get_current_key_group(self) -> int:
-        """The key group of the current key (backends override this with a cached value)."""
-        return self.key_group_of(self.get_current_key())
-
-    def key_group_of(self, key: Any) -> int:
-        """The key group of ``key``: murmur3 of its serialized form, as the hash shuffle."""
-        return compute_key_group_for_serialized_key(
-            self.key_serializer.serialize(key), self.max_parallelism
-        )
-
     def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
         """Get or create the state handle of ``descriptor`` (void namespace).
 
@@ -206,9 +266,25 @@ class KeyedStateBackend(ABC):
             return created
         if entry[0] is descriptor:  # the same descriptor again: cheap
             return entry[1]
-        from streamstate.runtime.state.restore_meta import registered_handle
+        return rm.registered_handle(self.operator_name, entry, descriptor)
 
-        return registered_handle(self.operator_name, entry, descriptor)
+    def _create_raw(self, descriptor: StateDescriptor) -> State:
+        """The state of ``descriptor`` in this backend (the raw state under a TTL wrapper)."""
+        name = descriptor.name
+        kind = descriptor.kind
+        if kind not in KIND_CLASSES:
+            raise StateAccessError(f"unsupported state descriptor {descriptor!r}")
+        serializers = rm.serializers_for(descriptor, self.key_serializer)
+        store = self._stores.get(name)
+        if store is None:
+            store = self._new_store(name, kind, serializers)
+        else:  # restored (or created by a delta) and not yet registered
+            rm.check_migration(self.operator_name, store, descriptor, serializers)
+            self._migrate(store, serializers)
+            store.serializers = serializers
+        created = KIND_CLASSES[kind](store.access(), descriptor)
+        assert isinstance(created, State)  # every state kind class also derives from a State
+        return created
 
     def registered_states(self) -> tuple[tuple[Any, ...], ...]:
         """``(state name, kind, queryable name or None, type infos)`` of every registered
@@ -219,51 +295,91 @@ class KeyedStateBackend(ABC):
             for q in (d.get_queryable_state_name(),)
         )
 
-    @abstractmethod
-    def _create_raw(self, descriptor: StateDescriptor) -> State:
-        """A new state of ``descriptor`` in this backend (without any TTL wrapper)."""
+    def registered_state_names(self) -> list[str]:
+        """Names of all states held (registered or restored)."""
+        return list(self._stores)
 
-    def _check_alive(self) -> None:
-        if self._disposed:
-            raise self._disposed_error()
+    def store(self, state_name: str) -> StoreT | None:
+        """The store of ``state_name`` (registered or restored), or ``None``."""
+        return self._stores.get(state_name)
 
-    @abstractmethod
     def get_keys(self, state_name: str) -> Iterator[Any]:
-        """The keys that have a value in state ``state_name`` (a copy: safe to modify state)."""
+        """The keys that have a value in state ``state_name`` (void namespace; a copy: safe
+        to modify state); empty for unknown states."""
+        store = self._stores.get(state_name)
+        return iter(store.keys() if store is not None else [])
 
     def get_keys_and_namespaces(self, state_name: str) -> Iterator[tuple[Any, Any]]:
         """``(key, namespace)`` of every entry of ``state_name`` in every namespace (the void
         namespace and windows; Flink's ``getKeysAndNamespaces``), a copy (deterministic order).
         Used by the State Processor API to read window state; empty for unknown states."""
-        raise NotImplementedError(f"{type(self).__name__} cannot list the namespaces of its states")
+        store = self._stores.get(state_name)
+        return iter(store.keys_and_namespaces() if store is not None else [])
 
-    @abstractmethod
+    def _check_alive(self) -> None:
+        if self._disposed:
+            raise self._disposed_error()
+
+    # ------------------------------------------------------------------- snapshots
     def snapshot(self) -> KeyedSnapshot:
-        """Full snapshot of all state; resets the delta tracking.
+        """Full snapshot of all state (the canonical keyed format); resets the delta tracking.
 
         Raises ``StateSerializationError`` if a key or value cannot be serialized
         (the delta tracking is then left untouched).
         """
+        self._check_alive()
+        self.run_snapshot_cleanups()
+        stores = list(self._stores.values())
+        data, offsets, meta = fmt.write_full(
+            stores, self._first_key_group, self._size, self.operator_name
+        )
+        for store in stores:
+            store.clear_changes()
+        return KeyedSnapshot(data, offsets, meta)
 
-    @abstractmethod
     def snapshot_delta(self) -> bytes:
         """The changes (puts and deletes) since the last snapshot/delta; resets tracking."""
+        self._check_alive()
+        stores = list(self._stores.values())
+        data = fmt.write_delta(stores, self._first_key_group, self.operator_name)
+        for store in stores:
+            store.clear_changes()
+        return data
 
-    @abstractmethod
+    def clear_changes(self) -> None:
+        """Forget the changes recorded for the next delta (a snapshot covered them)."""
+        for store in self._stores.values():
+            store.clear_changes()
+
+    # ------------------------------------------------------------------- restore
     def restore(self, handles: Sequence[KeyGroupsStateHandle]) -> None:
         """Load the key groups of this backend's range from every intersecting handle.
 
         Call on a fresh backend, before any state is registered.
         """
+        self._check_alive()
+        rm.check_restore_first(self.operator_name, self._handles)
+        rm.restore_handles(handles, self.key_group_range, self._resolve_states)
 
-    @abstractmethod
     def apply_delta(self, data: bytes) -> None:
         """Replay a delta from :meth:`snapshot_delta` (entries outside the range are skipped)."""
+        self._check_alive()
+        rm.apply_delta(data, self.key_group_range, self._resolve_states)
 
-    @abstractmethod
-    def _resolve_states(self, states_meta: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
-        """Per state id of a checkpoint's meta: (state holder to fill, serializers to read
-        with); see ``restore_meta.resolve_states``."""
+    def _resolve_states(
+        self, states_meta: list[dict[str, Any]]
+    ) -> list[tuple[StoreT, StateSerializers]]:
+        """Per state id of a checkpoint's meta: (store to fill, serializers to read with);
+        see ``restore_meta.resolve_states``."""
+        return rm.resolve_states(
+            self.operator_name,
+            self.key_serializer,
+            states_meta,
+            self._stores,
+            self._handles,
+            self._new_store,
+            self._migrate,
+        )
 
     def apply_delta_blocks(
         self, states_meta: list[dict[str, Any]], blocks: Sequence[bytes], resolved: Any = None
@@ -273,17 +389,11 @@ class KeyedStateBackend(ABC):
         blocks with the same meta may pass back as ``resolved`` (valid until a state is
         registered). Queryable state's serving copies apply each epoch's delta this way,
         a key group's blocks at a time, without parsing the delta's header again."""
-        from streamstate.runtime.state.restore_meta import apply_delta_blocks
-
         self._check_alive()
         if resolved is None:
             resolved = self._resolve_states(states_meta)
-        apply_delta_blocks(blocks, self.key_group_range, resolved)
+        rm.apply_delta_blocks(blocks, self.key_group_range, resolved)
         return resolved
-
-    @abstractmethod
-    def dispose(self) -> None:
-        """Release all state; the backend must not be used afterwards."""
 
     # The errors every backend raises alike (built only on the failure path).
     def _key_group_range_error(self, key: Any, key_group: int) -> StateAccessError:
@@ -310,34 +420,3 @@ class KeyedStateBackend(ABC):
         return StateAccessError(
             f"the keyed state backend of operator {self.operator_name!r} is disposed"
         )
-
-
-# ------------------------------------------------------------------ state handle errors
-
-
-def checked_list_values(values: Any, what: str, state_name: str) -> list[Any]:
-    """``values`` for ``ListState.update``/``add_all`` as a list; ``None`` (or a ``None``
-    element) raises ``ValueError`` with Flink's message. ``what``: "update" or "add to"."""
-    if values is None:
-        raise ValueError(f"List of values to {what} ListState {state_name!r} is None.")
-    lst = list(values)
-    if any(v is None for v in lst):
-        raise ValueError(f"You cannot add None to ListState {state_name!r}.")
-    return lst
-
-
-def state_without_key_error(state_name: str, operator_name: str) -> StateAccessError:
-    """A state handle was used while no key is set (every backend raises this)."""
-    return StateAccessError(
-        f"state {state_name!r} of operator {operator_name!r} was "
-        f"accessed without a current key: keyed state is only available while processing "
-        f"an element of a keyed stream (or in a keyed timer)"
-    )
-
-
-def state_not_mergeable_error(state_name: str, kind: str) -> StateAccessError:
-    """``merge_namespaces`` on a kind of state that cannot merge (value, map)."""
-    return StateAccessError(
-        f"state {state_name!r} is {kind} state, which cannot be merged; "
-        f"merging windows need list, reducing or aggregating state"
-    )

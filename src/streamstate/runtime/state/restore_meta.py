@@ -1,11 +1,10 @@
 """Registering and restoring keyed states against a checkpoint's state meta.
 
-The heap and the RocksDB backend hold each state in a *holder* (the heap's
-``StateTable``, RocksDB's ``StateColumn``) with ``name``, ``kind``,
-``serializers`` and ``restored_meta``, and both read and write the heap
-backend's checkpoint formats (:mod:`streamstate.runtime.state.format.keyed`).
-The rules that do not depend on where the objects live are here, so both
-backends apply them identically:
+Every backend holds each state in a *store* (the keyed-store contract,
+``runtime/state/store.py``: ``name``, ``kind``, ``serializers``, ``restored_meta``),
+and every backend reads and writes the canonical checkpoint formats
+(:mod:`streamstate.runtime.state.format.keyed`) through it. The rules that do not
+depend on where the objects live are here, so every backend applies them alike:
 
 * which serializers a descriptor's state is written with (:func:`serializers_for`);
 * a repeated registration returns the first handle or raises

@@ -58,6 +58,7 @@ from streamstate.api.state import (
     ValueStateDescriptor,
 )
 from streamstate.runtime.serializers.ttl import TtlTypeInfo, TtlValue
+from streamstate.runtime.state.kinds import checked_list_values
 from streamstate.runtime.state.ttl_cleanup import (
     TtlCleanupWarning,
     expired_entry_filter,
@@ -232,15 +233,6 @@ class TtlValueState(_TtlState, ValueState):
 # ------------------------------------------------------------------------ list state
 
 
-def _checked_list(values: Any, name: str, what: str) -> list[Any]:
-    if values is None:
-        raise ValueError(f"List of values to {what} ListState {name!r} is None.")
-    lst = list(values)
-    if any(v is None for v in lst):
-        raise ValueError(f"You cannot add None to ListState {name!r}.")
-    return lst
-
-
 class TtlListState(_TtlState, ListState):
     """Elements expire independently; ``get()`` returns a new list of user values."""
 
@@ -272,14 +264,14 @@ class TtlListState(_TtlState, ListState):
         self._raw.add(TtlValue(value, self._now()))
 
     def add_all(self, values: list[Any]) -> None:
-        lst = _checked_list(values, self._name, "add to")
+        lst = checked_list_values(values, "add to", self._name)
         self._access()
         if lst:
             now = self._now()
             self._raw.add_all([TtlValue(v, now) for v in lst])
 
     def update(self, values: list[Any]) -> None:
-        lst = _checked_list(values, self._name, "update")
+        lst = checked_list_values(values, "update", self._name)
         self._access()
         now = self._now()
         self._raw.update([TtlValue(v, now) for v in lst])

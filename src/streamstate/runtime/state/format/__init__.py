@@ -4,7 +4,7 @@
 ``serializers``: the serializers recorded with each state and the restore checks.
 ``namespaces``: the void namespace and the window namespace serializer.
 
-The heap backend writes and reads these formats natively; the RocksDB backend uses
-them for its full snapshots and per-epoch deltas, so the two backends restore each
-other's checkpoints. ``runtime/state/base.py`` is only the backend contract.
+Every backend writes and reads ``keyed`` through the keyed-store contract
+(``runtime/state/store.py``), so a backend restores any other's snapshots and deltas;
+RocksDB's own files (incremental checkpoints) are its alone.
 """

@@ -1,4 +1,9 @@
-"""The heap backend's byte formats: full keyed snapshots and deltas.
+"""The canonical keyed-state formats every backend writes and reads: snapshots and deltas.
+
+They speak the keyed-store contract (``runtime/state/store.py``): a snapshot writes each
+store's entries per key group (:meth:`KeyedStore.entries`), a delta its changes
+(:meth:`KeyedStore.changes`), and reading puts entries back (:meth:`KeyedStore.load`,
+:meth:`KeyedStore.remove`), so a snapshot of one backend restores into any other.
 
 All integers are big-endian; a *frame* is ``u32 length`` followed by that many
 bytes. Blobs are written with the serializers' bulk ``serialize_many`` paths.
@@ -24,8 +29,9 @@ Delta (``snapshot_delta``)::
                u32 n_puts frame(keys blob) payload  u32 n_deletes frame(keys blob)
 
 ``meta`` of a full snapshot is ``{"format", "format_version", "states": [state
-meta]}``; a state meta is ``StateTable.meta()``: name, kind and the serializer
-snapshots. Unknown magic or a newer version raises ``CorruptCheckpointError``.
+meta]}``; a state meta is ``KeyedStore.meta()``: name, kind and the serializer
+snapshots. Unknown magic or a newer version raises ``CorruptCheckpointError``. The
+format's name says where it started (``streamstate-heap-keyed``); it is every backend's.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from typing import Any
 
 from streamstate.errors import CorruptCheckpointError, StateSerializationError
 from streamstate.runtime.serializers.base import TypeSerializer
-from streamstate.runtime.state.heap.table import StateTable
+from streamstate.runtime.state.store import KeyedStore
 
 __all__ = [
     "DELTA_MAGIC",
@@ -119,13 +125,13 @@ def serialize_many(ser: TypeSerializer, values: Sequence[Any], ctx: Ctx) -> byte
 
 
 def _write_entries(
-    parts: list[bytes], table: StateTable, keys: list[Any], values: list[Any], ctx: Ctx
+    parts: list[bytes], store: KeyedStore, keys: list[Any], values: list[Any], ctx: Ctx
 ) -> None:
-    """``u32 n frame(keys) payload`` for ``keys``/``values`` of ``table``'s kind."""
-    sers = table.serializers
+    """``u32 n frame(keys) payload`` for ``keys``/``values`` of ``store``'s kind."""
+    sers = store.serializers
     parts.append(_U32.pack(len(keys)))
     _frame(parts, serialize_many(sers.key, keys, ctx))
-    kind = table.kind
+    kind = store.kind
     if kind == "list":
         _frame(parts, _counts_blob([len(v) for v in values]))
         _frame(parts, serialize_many(sers.value, [x for v in values for x in v], ctx))
@@ -138,29 +144,29 @@ def _write_entries(
         _frame(parts, serialize_many(sers.value, values, ctx))
 
 
-def _ns_bytes(table: StateTable, ns: Any, ctx: Ctx) -> bytes:
+def _ns_bytes(store: KeyedStore, ns: Any, ctx: Ctx) -> bytes:
     try:
-        return table.serializers.namespace.serialize(ns)
+        return store.serializers.namespace.serialize(ns)
     except Exception as e:
         raise StateSerializationError(ctx[0], ctx[1], type(ns).__qualname__, str(e)) from e
 
 
 def write_full(
-    tables: Sequence[StateTable], kg_start: int, size: int, operator: str
+    stores: Sequence[KeyedStore], kg_start: int, size: int, operator: str
 ) -> tuple[bytes, dict[int, tuple[int, int]], dict[str, Any]]:
-    """``(data, offsets, meta)`` of a full snapshot of ``tables``."""
+    """``(data, offsets, meta)`` of a full snapshot of ``stores``."""
     out: list[bytes] = [_HEADER.pack(SNAPSHOT_MAGIC, FORMAT_VERSION, 0)]
     pos = _HEADER.size
     offsets: dict[int, tuple[int, int]] = {}
     for kgi in range(size):
         parts: list[bytes] = []
         n_blocks = 0
-        for sid, table in enumerate(tables):
-            ctx = (table.name, operator)
-            for ns, m in table.entries(kgi):
+        for sid, store in enumerate(stores):
+            ctx = (store.name, operator)
+            for ns, keys, values in store.entries(kgi):
                 parts.append(_BLOCK.pack(sid))
-                _frame(parts, _ns_bytes(table, ns, ctx))
-                _write_entries(parts, table, list(m), list(m.values()), ctx)
+                _frame(parts, _ns_bytes(store, ns, ctx))
+                _write_entries(parts, store, keys, values, ctx)
                 n_blocks += 1
         if not n_blocks:
             continue
@@ -172,37 +178,30 @@ def write_full(
     meta = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "states": [t.meta() for t in tables],
+        "states": [store.meta() for store in stores],
     }
     return b"".join(out), offsets, meta
 
 
-def write_delta(tables: Sequence[StateTable], kg_start: int, operator: str) -> bytes:
-    """The changes recorded in ``tables``' dirty sets (does not reset them)."""
-    changed = [t for t in tables if t.has_changes()]
+def write_delta(stores: Sequence[KeyedStore], kg_start: int, operator: str) -> bytes:
+    """The changes recorded in ``stores`` (does not clear them)."""
+    changed = [store for store in stores if store.has_changes()]
     parts: list[bytes] = []
     n_blocks = 0
-    for sid, table in enumerate(changed):
-        ctx = (table.name, operator)
-        for ns, dirty in table.dirty.items():
-            if not dirty:
-                continue
-            maps = table.namespaces[ns]
-            by_kg: dict[int, list[Any]] = {}
-            for key, kgi in dirty.items():
-                by_kg.setdefault(kgi, []).append(key)
-            ns_blob = _ns_bytes(table, ns, ctx)
-            for kgi in sorted(by_kg):
-                m = maps[kgi]
-                puts = [k for k in by_kg[kgi] if k in m]
-                dels = [k for k in by_kg[kgi] if k not in m]
-                parts.append(_DELTA_BLOCK.pack(sid, kg_start + kgi))
-                _frame(parts, ns_blob)
-                _write_entries(parts, table, puts, [m[k] for k in puts], ctx)
-                parts.append(_U32.pack(len(dels)))
-                _frame(parts, serialize_many(table.serializers.key, dels, ctx))
-                n_blocks += 1
-    meta = json.dumps({"states": [t.meta() for t in changed]}, sort_keys=True).encode()
+    for sid, store in enumerate(changed):
+        ctx = (store.name, operator)
+        ns_blobs: dict[Any, bytes] = {}
+        for ns, kgi, puts, values, deletes in store.changes():
+            ns_blob = ns_blobs.get(ns)
+            if ns_blob is None:
+                ns_blob = ns_blobs[ns] = _ns_bytes(store, ns, ctx)
+            parts.append(_DELTA_BLOCK.pack(sid, kg_start + kgi))
+            _frame(parts, ns_blob)
+            _write_entries(parts, store, puts, values, ctx)
+            parts.append(_U32.pack(len(deletes)))
+            _frame(parts, serialize_many(store.serializers.key, deletes, ctx))
+            n_blocks += 1
+    meta = json.dumps({"states": [store.meta() for store in changed]}, sort_keys=True).encode()
     head = [_HEADER.pack(DELTA_MAGIC, FORMAT_VERSION, 0), _U32.pack(len(meta)), meta]
     head.append(_U32.pack(n_blocks))
     return b"".join(head + parts)
@@ -315,12 +314,12 @@ def read_header(data: bytes | memoryview, magic: bytes, what: str) -> Reader:
 def read_section(
     section: bytes | memoryview,
     kg: int,
-    resolve: Callable[[int], tuple[StateTable, Any]],
+    resolve: Callable[[int], tuple[KeyedStore, Any]],
     kgi: int,
 ) -> None:
-    """Load key group ``kg``'s section into the tables (at index ``kgi``).
+    """Load key group ``kg``'s section into the stores (at index ``kgi``).
 
-    ``resolve(state_id) -> (table, serializers used to read)``.
+    ``resolve(state_id) -> (store, serializers used to read)``.
     """
     what = f"keyed state of key group {kg}"
     r = Reader(section, what)
@@ -330,11 +329,10 @@ def read_section(
         raise CorruptCheckpointError(f"{what}: section holds key group {found_kg} instead")
     for _ in range(n_blocks):
         (sid,) = r.unpack(_BLOCK)
-        table, sers = resolve(sid)
+        store, sers = resolve(sid)
         ns = _deser_one(sers.namespace, r.frame(), what)
-        keys, values = _read_entries(r, table.kind, sers, f"{what}, state {table.name!r}")
-        m = table.maps(ns)[kgi]
-        m.update(zip(keys, values, strict=True))
+        keys, values = _read_entries(r, store.kind, sers, f"{what}, state {store.name!r}")
+        store.load(kgi, ns, keys, values)
     if not r.at_end():
         raise CorruptCheckpointError(f"{what}: trailing bytes after the last state block")
 
@@ -348,12 +346,12 @@ def _deser_one(ser: TypeSerializer, blob: memoryview, what: str) -> Any:
 
 def read_delta(
     data: bytes,
-    resolve_meta: Callable[[list[dict[str, Any]]], list[tuple[StateTable, Any]]],
+    resolve_meta: Callable[[list[dict[str, Any]]], list[tuple[KeyedStore, Any]]],
     kg_index: Callable[[int], int | None],
 ) -> None:
     """Replay a delta: puts and tombstones of key groups where ``kg_index(kg)`` is not None.
 
-    ``resolve_meta(states_meta)`` returns per state id the table and read serializers.
+    ``resolve_meta(states_meta)`` returns per state id the store and read serializers.
     """
     what = "keyed state delta"
     r = read_header(data, DELTA_MAGIC, what)
@@ -371,36 +369,36 @@ def read_delta(
 
 def _apply_block(
     r: Reader,
-    resolved: list[tuple[StateTable, Any]],
+    resolved: list[tuple[KeyedStore, Any]],
     kg_index: Callable[[int], int | None],
     what: str,
 ) -> None:
     sid, kg = r.unpack(_DELTA_BLOCK)
     if sid >= len(resolved):
         raise CorruptCheckpointError(f"{what}: unknown state id {sid}")
-    table, sers = resolved[sid]
+    store, sers = resolved[sid]
     ns_blob = r.frame()
     kgi = kg_index(kg)
     if kgi is None:  # not ours (rescaled): skip without deserializing
-        _skip_entries(r, table.kind)
+        _skip_entries(r, store.kind)
         r.u32()
         r.frame()
         return
     ns = _deser_one(sers.namespace, ns_blob, what)
-    keys, values = _read_entries(r, table.kind, sers, f"{what}, state {table.name!r}")
+    keys, values = _read_entries(r, store.kind, sers, f"{what}, state {store.name!r}")
     n_dels = r.u32()
     dels = _deser(sers.key, r.frame(), what)
     if len(dels) != n_dels:
         raise CorruptCheckpointError(f"{what}: tombstone count does not match")
-    m = table.maps(ns)[kgi]
-    m.update(zip(keys, values, strict=True))
-    for k in dels:
-        m.pop(k, None)
+    if keys:
+        store.load(kgi, ns, keys, values)
+    if dels:
+        store.remove(kgi, ns, dels)
 
 
 def apply_delta_blocks(
     blocks: Sequence[bytes],
-    resolved: list[tuple[StateTable, Any]],
+    resolved: list[tuple[KeyedStore, Any]],
     kg_index: Callable[[int], int | None],
 ) -> None:
     """Replay blocks of a delta (``keyed_index.split_delta``) whose states were resolved

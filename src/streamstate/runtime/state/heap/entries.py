@@ -1,11 +1,11 @@
 """Heap implementation of :class:`~streamstate.runtime.state.base.StateEntryTransformer`.
 
-Used by state TTL: full-snapshot cleanup rewrites every entry of a table;
-incremental cleanup advances a lazy cursor over the table's key groups. The
+Used by state TTL: full-snapshot cleanup rewrites every entry of a store;
+incremental cleanup advances a lazy cursor over the store's key groups. The
 cursor takes a copy of one key group's keys (per namespace) at a time, as
 Flink's heap backend does, so the state may change between two steps; keys
 deleted meanwhile are skipped, keys added to an already visited key group are
-seen in the next round. Every change is recorded in the table's dirty set so
+seen in the next round. Every change is recorded in the store's dirty set so
 deltas (and lineage rebuilds) carry it.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streamstate.runtime.state.base import StateEntryTransformer
-from streamstate.runtime.state.heap.table import StateTable
+from streamstate.runtime.state.heap.store import HeapStore
 
 __all__ = ["HeapStateEntries"]
 
@@ -23,22 +23,22 @@ _MISSING: Any = object()
 
 
 class HeapStateEntries(StateEntryTransformer):
-    """Entry rewriting over one :class:`StateTable`."""
+    """Entry rewriting over one :class:`HeapStore`."""
 
-    __slots__ = ("_table", "_next_kgi", "_chunks", "rounds")
+    __slots__ = ("store", "_next_kgi", "_chunks", "rounds")
 
-    def __init__(self, table: StateTable) -> None:
-        self._table = table
+    def __init__(self, store: HeapStore) -> None:
+        self.store = store
         self._next_kgi = 0
         self.rounds = 0
         #: pending (dict, dirty, kgi, keys) of the key group being visited, last first
         self._chunks: list[tuple[dict[Any, Any], dict[Any, int], int, list[Any]]] = []
 
     def transform_all(self, fn: Callable[[Any], Any]) -> int:
-        table = self._table
+        store = self.store
         changed = 0
-        for ns, maps in list(table.namespaces.items()):
-            dirty = table.dirty_of(ns)
+        for ns, maps in list(store.namespaces.items()):
+            dirty = store.dirty_of(ns)
             for kgi, m in enumerate(maps):
                 if not m:
                     continue
@@ -59,19 +59,19 @@ class HeapStateEntries(StateEntryTransformer):
 
         Returns how many key groups were scanned.
         """
-        table = self._table
-        size = table.size
+        store = self.store
+        size = store.size
         for scanned in range(1, budget + 1):
             kgi = self._next_kgi
             if kgi == 0:
                 self.rounds += 1
             self._next_kgi = kgi + 1 if kgi + 1 < size else 0
-            for ns, maps in table.namespaces.items():
+            for ns, maps in store.namespaces.items():
                 m = maps[kgi]
                 if m:
                     keys = list(m)
                     keys.reverse()
-                    self._chunks.append((m, table.dirty[ns], kgi, keys))
+                    self._chunks.append((m, store.dirty[ns], kgi, keys))
             if self._chunks:
                 return scanned
         return budget
@@ -79,7 +79,7 @@ class HeapStateEntries(StateEntryTransformer):
     def transform_next(self, n: int, fn: Callable[[Any], Any]) -> None:
         # HOT PATH (every access of a state with incremental TTL cleanup): inlined loop
         chunks = self._chunks
-        size = self._table.size
+        size = self.store.size
         scanned = 0  # key groups loaded by this call: each at most once
         while n > 0:
             if not chunks:

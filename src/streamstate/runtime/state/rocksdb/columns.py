@@ -1,20 +1,42 @@
-"""One state's column families in the RocksDB backend (see ``states.py`` for the layout).
+"""The RocksDB backend's side of the keyed-store contract: one state's column families.
 
-A state has one column family for the void namespace (named as the state) and,
-created on the first access in another namespace (a window), a second one
-named ``<state name>`` + :data:`NS_CF_SUFFIX` for every other namespace.
+Storage layout (one column family per state, raw bytes, no WAL)::
+
+    value / reducing / aggregating:  kg(u16 BE) + key + ns  ->  value bytes
+    list:                            kg(u16 BE) + key + ns  ->  frame(elem) frame(elem) ...
+    map:       kg(u16 BE) + key + ns + user key + u32(len(user key))  ->  value bytes
+
+``key`` is the backend's key serializer's bytes, ``ns`` the namespace serializer's. The
+void namespace is empty bytes: its entries (all state that is not window state) live in
+the state's own column family, exactly as ``kg + key``. Every other namespace (a window)
+lives in a second column family of the state, named ``<state name>`` +
+:data:`NS_CF_SUFFIX`, with ``ns`` followed by its length (``u32``) so a key decodes on
+its own whatever the key serializer; it is created on the first access in a namespace.
+In both, a key group is a contiguous key range.
+
+List state is stored as one value: the elements framed (``u32 length`` + element bytes)
+one after the other, so an append writes bytes after the stored value (one read and one
+write, no merge operator, existing elements are never deserialized). Map state keeps one
+entry per user key; the trailing user-key length makes every RocksDB key decodable on
+its own and different (key, user key) pairs never collide, even when the key serializer
+is not prefix-free (``"a"`` + ``"bX"`` vs ``"ab"`` + ``"X"``). A per-key prefix scan
+checks that length, so entries of a longer key sharing the prefix are skipped.
+
+A :class:`StateColumn` serves the bulk side of the contract (snapshots, deltas,
+restores, listings) by scanning and writing its column families;
+``rocksdb/access.py`` serves the per-record side.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from streamstate.errors import StateSerializationError
 from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
 from streamstate.runtime.state.format.serializers import StateSerializers
-from streamstate.runtime.state.rocksdb.adapters import DirtyValues, Entries, Sinks
+from streamstate.runtime.state.rocksdb.access import RocksDBAccess
 from streamstate.runtime.state.rocksdb.encoding import (
     MAX_VALUE_BYTES,
     frame_elements,
@@ -24,11 +46,9 @@ from streamstate.runtime.state.rocksdb.encoding import (
 from streamstate.runtime.state.rocksdb.encoding import (
     MISSING as _MISSING,
 )
+from streamstate.runtime.state.store import CurrentKey, KeyedStore
 
-if TYPE_CHECKING:
-    from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend
-
-__all__ = ["NS_CF_SUFFIX", "StateColumn"]
+__all__ = ["NS_CF_SUFFIX", "ColumnFamilies", "StateColumn"]
 
 _KG = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -38,47 +58,66 @@ NS_CF_SUFFIX = "\x1fnamespaces"
 _NS_CACHE_MAX = 4096
 
 
-class _Namespaces:
-    """``namespaces[ns]`` for the heap delta writer: :class:`DirtyValues` of any namespace."""
+class ColumnFamilies:
+    """What a column needs of its backend's database: column families and batched writes.
 
-    __slots__ = ("col",)
-
-    def __init__(self, col: StateColumn) -> None:
-        self.col = col
-
-    def __getitem__(self, namespace: Any) -> DirtyValues:
-        return DirtyValues(self.col, namespace)
-
-
-class StateColumn:
-    """One state's column family; duck-types the heap ``StateTable`` for the heap formats.
-
-    ``serializers`` are the ones the stored bytes are written with. ``entries``,
-    ``dirty``, ``namespaces`` and ``has_changes`` serve the heap writers; ``maps``
-    serves the heap readers (it returns sinks writing into RocksDB).
+    ``open(cf name, state name)`` opens or creates a column family; ``write(cf, batch)``
+    writes ``(key, value or None for delete)`` pairs; ``io_error(what, e)`` is the typed
+    error of a failed database operation.
     """
 
     def __init__(
-        self, backend: RocksDBKeyedStateBackend, name: str, kind: str, cf: Any, sers: Any
+        self,
+        open_cf: Callable[[str, str], Any],
+        write: Callable[[Any, list[tuple[bytes, bytes | None]]], None],
+        io_error: Callable[[str, BaseException], Exception],
     ) -> None:
-        self.backend = backend
-        self.name = name
-        self.kind = kind
+        self.open = open_cf
+        self.write = write
+        self.io_error = io_error
+
+
+class StateColumn(KeyedStore):
+    """One state's column families (see the module docstring).
+
+    ``serializers`` are the ones the stored bytes are written with; ``key_group_prefixes``
+    are the ``u16`` prefixes of the backend's key groups, by key group index.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        cf: Any,
+        serializers: StateSerializers,
+        *,
+        current: CurrentKey,
+        first_key_group: int,
+        key_group_prefixes: list[bytes],
+        operator_name: str,
+        database: ColumnFamilies,
+    ) -> None:
+        super().__init__(name, kind, len(key_group_prefixes), serializers)
         self.cf = cf
         #: the column family of every non-void namespace (``None`` until first needed)
         self.ns_cf: Any = None
-        self.serializers: StateSerializers = sers
-        #: namespace -> {key: kgi} changed since the last snapshot/delta
-        self.dirty: dict[Any, dict[Any, int]] = {VOID_NAMESPACE: {}}
-        self.namespaces = _Namespaces(self)
-        self.restored_meta: dict[str, Any] | None = None
-        #: state handles bound to this column (re-bound when ``clear_dirty`` prunes)
-        self.handles: list[Any] = []
+        self.current = current
+        self.first_key_group = first_key_group
+        self.key_group_prefixes = key_group_prefixes
+        self.operator_name = operator_name
+        self.database = database
+        #: the accesses of this state's handles (released on dispose, re-bound on pruning)
+        self.accesses: list[RocksDBAccess] = []
         self._ns_suffix: dict[Any, bytes] = {}
 
     @property
     def ns_cf_name(self) -> str:
         return self.name + NS_CF_SUFFIX
+
+    def access(self) -> RocksDBAccess:
+        access = RocksDBAccess(self)
+        self.accesses.append(access)
+        return access
 
     # ---------------------------------------------------------------- namespaces
     def ns_suffix(self, namespace: Any) -> bytes:
@@ -90,28 +129,28 @@ class StateColumn:
         """
         if namespace is VOID_NAMESPACE:
             return b""
-        cache = self._ns_suffix
+        cache: dict[Any, bytes] | None = self._ns_suffix
         try:
-            sfx = cache.get(namespace)
+            suffix = cache.get(namespace)  # type: ignore[union-attr]  # the cache is set just above
         except TypeError:  # unhashable namespace: serialize every time
-            sfx = None
-            cache = None  # type: ignore[assignment]  # no cache: every lookup serializes
-        if sfx is None:
+            suffix = None
+            cache = None
+        if suffix is None:
             try:
-                nsb = self.serializers.namespace.serialize(namespace)
+                namespace_bytes = self.serializers.namespace.serialize(namespace)
             except Exception as e:
                 raise StateSerializationError(
                     self.name,
-                    self.backend.operator_name,
+                    self.operator_name,
                     type(namespace).__qualname__,
                     f"the namespace cannot be serialized ({type(e).__name__}: {e})",
                 ) from e
-            sfx = nsb + _U32.pack(len(nsb))
+            suffix = namespace_bytes + _U32.pack(len(namespace_bytes))
             if cache is not None:
                 if len(cache) >= _NS_CACHE_MAX:
                     cache.clear()
-                cache[namespace] = sfx
-        return sfx
+                cache[namespace] = suffix
+        return suffix
 
     def cf_for(self, namespace: Any) -> Any:
         """The column family holding ``namespace`` (creates the namespaced one if needed)."""
@@ -122,14 +161,8 @@ class StateColumn:
     def namespaced_cf(self) -> Any:
         """The column family of the non-void namespaces (created on first use)."""
         if self.ns_cf is None:
-            self.ns_cf = self.backend._ns_column_family(self)
+            self.ns_cf = self.database.open(self.ns_cf_name, self.name)
         return self.ns_cf
-
-    def dirty_of(self, namespace: Any) -> dict[Any, int]:
-        d = self.dirty.get(namespace)
-        if d is None:
-            d = self.dirty[namespace] = {}
-        return d
 
     def decode_ns_prefix(self, prefix: bytes) -> tuple[Any, Any]:
         """``(key, namespace)`` of a namespaced column family's ``kg + key + ns + u32`` prefix."""
@@ -146,7 +179,7 @@ class StateColumn:
         if len(data) > MAX_VALUE_BYTES:
             raise StateSerializationError(
                 self.name,
-                self.backend.operator_name,
+                self.operator_name,
                 type(obj).__qualname__,
                 f"{len(data)} bytes is more than the {MAX_VALUE_BYTES} bytes a value may have",
             )
@@ -157,7 +190,9 @@ class StateColumn:
             return unframe_elements(self.serializers.value, data)
         return self.serializers.value.deserialize(data)
 
-    def _scan(self, lo: bytes, hi: bytes | None, cf: Any = None) -> Iterator[tuple[bytes, bytes]]:
+    def scan(self, lo: bytes, hi: bytes | None, cf: Any = None) -> Iterator[tuple[bytes, bytes]]:
+        """``(RocksDB key, value)`` from ``lo`` up to ``hi`` (``None``: every key starting
+        with ``lo``) in ``cf`` (default: the void namespace's)."""
         it = (self.cf if cf is None else cf).iter()
         it.seek(lo)
         while it.valid():
@@ -169,40 +204,51 @@ class StateColumn:
             yield rk, it.value()
             it.next()
 
-    def read(self, kb: bytes, cf: Any = None) -> Any:
-        """The stored object of RocksDB key prefix ``kb`` (a dict for map state) or ``_MISSING``.
-
-        ``cf``: the column family (default: the void namespace's).
-        """
+    def read(self, prefix: bytes, cf: Any = None) -> Any:
+        """The stored object of RocksDB key prefix ``prefix`` (a dict for map state) or
+        ``MISSING``. ``cf``: the column family (default: the void namespace's)."""
         cf = self.cf if cf is None else cf
         if self.kind != "map":
-            data = cf.get(kb)
+            data = cf.get(prefix)
             return _MISSING if data is None else self.decode(data)
-        uk, val = self.serializers.user_key.deserialize, self.serializers.value.deserialize  # type: ignore[union-attr]  # map state always has a user-key serializer
+        sers = self.serializers
+        assert sers.user_key is not None  # map state always has a user-key serializer
         out = {}
-        for rk, v in self._scan(kb, None, cf):
-            if map_key_matches(rk, len(kb)) >= 0:
-                out[uk(rk[len(kb) : len(rk) - 4])] = val(v)
+        for rk, v in self.scan(prefix, None, cf):
+            if map_key_matches(rk, len(prefix)) >= 0:
+                out[sers.user_key.deserialize(rk[len(prefix) : len(rk) - 4])] = (
+                    sers.value.deserialize(v)
+                )
         return out if out else _MISSING
 
-    def write(self, batch: Any, kb: bytes, obj: Any, cf: Any = None) -> None:
-        """Replace the object at ``kb`` of ``cf`` (used by restore and delta replay)."""
+    def write(
+        self, batch: list[tuple[bytes, bytes | None]], prefix: bytes, obj: Any, cf: Any
+    ) -> None:
+        """Add to ``batch`` what replaces the object at ``prefix`` of ``cf`` with ``obj``."""
         if self.kind != "map":
-            batch.append((kb, self.encode(obj)))
+            batch.append((prefix, self.encode(obj)))
             return
-        self.delete(batch, kb, cf)
+        self.delete(batch, prefix, cf)
         sers = self.serializers
-        for k, v in obj.items():
-            ukb = sers.user_key.serialize(k)  # type: ignore[union-attr]  # map state always has a user-key serializer
-            batch.append((kb + ukb + _U32.pack(len(ukb)), sers.value.serialize(v)))
+        assert sers.user_key is not None  # map state always has a user-key serializer
+        for user_key, value in obj.items():
+            user_key_bytes = sers.user_key.serialize(user_key)
+            rk = prefix + user_key_bytes + _U32.pack(len(user_key_bytes))
+            batch.append((rk, sers.value.serialize(value)))
 
-    def delete(self, batch: Any, kb: bytes, cf: Any = None) -> None:
+    def delete(self, batch: list[tuple[bytes, bytes | None]], prefix: bytes, cf: Any) -> None:
+        """Add to ``batch`` what removes the object at ``prefix`` of ``cf``."""
         if self.kind != "map":
-            batch.append((kb, None))
+            batch.append((prefix, None))
             return
-        for rk, _ in self._scan(kb, None, cf):
-            if map_key_matches(rk, len(kb)) >= 0:
+        for rk, _ in self.scan(prefix, None, cf):
+            if map_key_matches(rk, len(prefix)) >= 0:
                 batch.append((rk, None))
+
+    def apply(self, batch: list[tuple[bytes, bytes | None]], cf: Any = None) -> None:
+        """Write ``batch`` into ``cf`` (default: the void namespace's), in order."""
+        if batch:
+            self.database.write(self.cf if cf is None else cf, batch)
 
     def prefix_of(self, rk: bytes) -> bytes:
         """The (key group, key, namespace) prefix of a stored RocksDB key."""
@@ -212,89 +258,109 @@ class StateColumn:
         return rk
 
     def decode_key(self, rk: bytes) -> tuple[bytes, Any]:
-        """``(key bytes, key)`` of a stored RocksDB key of the void namespace."""
-        kb = self.prefix_of(rk)
-        return kb, self.serializers.key.deserialize(kb[2:])
+        """``(prefix, key)`` of a stored RocksDB key of the void namespace."""
+        prefix = self.prefix_of(rk)
+        return prefix, self.serializers.key.deserialize(prefix[2:])
 
-    # ---------------------------------------------------------------- heap writer API
-    def _group_entries(self, rows: Iterator[tuple[bytes, bytes]], e: Entries, decode: Any) -> None:
-        """Fill ``e`` from the rows of one namespace (``decode(prefix) -> key``)."""
+    def _key_prefix(self, kgi: int, key: Any, namespace: Any) -> bytes:
+        try:
+            key_bytes = self.serializers.key.serialize(key)
+        except Exception as e:
+            raise StateSerializationError(
+                self.name, self.operator_name, type(key).__qualname__, str(e)
+            ) from e
+        return self.key_group_prefixes[kgi] + key_bytes + self.ns_suffix(namespace)
+
+    def _key_group_bounds(self, kgi: int) -> tuple[bytes, bytes | None]:
+        key_group = self.first_key_group + kgi
+        return _KG.pack(key_group), _KG.pack(key_group + 1) if key_group < 0xFFFF else None
+
+    # ---------------------------------------------------------------- the contract's bulk side
+    def _grouped(
+        self, rows: Iterator[tuple[bytes, bytes]], key_of: Callable[[bytes], Any]
+    ) -> tuple[list[Any], list[Any]]:
+        """``(keys, stored objects)`` of the rows of one namespace (``key_of(prefix)``)."""
+        keys: list[Any] = []
+        values: list[Any] = []
         if self.kind != "map":
             for rk, v in rows:
-                e.keys.append(decode(rk))
-                e.vals.append(self.decode(v))
-            return
+                keys.append(key_of(rk))
+                values.append(self.decode(v))
+            return keys, values
         sers = self.serializers
-        uk, val = sers.user_key.deserialize, sers.value.deserialize  # type: ignore[union-attr]  # map state always has a user-key serializer
-        groups: dict[bytes, Any] = {}
+        assert sers.user_key is not None  # map state always has a user-key serializer
+        mappings: dict[bytes, dict[Any, Any]] = {}
         for rk, v in rows:
-            kb = self.prefix_of(rk)
-            d = groups.get(kb)
-            if d is None:
-                d = groups[kb] = {}
-                e.keys.append(decode(kb))
-                e.vals.append(d)
-            d[uk(rk[len(kb) : len(rk) - 4])] = val(v)
+            prefix = self.prefix_of(rk)
+            mapping = mappings.get(prefix)
+            if mapping is None:
+                mapping = mappings[prefix] = {}
+                keys.append(key_of(prefix))
+                values.append(mapping)
+            user_key = sers.user_key.deserialize(rk[len(prefix) : len(rk) - 4])
+            mapping[user_key] = sers.value.deserialize(v)
+        return keys, values
 
-    def entries(self, kgi: int) -> Iterator[tuple[Any, Entries]]:
-        """``(namespace, entries)`` of key group index ``kgi`` (non-empty only)."""
-        kg = self.backend._start + kgi
-        lo = _KG.pack(kg)
-        hi = _KG.pack(kg + 1) if kg < 0xFFFF else None
-        e = Entries()
+    def entries(self, kgi: int) -> Iterator[tuple[Any, list[Any], list[Any]]]:
+        lo, hi = self._key_group_bounds(kgi)
         key_of = self.serializers.key.deserialize
-        self._group_entries(self._scan(lo, hi), e, lambda kb: key_of(kb[2:]))
-        if e:
-            yield VOID_NAMESPACE, e
+        keys, values = self._grouped(self.scan(lo, hi), lambda prefix: key_of(prefix[2:]))
+        if keys:
+            yield VOID_NAMESPACE, keys, values
         if self.ns_cf is None:
             return
         # namespaced rows: split per namespace (a namespace's rows are not contiguous)
-        per_ns: dict[bytes, list[tuple[bytes, bytes]]] = {}
-        for rk, v in self._scan(lo, hi, self.ns_cf):
-            p = self.prefix_of(rk)
-            (nlen,) = _U32.unpack_from(p, len(p) - 4)
-            nsb = p[len(p) - 4 - nlen :]
-            rows = per_ns.get(nsb)
-            if rows is None:
-                rows = per_ns[nsb] = []
-            rows.append((rk, v))
-        for nsb, rows in per_ns.items():
-            ns = self.serializers.namespace.deserialize(nsb[:-4])
-            e = Entries()
-            self._group_entries(iter(rows), e, lambda kb, n=len(nsb): key_of(kb[2 : len(kb) - n]))
-            yield ns, e
+        per_namespace: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        for rk, v in self.scan(lo, hi, self.ns_cf):
+            prefix = self.prefix_of(rk)
+            (nlen,) = _U32.unpack_from(prefix, len(prefix) - 4)
+            suffix = prefix[len(prefix) - 4 - nlen :]
+            per_namespace.setdefault(suffix, []).append((rk, v))
+        for suffix, rows in per_namespace.items():
+            namespace = self.serializers.namespace.deserialize(suffix[:-4])
 
-    def has_changes(self) -> bool:
-        return any(self.dirty.values())
+            def key_before(prefix: bytes, suffix_length: int = len(suffix)) -> Any:
+                return key_of(prefix[2 : len(prefix) - suffix_length])
 
-    def clear_dirty(self) -> None:
-        """Forget the recorded changes; drops the dirty sets of non-void namespaces
-        (windows come and go) except those handles are bound to (kept, emptied)."""
-        void = self.dirty[VOID_NAMESPACE]
-        void.clear()
-        if len(self.dirty) > 1:
-            self.dirty = {VOID_NAMESPACE: void}
-            for h in self.handles:
-                if h._namespace is not VOID_NAMESPACE:
-                    h._dirty.clear()
-                    self.dirty[h._namespace] = h._dirty
-        if len(self._ns_suffix) > 64:
-            self._ns_suffix.clear()
+            keys, values = self._grouped(iter(rows), key_before)
+            yield namespace, keys, values
 
-    def meta(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, **self.serializers.to_meta()}
+    def lookup(
+        self, kgi: int, namespace: Any, keys: list[Any]
+    ) -> tuple[list[Any], list[Any], list[Any]]:
+        cf = self.cf_for(namespace)
+        present: list[Any] = []
+        values: list[Any] = []
+        absent: list[Any] = []
+        for key in keys:
+            obj = self.read(self._key_prefix(kgi, key, namespace), cf)
+            if obj is _MISSING:
+                absent.append(key)
+            else:
+                present.append(key)
+                values.append(obj)
+        return present, values, absent
 
-    # ---------------------------------------------------------------- heap reader API
-    def maps(self, namespace: Any) -> Sinks:
-        return Sinks(self, namespace)
+    def load(self, kgi: int, namespace: Any, keys: list[Any], stored: list[Any]) -> None:
+        cf = self.cf_for(namespace)
+        batch: list[tuple[bytes, bytes | None]] = []
+        for key, obj in zip(keys, stored, strict=True):
+            self.write(batch, self._key_prefix(kgi, key, namespace), obj, cf)
+        self.apply(batch, cf)
+
+    def remove(self, kgi: int, namespace: Any, keys: list[Any]) -> None:
+        cf = self.cf_for(namespace)
+        batch: list[tuple[bytes, bytes | None]] = []
+        for key in keys:
+            self.delete(batch, self._key_prefix(kgi, key, namespace), cf)
+        self.apply(batch, cf)
 
     def keys(self) -> list[Any]:
-        """The keys with a value in the void namespace."""
         seen: dict[bytes, Any] = {}
-        for rk, _ in self._scan(b"", None):
-            kb, key = self.decode_key(rk)
-            if kb not in seen:
-                seen[kb] = key
+        for rk, _ in self.scan(b"", None):
+            prefix, key = self.decode_key(rk)
+            if prefix not in seen:
+                seen[prefix] = key
         return list(seen.values())
 
     def keys_and_namespaces(self) -> list[tuple[Any, Any]]:
@@ -304,9 +370,22 @@ class StateColumn:
         if self.ns_cf is None:
             return out
         seen: set[bytes] = set()
-        for rk, _ in self._scan(b"", None, self.ns_cf):
-            p = self.prefix_of(rk)
-            if p not in seen:
-                seen.add(p)
-                out.append(self.decode_ns_prefix(p))
+        for rk, _ in self.scan(b"", None, self.ns_cf):
+            prefix = self.prefix_of(rk)
+            if prefix not in seen:
+                seen.add(prefix)
+                out.append(self.decode_ns_prefix(prefix))
         return out
+
+    def clear_changes(self) -> None:
+        """Forget the recorded changes; drops the dirty sets of non-void namespaces
+        (windows come and go) except those accesses are bound to (kept, emptied)."""
+        void = self.dirty[VOID_NAMESPACE]
+        void.clear()
+        if len(self.dirty) > 1:
+            self.dirty = {VOID_NAMESPACE: void}
+            for access in self.accesses:
+                if access.namespace is not VOID_NAMESPACE:
+                    access.keep_dirty()
+        if len(self._ns_suffix) > 64:
+            self._ns_suffix.clear()

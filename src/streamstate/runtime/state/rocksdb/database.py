@@ -40,17 +40,17 @@ def open_database(
 ) -> Rdict:
     """Open (or create) the database at ``path``; I/O errors name the path."""
     try:
-        db = Rdict(path, backend._opts, column_families=column_families or None)
+        db = Rdict(path, backend.options, column_families=column_families or None)
     except Exception as e:
         shutil.rmtree(path, ignore_errors=True)
-        raise backend._io_error("open the database", e, path) from e
-    if backend._raw_options:
+        raise backend.io_error("open the database", e, path) from e
+    if backend.raw_options:
         try:
-            db.set_options(backend._raw_options)
+            db.set_options(backend.raw_options)
         except Exception as e:
             db.close()
             raise ConfigurationError(
-                f"RocksDB rejected the raw options {backend._raw_options!r} "
+                f"RocksDB rejected the raw options {backend.raw_options!r} "
                 f"({type(e).__name__}: {e}); pass mutable RocksDB option names with "
                 f"string values, e.g. {{'level0_file_num_compaction_trigger': '8'}}"
             ) from e
@@ -62,16 +62,16 @@ def opened(backend: RocksDBKeyedStateBackend) -> Rdict:
     serving copies, which restore one version and so never need the empty database a
     backend starts with: an open costs milliseconds of CPU and disk writes) opens an empty
     one here when nothing was restored into it."""
-    if backend._db is None:
+    if backend.db is None:
         backend._check_alive()
-        backend._db = open_database(backend, backend.path, {})
-    return backend._db
+        backend.db = open_database(backend, backend.path, {})
+    return backend.db
 
 
 def close_database(backend: RocksDBKeyedStateBackend) -> None:
     """Close ``backend``'s database if it was opened (see :func:`opened`)."""
-    if backend._db is not None:
-        backend._db.close()
+    if backend.db is not None:
+        backend.db.close()
 
 
 def make_database_dir(local_dir: str | None, operator_name: str) -> str:

@@ -26,10 +26,9 @@ MAX_VALUE_BYTES = 2**31 - 1
 
 _U32 = struct.Struct(">I")
 _pack_u32 = _U32.pack
-_MISSING: Any = object()
-#: "absent" marker of StateColumn.read (shared with the backend module)
-MISSING = _MISSING
-_KG_PACK = struct.Struct(">H").pack
+#: "absent" marker of ``StateColumn.read`` (an entry may hold ``None`` nowhere, but a
+#: marker keeps "no entry" apart from any stored object)
+MISSING: Any = object()
 
 
 def too_large(state: str, operator: str, value: Any, size: int) -> StateSerializationError:

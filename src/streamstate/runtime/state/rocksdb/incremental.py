@@ -157,7 +157,7 @@ def snapshot_incremental(
         Checkpoint(opened(backend)).create_checkpoint(target)
     except Exception as e:
         shutil.rmtree(target, ignore_errors=True)
-        raise backend._io_error("write a local checkpoint", e, target) from e
+        raise backend.io_error("write a local checkpoint", e, target) from e
     names = sorted(os.listdir(target))
     ssts = [n for n in names if n.endswith(".sst")]
     # OPTIONS-* are not needed to open a database (the backend passes its options) and
@@ -201,11 +201,11 @@ def snapshot_incremental(
         for name in [n for n in uploaded if n not in live]:
             del uploaded[name]
         _prune_local_copies(root, scope, kind, keep=local_id)
-    backend.dirty_clear()
+    backend.clear_changes()
     meta: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "states": [c.meta() for c in backend._columns.values()],
+        "states": [c.meta() for c in backend.columns()],
     }
     if epoch_version:
         meta["epoch_version"] = True
@@ -346,7 +346,7 @@ def restore_incremental(
     if (
         len(mine) == 1
         and mine[0].key_group_range == backend.key_group_range
-        and not backend._columns
+        and not backend.columns()
     ):
         h = mine[0]
         path = os.path.join(backend.local_dir, f"{os.path.basename(backend.path)}-r")
@@ -376,13 +376,13 @@ def _copy_key_groups(
     lo = struct.pack(">H", inter.start)
     hi = struct.pack(">H", inter.end + 1) if inter.end < 0xFFFF else None
     states = handle.meta.get("states", [])
-    resolved = backend._resolve_states(states)
+    resolved = backend.resolve_states(states)
     names = [sm["name"] for sm in states]
     present = set(Rdict.list_cf(path))
     # (column family in the checkpoint, its column, whether it holds the non-void namespaces)
     cfs = [(n, col, False) for n, (col, _) in zip(names, resolved, strict=True)]
     cfs += [(n + NS_CF_SUFFIX, col, True) for n, col, _ in cfs if n + NS_CF_SUFFIX in present]
-    opts = backend._opts
+    opts = backend.options
     db = Rdict(path, opts, column_families={n: opts for n, _, _ in cfs})
     try:
         for name, col, namespaced in cfs:
@@ -397,11 +397,11 @@ def _copy_key_groups(
                     break
                 batch.append((k, it.value()))
                 if len(batch) >= 10_000:
-                    backend._apply(col, batch, dst)
+                    col.apply(batch, dst)
                     batch = []
                 it.next()
             del it
-            backend._apply(col, batch, dst)
+            col.apply(batch, dst)
             del src, dst
     finally:
         with contextlib.suppress(Exception):
@@ -416,13 +416,13 @@ def adopt(
     names = [sm["name"] for sm in states]
     present = set(Rdict.list_cf(path))
     names += [n + NS_CF_SUFFIX for n in names if n + NS_CF_SUFFIX in present]
-    if backend._db is not None:
-        backend._db.close()
+    if backend.db is not None:
+        backend.db.close()
     shutil.rmtree(backend.path, ignore_errors=True)
     os.rename(path, backend.path)
-    backend._db = open_database(backend, backend.path, {n: backend._opts for n in names})
-    backend._cf_names = set(names)
-    backend._resolve_states(states)
+    backend.db = open_database(backend, backend.path, {n: backend.options for n in names})
+    backend.cf_names = set(names)
+    backend.resolve_states(states)
     if handle.meta.get("epoch_version"):
         backend.epoch_uploaded = dict(handle.shared)
         backend.uploaded_files = {

@@ -45,7 +45,7 @@ def migrate_column(backend: Any, col: Any, new: StateSerializers) -> int:
         if cf is None:
             continue
         batch: list[tuple[bytes, bytes | None]] = []
-        for rk, v in col._scan(b"", None, cf):
+        for rk, v in col.scan(b"", None, cf):
             try:
                 if kind == "map":
                     kb = col.prefix_of(rk)
@@ -65,10 +65,10 @@ def migrate_column(backend: Any, col: Any, new: StateSerializers) -> int:
                 raise migration_error(backend.operator_name, col.name, old, new, rk, e) from e
             count += 1
             if len(batch) >= _BATCH:
-                backend._apply(col, batch, cf)
+                col.apply(batch, cf)
                 batch = []
         if batch:
-            backend._apply(col, batch, cf)
+            col.apply(batch, cf)
     return count
 
 

@@ -45,15 +45,14 @@ class RocksDBStateEntries(StateEntryTransformer):
 
     supports_incremental = False
 
-    def __init__(self, backend: RocksDBKeyedStateBackend, column: StateColumn) -> None:
-        self.backend = backend
+    def __init__(self, column: StateColumn) -> None:
         self.column = column
 
     def _group(self, kgi: int, cf: Any) -> Iterator[tuple[bytes, Any, Any, Any]]:
         """``(prefix, key, namespace, stored object)`` of every entry of key group index
         ``kgi`` in column family ``cf`` (the void one or the namespaced one)."""
         col = self.column
-        kg = self.backend._start + kgi
+        kg = col.first_key_group + kgi
         lo = _KG.pack(kg)
         hi = _KG.pack(kg + 1) if kg < 0xFFFF else None
         void = cf is col.cf
@@ -64,14 +63,14 @@ class RocksDBStateEntries(StateEntryTransformer):
             return col.decode_ns_prefix(prefix)
 
         if col.kind != "map":
-            for rk, v in list(col._scan(lo, hi, cf)):
+            for rk, v in list(col.scan(lo, hi, cf)):
                 key, ns = who(rk)
                 yield rk, key, ns, col.decode(v)
             return
         sers = col.serializers
         assert sers.user_key is not None
         groups: dict[bytes, dict[Any, Any]] = {}
-        for rk, v in col._scan(lo, hi, cf):
+        for rk, v in col.scan(lo, hi, cf):
             kb = col.prefix_of(rk)
             g = groups.get(kb)
             if g is None:
@@ -96,7 +95,7 @@ class RocksDBStateEntries(StateEntryTransformer):
         for cf in (col.cf, col.ns_cf):
             if cf is None:
                 continue
-            for kgi in range(self.backend._n):
+            for kgi in range(col.size):
                 batch: list[tuple[bytes, bytes | None]] = []
                 for kb, key, ns, stored in self._group(kgi, cf):
                     seen += 1
@@ -112,7 +111,7 @@ class RocksDBStateEntries(StateEntryTransformer):
                     col.dirty_of(ns)[key] = kgi
                     changed += 1
                 if batch:
-                    self.backend._apply(col, batch, cf)
+                    col.apply(batch, cf)
         return changed
 
     def transform_next(self, n: int, fn: Callable[[Any], Any]) -> None:
@@ -129,7 +128,7 @@ def install_compaction_filter(
     Registers a pass over the state in ``backend.snapshot_cleanups`` (run by every full
     and incremental snapshot). Returns False if the state does not exist (yet).
     """
-    col = backend._columns.get(state_name)
+    col = backend.store(state_name)
     strategies = ttl_config.get_cleanup_strategies()
     strategy = strategies.get_rocksdb_compact_filter_cleanup_strategy()
     if col is None or strategy is None:
@@ -140,7 +139,7 @@ def install_compaction_filter(
         return True
     every = strategy.get_query_time_after_num_entries()
     ttl = ttl_config.get_ttl().to_milliseconds()
-    entries = RocksDBStateEntries(backend, col)
+    entries = RocksDBStateEntries(col)
     kind = col.kind
     now = time_provider.current_timestamp
 

@@ -332,10 +332,11 @@ def test_rocksdb_namespaced_keys_do_not_collide_without_a_prefix_free_key_encodi
     rocks: Made,
 ) -> None:
     from streamstate.runtime.keygroups import KeyGroupRange
+    from streamstate.runtime.serializers.key import default_key_serializer
 
-    b = rocks("op", KeyGroupRange(0, H.MAX_P - 1), H.MAX_P, H.KEY_SER)
-    # key bytes as bare UTF-8 ("a" is a prefix of "ab"): only the RocksDB keys use them
-    b._key_dumps = lambda k: k.encode()
+    key_serializer = default_key_serializer()
+    assert key_serializer.serialize("ab").startswith(key_serializer.serialize("a"))
+    b = rocks("op", KeyGroupRange(0, H.MAX_P - 1), H.MAX_P, key_serializer)
     m = b.get_partitioned_state(H.M)
     v = b.get_partitioned_state(H.V)
     keys = ["a", "ab", "a\x01", "abc"]

@@ -1,10 +1,12 @@
-"""Cross-backend checkpoints (heap <-> RocksDB, with rescaling). The per-backend contract
-suite is ``test_keyed_backend_contract.py`` (every test runs on every registered backend).
+"""Cross-backend checkpoints, with rescaling: every test runs on every ordered pair of
+registered backends (a snapshot or delta of the first restored into the second). The
+per-backend contract suite is ``test_keyed_backend_contract.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
+from itertools import permutations
 from typing import Any
 
 import pytest
@@ -18,10 +20,14 @@ def test_every_builtin_backend_is_covered() -> None:
     assert {"hashmap", "rocksdb"} <= set(registered_keyed_backends())
 
 
-# ------------------------------------------------------------------------ cross-backend
-
-
-Factory = Callable[..., Any]
+@pytest.fixture(params=list(permutations(registered_keyed_backends(), 2)), ids="->".join)
+def pair(request: pytest.FixtureRequest) -> Iterator[tuple[Made, Made]]:
+    """(source, destination) factories of two different registered backends."""
+    src_name, dst_name = request.param
+    src, dst = Made(src_name), Made(dst_name)
+    yield src, dst
+    src.close()
+    dst.close()
 
 
 def _filled(make: Made, p: int = 1, idx: int = 0) -> Any:
@@ -30,9 +36,8 @@ def _filled(make: Made, p: int = 1, idx: int = 0) -> Any:
     return b
 
 
-@pytest.mark.parametrize("direction", ["heap->rocksdb", "rocksdb->heap"])
-def test_snapshot_restores_into_the_other_backend(direction: str, heap: Made, rocks: Made) -> None:
-    src, dst = (heap, rocks) if direction == "heap->rocksdb" else (rocks, heap)
+def test_snapshot_restores_into_the_other_backend(pair: tuple[Made, Made]) -> None:
+    src, dst = pair
     a = _filled(src)
     snap = a.snapshot()
     b = dst.backend()
@@ -44,9 +49,8 @@ def test_snapshot_restores_into_the_other_backend(direction: str, heap: Made, ro
     assert H.dump(c) == H.dump(a)
 
 
-@pytest.mark.parametrize("direction", ["heap->rocksdb", "rocksdb->heap"])
-def test_rescale_p3_to_p2_across_backends(direction: str, heap: Made, rocks: Made) -> None:
-    src, dst = (heap, rocks) if direction == "heap->rocksdb" else (rocks, heap)
+def test_rescale_p3_to_p2_across_backends(pair: tuple[Made, Made]) -> None:
+    src, dst = pair
     olds = [_filled(src, 3, i) for i in range(3)]
     handles = [H.handle_of(b, b.snapshot()) for b in olds]
     deltas = []
@@ -76,8 +80,9 @@ def test_rescale_p3_to_p2_across_backends(direction: str, heap: Made, rocks: Mad
     assert got == merged and len(got["v"]) == len(H.KEYS)
 
 
-def test_rocksdb_delta_replays_on_heap(heap: Made, rocks: Made) -> None:
-    r = _filled(rocks)
+def test_delta_replays_on_the_other_backend(pair: tuple[Made, Made]) -> None:
+    src, dst = pair
+    r = _filled(src)
     base = H.handle_of(r, r.snapshot())
     H.at(r, H.KEYS[3])
     r.get_partitioned_state(H.L).update([])
@@ -85,7 +90,7 @@ def test_rocksdb_delta_replays_on_heap(heap: Made, rocks: Made) -> None:
     H.at(r, "fresh")
     r.get_partitioned_state(H.R).add(5)
     delta = r.snapshot_delta()
-    h = heap.backend()
+    h = dst.backend()
     h.restore([base])
     h.apply_delta(delta)
     assert H.dump(h) == H.dump(r)

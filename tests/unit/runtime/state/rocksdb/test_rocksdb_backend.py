@@ -17,7 +17,7 @@ from streamstate.errors import StateSerializationError
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import PickleSerializer
 from streamstate.runtime.state.registry import create_keyed_backend
-from streamstate.runtime.state.rocksdb import states as rstates
+from streamstate.runtime.state.rocksdb import access as raccess
 from streamstate.runtime.state.rocksdb.backend import (
     RocksDBKeyedStateBackend,
     RocksDBStorageError,
@@ -57,7 +57,7 @@ def test_unserializable_key_is_typed(rocks: Made) -> None:
 def test_value_over_the_limit_is_a_typed_error(
     rocks: Made, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(rstates, "MAX_VALUE_BYTES", 1000)
+    monkeypatch.setattr(raccess, "MAX_VALUE_BYTES", 1000)
     b = rocks.backend(op="big")
     v = b.get_partitioned_state(H.V)
     lst = b.get_partitioned_state(ListStateDescriptor("big-list"))
@@ -97,13 +97,13 @@ def test_layout_key_group_prefix_and_column_families(rocks: Made) -> None:
     for d in H.ALL:
         b.get_partitioned_state(d)
     H.fill(b, H.KEYS[:20])
-    assert set(b._db.list_cf(b.path)) >= {"v", "l", "m", "r", "a"}
-    col = b._columns["v"]
-    for rk, _ in col._scan(b"", None):
+    assert set(b.db.list_cf(b.path)) >= {"v", "l", "m", "r", "a"}
+    col = b.store("v")
+    for rk, _ in col.scan(b"", None):
         kg = int.from_bytes(rk[:2], "big")
         assert kg in b.key_group_range
         assert PickleSerializer().deserialize(rk[2:]) in H.KEYS
-    keys = [rk for rk, _ in col._scan(b"", None)]
+    keys = [rk for rk, _ in col.scan(b"", None)]
     assert keys == sorted(keys)  # a key group range is a contiguous key range
 
 
