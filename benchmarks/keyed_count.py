@@ -9,7 +9,8 @@ a running count per key in ``ValueState`` on the heap backend. Reported:
   ``applyInPandasWithState`` on the same data, as one batch and as 10 micro-batches;
 * ratios streamstate / peer, measured in the same run (never absolute targets).
 
-Run: ``make bench`` (or ``python -m benchmarks.keyed_count [--records N] [--no-peers]``).
+Run: ``make bench`` (or ``python -m benchmarks.keyed_count [--records N] [--no-peers]
+[--state-backend rocksdb]``).
 Every figure, streamstate's and each peer's, is the best of ``--repeat`` runs after an
 untimed warm-up run.
 """
@@ -45,6 +46,8 @@ def workload(records: int, keys: int) -> list[tuple[str, int]]:
 SUBTASK_HOSTS = ["true"]
 #: ``--source-parallelism``: readers of the collection (adjacent stripes of each epoch)
 SOURCE_PARALLELISM = [2]
+#: ``--state-backend``: the keyed state backend (``state.backend.type``)
+STATE_BACKEND = ["hashmap"]
 
 
 def run_streamstate(
@@ -55,6 +58,7 @@ def run_streamstate(
     # max-records is per reader subtask: an epoch reads len(data) / epochs records in all
     conf.set_string("execution.epoch.max-records", str(-(-len(data) // (epochs * readers))))
     conf.set_string("execution.runner.spark.subtask-hosts", SUBTASK_HOSTS[0])
+    conf.set_string("state.backend.type", STATE_BACKEND[0])
     env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
     env.set_parallelism(2)
     if checkpoint:
@@ -90,10 +94,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--subtask-hosts", choices=("true", "false"), default="true")
     p.add_argument("--source-parallelism", type=int, default=2, help="collection readers")
     p.add_argument("--compare-hosts", action="store_true", help="also run with hosts off")
+    p.add_argument("--state-backend", choices=("hashmap", "rocksdb"), default="hashmap")
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
     SUBTASK_HOSTS[0] = args.subtask_hosts
     SOURCE_PARALLELISM[0] = args.source_parallelism
+    STATE_BACKEND[0] = args.state_backend
 
     from benchmarks.peers import spark_stateful as peers
 
@@ -143,7 +149,10 @@ def main(argv: list[str] | None = None) -> None:
                     fn(spark, args.records, batches, args.keys) for _ in range(args.repeat)
                 )
 
-    print(f"\nkeyed running count, {args.records:,} records, {args.keys:,} keys, parallelism 2")
+    print(
+        f"\nkeyed running count, {args.records:,} records, {args.keys:,} keys, parallelism 2, "
+        f"{args.state_backend} state backend"
+    )
     print(f"{'engine':44s} {'1 batch/epoch':>15s} {'10 batches/epochs':>18s}")
     for name, r in rows.items():
         print(f"{name:44s} {r.get('1', 0):>13,.0f}/s {r.get('10', 0):>16,.0f}/s")

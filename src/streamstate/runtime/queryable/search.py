@@ -1,8 +1,8 @@
 """Heap lookups answered from the state-version files themselves, with no serving copy.
 
-A lookup of key ``k`` (serialized ``kb``) in key group ``kg`` of a subtask's lineage (base
-snapshots + deltas, as of one snapshot) reads, newest first, each delta's block of ``kg``
-for the state: ``kb`` among its puts is the answer (that entry's value), ``kb`` among its
+A lookup of key ``k`` (serialized ``key_bytes``) in key group ``kg`` of a subtask's lineage
+(base snapshots + deltas, as of one snapshot) reads, newest first, each delta's block of
+``kg`` for the state: ``key_bytes`` among its puts is the answer (that entry's value), ``key_bytes`` among its
 tombstones means no value; no delta naming it, the base's section of ``kg`` decides. The
 files are immutable, so an answer depends only on the lineage it was asked at: no copy has
 to be brought forward (the job's changes are never mirrored into Python objects), nothing

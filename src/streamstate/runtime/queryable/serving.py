@@ -500,10 +500,10 @@ class ServingCache:
         state: tuple[str, str, Any],
         key: Any,
         kg: int,
-        kb: bytes | None = None,
+        key_bytes: bytes | None = None,
     ) -> Any:
-        """``key``'s value (key group ``kg``; ``kb``: its bytes serialized with the job's key
-        serializer, when the caller has them) as of ``lin``, the lineage of the subtask
+        """``key``'s value (key group ``kg``; ``key_bytes``: its bytes serialized with the
+        job's key serializer, when the caller has them) as of ``lin``, the lineage of the subtask
         owning ``kg`` (a query host is sent it by the driver), ``state`` = (name, kind, type
         infos): searched in its files where that applies, else read from the copy of ``lin``."""
         self.used = True
@@ -511,7 +511,9 @@ class ServingCache:
         if search is not None:
             plan = search.plan(lin, op, state[0], state[1])
             if plan is not None:
-                return search.read(plan, kb or op.key_serializer.serialize(key), kg)
+                if key_bytes is None:  # an empty serialized key is a key like any other
+                    key_bytes = op.key_serializer.serialize(key)
+                return search.read(plan, key_bytes, kg)
         key_group = kg
         entry = self._entry(op, op.serving_range(key_group))
         with entry.lock:

@@ -53,7 +53,6 @@ from streamstate.runtime.state.rocksdb.database import (
     default_local_dir,
     make_database_dir,
     open_database,
-    opened,
 )
 from streamstate.runtime.state.rocksdb.incremental import (
     EpochVersionTarget,
@@ -137,15 +136,25 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[StateColumn]):
         except Exception as e:
             raise self.io_error("write", e) from e
 
+    def opened_database(self) -> Rdict:
+        """The open database: a backend made with ``defer_open`` (queryable state's serving
+        copies, which restore one version and so never need the empty database a backend
+        starts with: an open costs milliseconds of CPU and disk writes) opens an empty one
+        here when nothing was restored into it."""
+        if self.db is None:
+            self._check_alive()
+            self.db = open_database(self, self.path, {})
+        return self.db
+
     # ------------------------------------------------------------------- stores
     def _column_family(self, cf_name: str, state_name: str) -> Any:
         """Open (restored) or create the column family ``cf_name``."""
         self._check_alive()
         try:
             if cf_name in self.cf_names:  # opened from a checkpoint
-                cf = opened(self).get_column_family(cf_name)
+                cf = self.opened_database().get_column_family(cf_name)
             else:
-                cf = opened(self).create_column_family(cf_name, self.options)
+                cf = self.opened_database().create_column_family(cf_name, self.options)
                 self.cf_names.add(cf_name)
             cf.set_write_options(self._write_options)
             if self.raw_options:

@@ -20,7 +20,6 @@ __all__ = [
     "default_local_dir",
     "make_database_dir",
     "open_database",
-    "opened",
 ]
 
 
@@ -57,19 +56,8 @@ def open_database(
     return db
 
 
-def opened(backend: RocksDBKeyedStateBackend) -> Rdict:
-    """``backend``'s open database: a backend made with ``defer_open`` (queryable state's
-    serving copies, which restore one version and so never need the empty database a
-    backend starts with: an open costs milliseconds of CPU and disk writes) opens an empty
-    one here when nothing was restored into it."""
-    if backend.db is None:
-        backend._check_alive()
-        backend.db = open_database(backend, backend.path, {})
-    return backend.db
-
-
 def close_database(backend: RocksDBKeyedStateBackend) -> None:
-    """Close ``backend``'s database if it was opened (see :func:`opened`)."""
+    """Close ``backend``'s database if it was opened (see ``opened_database``)."""
     if backend.db is not None:
         backend.db.close()
 

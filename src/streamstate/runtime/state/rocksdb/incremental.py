@@ -48,7 +48,7 @@ from streamstate.runtime.checkpoint.incremental import (
     shared_file_name,
 )
 from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX
-from streamstate.runtime.state.rocksdb.database import open_database, opened
+from streamstate.runtime.state.rocksdb.database import open_database
 
 if TYPE_CHECKING:
     from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend
@@ -154,7 +154,7 @@ def snapshot_incremental(
         os.makedirs(root, exist_ok=True)
         if os.path.exists(target):  # a retried epoch: take the checkpoint again
             shutil.rmtree(target)
-        Checkpoint(opened(backend)).create_checkpoint(target)
+        Checkpoint(backend.opened_database()).create_checkpoint(target)
     except Exception as e:
         shutil.rmtree(target, ignore_errors=True)
         raise backend.io_error("write a local checkpoint", e, target) from e
