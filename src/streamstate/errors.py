@@ -38,6 +38,7 @@ __all__ = [
     "UnknownKvStateError",
     "UnsignedCheckpointError",
     "UnsupportedFeatureError",
+    "UnsupportedModuleError",
     "WorkerEnvironmentError",
     "WrongKeyTypeError",
 ]
@@ -281,3 +282,14 @@ class UnsupportedFeatureError(StreamStateError, NotImplementedError):
         if instead:
             text += f". Instead: {instead}"
         super().__init__(f"{text}. See {self.PAGE} (section 'Not supported').")
+
+
+class UnsupportedModuleError(UnsupportedFeatureError, ModuleNotFoundError):
+    """Importing a PyFlink module streamstate does not have (``streamstate.table``, the
+    Kafka connector, ...). Also a ``ModuleNotFoundError``: the usual optional-import
+    fallback, ``try: import streamstate.table ... except ImportError: ...``, works."""
+
+    def __init__(self, module: str, reason: str = "", instead: str = "") -> None:
+        super().__init__(f"module {module}", reason, instead)
+        self.name = module.replace("pyflink", "streamstate", 1)  # ImportError's field
+        self.msg = str(self)

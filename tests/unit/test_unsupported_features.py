@@ -67,7 +67,7 @@ def test_every_unsupported_name_raises_the_typed_error_where_pyflink_has_it():
             for part in rest.split(".") if rest else []:
                 obj = getattr(obj, part)
         checked += 1
-    assert checked == len(unsupported_names()) > 30
+    assert checked == len(unsupported_names()) > 25  # every one was looked up
 
 
 def test_unsupported_submodule_as_an_attribute_raises_typed_error():

@@ -20,7 +20,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, NoReturn
 
-from streamstate.errors import UnsupportedFeatureError
+from streamstate.errors import UnsupportedFeatureError, UnsupportedModuleError
 
 __all__ = [
     "UnsupportedMember",
@@ -52,8 +52,8 @@ def unsupported_modules() -> Mapping[str, Mapping[str, str]]:
 
 class _UnsupportedModuleFinder(importlib.abc.MetaPathFinder):
     """Last on ``sys.meta_path``: importing the streamstate counterpart of an unsupported
-    PyFlink module (or a submodule of it) raises UnsupportedFeatureError instead of
-    ModuleNotFoundError."""
+    PyFlink module (or a submodule of it) raises UnsupportedModuleError (a
+    ModuleNotFoundError too) saying why and what to use instead."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: object = None
@@ -65,9 +65,7 @@ class _UnsupportedModuleFinder(importlib.abc.MetaPathFinder):
         for name in (pyflink, *_parents(pyflink)):
             info = table.get(name)
             if info is not None:
-                raise UnsupportedFeatureError(
-                    f"module {name}", info.get("reason", ""), info.get("instead", "")
-                )
+                raise UnsupportedModuleError(name, info.get("reason", ""), info.get("instead", ""))
         return None
 
 
@@ -106,8 +104,8 @@ def unsupported_attribute(module: str) -> Callable[[str], Any]:
         submodule = "pyflink" + module[len("streamstate") :] + "." + name
         info = unsupported_modules().get(submodule)
         if info is not None:  # e.g. streamstate.datastream.connectors.kafka as an attribute
-            raise UnsupportedFeatureError(
-                f"module {submodule}", info.get("reason", ""), info.get("instead", "")
+            raise UnsupportedModuleError(
+                submodule, info.get("reason", ""), info.get("instead", "")
             )
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 

@@ -248,6 +248,11 @@ class Configuration:
         """The keys, in insertion order."""
         return list(self._data)
 
+    def items(self) -> list[tuple[str, str]]:
+        """``(key, value)`` pairs in insertion order, as ``to_dict().items()`` (PyFlink's
+        tests iterate a configuration this way)."""
+        return list(self._data.items())
+
     def contains_key(self, key: str) -> bool:
         return key in self._data
 

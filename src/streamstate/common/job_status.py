@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import Enum
 
 __all__ = ["JobStatus"]
 
 
-class JobStatus(IntEnum):
-    """Possible states of a job (PyFlink's names and values).
+class JobStatus(Enum):
+    """Possible states of a job (PyFlink's names and values; an Enum as PyFlink's, so
+    ``str(JobStatus.RUNNING)`` is ``"JobStatus.RUNNING"``).
 
     CREATED: nothing ran yet. RUNNING: epochs are running. FAILING: the job failed and is
     cleaning up. FAILED: it failed and the restart strategy allowed no further attempt.

@@ -46,6 +46,42 @@ class EnvironmentMethods:
             self.__dict__["_extras"] = extras
         return extras
 
+    # -- Python dependencies (shipped by Spark: spark/python_deps.py) ------------------
+    def _append_entry(self, key: str, entry: str) -> None:
+        current = self._configuration.get_string(key, None)
+        self._configuration.set_string(key, f"{entry},{current}" if current else entry)
+
+    def add_python_file(self, file_path: str) -> None:
+        """A ``.py`` file, a ``.zip``/``.egg``, or a directory (a package) the job's
+        functions import: Spark ships it to every executor and puts it on its Python
+        workers' ``sys.path`` (``python.files``)."""
+        from streamstate.spark.python_deps import FILES_KEY
+
+        self._append_entry(FILES_KEY, str(file_path))
+
+    def set_python_requirements(
+        self, requirements_file_path: str, requirements_cache_dir: str | None = None
+    ) -> None:
+        """Packages of a ``requirements.txt``, pip-installed into a directory of the job
+        when it starts (offline from ``requirements_cache_dir`` when given, as PyFlink) and
+        shipped to the executors (``python.requirements``). Pure-Python packages only: a
+        compiled one is refused at start (install it into the executors' Python)."""
+        from streamstate.spark.python_deps import REQUIREMENTS_KEY
+
+        spec = str(requirements_file_path)
+        if requirements_cache_dir:
+            spec += f"#{requirements_cache_dir}"
+        self._configuration.set_string(REQUIREMENTS_KEY, spec)
+
+    def add_python_archive(self, archive_path: str, target_dir: str | None = None) -> None:
+        """An archive Spark extracts on every executor into ``SparkFiles.get(target_dir)``
+        (default: the archive's file name), e.g. data files a function reads
+        (``python.archives``; see docs/limitations.md about relative paths)."""
+        from streamstate.spark.python_deps import ARCHIVES_KEY
+
+        entry = str(archive_path) + (f"#{target_dir}" if target_dir else "")
+        self._append_entry(ARCHIVES_KEY, entry)
+
     # -- savepoints --------------------------------------------------------------------
     def set_default_savepoint_directory(self, directory: str) -> Self:
         """Where ``JobClient.trigger_savepoint()`` / ``stop_with_savepoint()`` and the

@@ -98,6 +98,7 @@ class CheckpointConfig:
         self._num_retained = self.DEFAULT_NUM_RETAINED_CHECKPOINTS
         self._unaligned = False
         self._force_unaligned = False
+        self._prefer_checkpoint_for_recovery = False
 
     # -- enabled / mode / interval ------------------------------------------------------------
 
@@ -271,6 +272,20 @@ class CheckpointConfig:
         return self._storage
 
     # -- unaligned (accepted for compatibility; epochs are always aligned) ----------------------
+
+    def is_prefer_checkpoint_for_recovery(self) -> bool:
+        """What :meth:`set_prefer_checkpoint_for_recovery` set (default False, as PyFlink
+        1.x's). A failed job always recovers from its latest completed checkpoint (as in
+        Flink 2.x, which dropped the option): savepoints are never used for failover."""
+        return self._prefer_checkpoint_for_recovery
+
+    def set_prefer_checkpoint_for_recovery(
+        self, prefer_checkpoint_for_recovery: bool
+    ) -> CheckpointConfig:
+        """PyFlink 1.x: recover from the latest checkpoint even when a newer savepoint
+        exists. Kept and read back; recovery uses checkpoints whatever it is."""
+        self._prefer_checkpoint_for_recovery = bool(prefer_checkpoint_for_recovery)
+        return self
 
     def is_unaligned_checkpoints_enabled(self) -> bool:
         return self._unaligned

@@ -122,8 +122,10 @@ class MemoryStateBackend(HashMapStateBackend):
         return self._savepoint_path
 
     def is_using_asynchronous_snapshots(self) -> bool:
-        """Always True: snapshots are taken at epoch boundaries and written asynchronously."""
-        return True
+        """False, whatever was asked: a subtask writes its snapshot at the end of the epoch
+        a checkpoint covers, inside that epoch's task (its records wait for it), not in the
+        background as Flink's asynchronous snapshots do."""
+        return False
 
     def get_implied_checkpoint_storage(self) -> JobManagerCheckpointStorage:
         return self._storage
@@ -172,8 +174,10 @@ class FsStateBackend(HashMapStateBackend):
         return self._storage.get_write_buffer_size()
 
     def is_using_asynchronous_snapshots(self) -> bool:
-        """Always True: snapshots are taken at epoch boundaries and written asynchronously."""
-        return True
+        """False, whatever was asked: a subtask writes its snapshot at the end of the epoch
+        a checkpoint covers, inside that epoch's task (its records wait for it), not in the
+        background as Flink's asynchronous snapshots do."""
+        return False
 
     def get_implied_checkpoint_storage(self) -> FileSystemCheckpointStorage:
         return self._storage

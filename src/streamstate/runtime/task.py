@@ -309,7 +309,7 @@ def run_stage_partition(
                 out, ots = op.process_batch(batch), None
             counts[node.uid] = counts.get(node.uid, 0) + len(batch)
             if checks and out and node.tid in checks:
-                checks[node.tid](out)
+                out = checks[node.tid](out)  # a TUPLE type makes rows tuples, as PyFlink
             forward(node, op, out, ots)
 
         def forward(

@@ -39,6 +39,7 @@ from streamstate.spark.placement import (
     located_items,
     located_source,
 )
+from streamstate.spark.python_deps import ship_python_dependencies
 
 __all__ = ["SparkEpochRunner", "join_host_stoppers", "translate_spark_error"]
 
@@ -159,6 +160,7 @@ class SparkEpochRunner(EpochRunner):
         if self.spark is None:
             self.spark = get_or_create_spark(self.configuration)
         check_session_python(self.spark)  # a user's own session: its workers' Python
+        ship_python_dependencies(self.spark.sparkContext, self.configuration)
         keep = self.configuration is not None and str(
             self.configuration.get_string("execution.task-failure-logs", "false")
         ).strip().lower() in ("true", "1", "yes")

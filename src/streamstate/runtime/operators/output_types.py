@@ -75,25 +75,34 @@ def fast_check(type_info: Any) -> Predicate | None:
 
 
 class OutputTypeCheck:
-    """Callable on a batch of outputs; raises OutputTypeError at the first that does not fit."""
+    """Callable on a batch of outputs; raises OutputTypeError at the first that does not
+    fit, and returns the batch as the declared type's serializer would hand it on: a
+    ``Types.TUPLE`` output given as a ``Row`` (or list) becomes a tuple, as PyFlink's
+    tuple serializer makes it (``execute_and_collect`` then returns tuples)."""
 
-    __slots__ = ("declared", "fast", "operator", "serialize")
+    __slots__ = ("declared", "fast", "operator", "serialize", "tuples")
 
     def __init__(self, operator: str, declared: Any) -> None:
         self.operator = operator
         self.declared = declared
         self.serialize = serializer_for(declared).serialize
         self.fast = fast_check(declared)
+        self.tuples = isinstance(declared, TupleTypeInfo)
 
-    def __call__(self, values: list[Any]) -> None:
+    def __call__(self, values: list[Any]) -> list[Any]:
         fast = self.fast
         if fast is not None:
+            converted = False
             for v in values:
                 if not fast(v):
                     self._check(v)  # the serializer says why (or accepts an exotic fit)
-            return
+                    converted = converted or (self.tuples and type(v) is not tuple)
+            return [tuple(v) for v in values] if converted else values
         for v in values:
             self._check(v)
+        if self.tuples and any(type(v) is not tuple and v is not None for v in values):
+            return [v if v is None else tuple(v) for v in values]
+        return values
 
     def _check(self, v: Any) -> None:
         try:
