@@ -9,8 +9,13 @@ a running count per key in ``ValueState`` on the heap backend. Reported:
   ``applyInPandasWithState`` on the same data, as one batch and as 10 micro-batches;
 * ratios streamstate / peer, measured in the same run (never absolute targets).
 
+``--runners`` runs streamstate on several epoch runners in the same run: ``rdd`` (the
+classic runner), ``dataframe`` (the DataFrame runner on the same classic session) and
+``connect`` (the DataFrame runner on a Spark Connect server, ``local[2]``, that the
+benchmark starts and stops); the first one named is the base of the runner ratios.
+
 Run: ``make bench`` (or ``python -m benchmarks.keyed_count [--records N] [--no-peers]
-[--state-backend rocksdb]``).
+[--state-backend rocksdb] [--runners rdd dataframe connect]``).
 Every figure, streamstate's and each peer's, is the best of ``--repeat`` runs after an
 untimed warm-up run.
 """
@@ -48,12 +53,15 @@ SUBTASK_HOSTS = ["true"]
 SOURCE_PARALLELISM = [2]
 #: ``--state-backend``: the keyed state backend (``state.backend.type``)
 STATE_BACKEND = ["hashmap"]
+#: the runner of the next run_streamstate (``execution.runner``)
+RUNNER = ["rdd"]
 
 
 def run_streamstate(
     spark: Any, data: list[Any], epochs: int, checkpoint: bool
 ) -> tuple[float, dict[str, Any]]:
     conf = Configuration()
+    conf.set_string("execution.runner", RUNNER[0])
     readers = SOURCE_PARALLELISM[0]
     # max-records is per reader subtask: an epoch reads len(data) / epochs records in all
     conf.set_string("execution.epoch.max-records", str(-(-len(data) // (epochs * readers))))
@@ -84,6 +92,59 @@ def best_of(repeat: int, fn: Any) -> tuple[float, dict[str, Any]]:
     return best
 
 
+def _measure(
+    args: Any,
+    spark: Any,
+    data: list[Any],
+    rows: dict[str, dict[str, float]],
+    extra: dict[str, Any],
+    label: str,
+) -> None:
+    """streamstate's rows (and extras) of one runner: 1 and 10 epochs, checkpoints off/on."""
+    for epochs in (1, 10):
+        off, acc_off = best_of(args.repeat, lambda e=epochs: run_streamstate(spark, data, e, False))
+        on, acc_on = best_of(args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True))
+        rows.setdefault(f"streamstate (no checkpoints{label})", {})[str(epochs)] = off
+        rows.setdefault(f"streamstate (checkpoint every epoch{label})", {})[str(epochs)] = on
+        extra[f"checkpoint overhead, {epochs} epoch(s){label}"] = 1 - on / off
+        extra[f"cache hits/misses, {epochs} epoch(s), checkpointing{label}"] = (
+            acc_on.get("cache_hits"),
+            acc_on.get("cache_misses"),
+        )
+        extra[f"subtask seconds, {epochs} epoch(s), checkpointing{label}"] = {
+            k.split(".", 1)[1]: v for k, v in acc_on.items() if k.startswith("subtask-seconds.")
+        }
+        if args.compare_hosts:  # the same, subtasks in the Spark workers (hosts off), same run
+            SUBTASK_HOSTS[0] = "false"
+            plain, acc_plain = best_of(
+                args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True)
+            )
+            SUBTASK_HOSTS[0] = args.subtask_hosts
+            rows.setdefault(f"streamstate (checkpoint every epoch, hosts off{label})", {})[
+                str(epochs)
+            ] = plain
+            extra[f"hosts on / off, {epochs} epoch(s){label}"] = on / plain
+            extra[f"cache hits/misses, {epochs} epoch(s), hosts off{label}"] = (
+                acc_plain.get("cache_hits"),
+                acc_plain.get("cache_misses"),
+            )
+
+
+def _connect_session() -> tuple[Any, str]:
+    """A Spark Connect server (``local[2]``, as the classic session) in a temporary home,
+    and a session on it; the caller stops the server."""
+    import tempfile
+
+    from benchmarks.peers.spark_stateful import peer_spark_conf
+    from streamstate.spark.local_server import start_server
+    from streamstate.spark.session import connect_session
+
+    home = tempfile.mkdtemp(prefix="streamstate-bench-connect-")
+    conf = {k: v for k, v in peer_spark_conf().items() if not k.startswith("spark.pyspark")}
+    server = start_server(port=0, master="local[2]", conf=conf, home=home)
+    return connect_session(server.url), home
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=1_000_000)
@@ -96,6 +157,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--compare-hosts", action="store_true", help="also run with hosts off")
     p.add_argument("--state-backend", choices=("hashmap", "rocksdb"), default="hashmap")
     p.add_argument("--json", help="also write the figures to this file")
+    p.add_argument(
+        "--runners",
+        nargs="+",
+        choices=("rdd", "dataframe", "connect"),
+        default=["rdd"],
+        help="streamstate's epoch runners to measure (the first is the ratios' base)",
+    )
     args = p.parse_args(argv)
     SUBTASK_HOSTS[0] = args.subtask_hosts
     SOURCE_PARALLELISM[0] = args.source_parallelism
@@ -110,33 +178,31 @@ def main(argv: list[str] | None = None) -> None:
 
     rows: dict[str, dict[str, float]] = {}
     extra: dict[str, Any] = {}
-    for epochs in (1, 10):
-        off, acc_off = best_of(args.repeat, lambda e=epochs: run_streamstate(spark, data, e, False))
-        on, acc_on = best_of(args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True))
-        rows.setdefault("streamstate (no checkpoints)", {})[str(epochs)] = off
-        rows.setdefault("streamstate (checkpoint every epoch)", {})[str(epochs)] = on
-        extra[f"checkpoint overhead, {epochs} epoch(s)"] = 1 - on / off
-        extra[f"cache hits/misses, {epochs} epoch(s), checkpointing"] = (
-            acc_on.get("cache_hits"),
-            acc_on.get("cache_misses"),
-        )
-        extra[f"subtask seconds, {epochs} epoch(s), checkpointing"] = {
-            k.split(".", 1)[1]: v for k, v in acc_on.items() if k.startswith("subtask-seconds.")
-        }
-        if args.compare_hosts:  # the same, subtasks in the Spark workers (hosts off), same run
-            SUBTASK_HOSTS[0] = "false"
-            plain, acc_plain = best_of(
-                args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True)
-            )
-            SUBTASK_HOSTS[0] = args.subtask_hosts
-            rows.setdefault("streamstate (checkpoint every epoch, hosts off)", {})[str(epochs)] = (
-                plain
-            )
-            extra[f"hosts on / off, {epochs} epoch(s)"] = on / plain
-            extra[f"cache hits/misses, {epochs} epoch(s), hosts off"] = (
-                acc_plain.get("cache_hits"),
-                acc_plain.get("cache_misses"),
-            )
+    sessions = {"rdd": spark, "dataframe": spark}
+    server_home = None
+    if "connect" in args.runners:
+        sessions["connect"], server_home = _connect_session()
+    try:
+        for runner in args.runners:
+            RUNNER[0] = "dataframe" if runner == "connect" else runner
+            label = "" if args.runners == ["rdd"] else f", {runner} runner"
+            if runner != "rdd":  # warm-up: this runner's workers and server
+                run_streamstate(sessions[runner], data[: min(len(data), 50_000)], 2, True)
+            _measure(args, sessions[runner], data, rows, extra, label)
+    finally:
+        if server_home is not None:
+            from streamstate.spark.local_server import stop_server
+
+            stop_server(server_home)
+    base_runner = args.runners[0]
+    for runner in args.runners[1:]:
+        for kind in ("no checkpoints", "checkpoint every epoch"):
+            mine = rows[f"streamstate ({kind}, {runner} runner)"]
+            base_row = rows[f"streamstate ({kind}, {base_runner} runner)"]
+            for e in ("1", "10"):
+                extra[f"{runner} / {base_runner}, {kind}, {e} epoch(s)"] = (
+                    f"{mine[e] / base_row[e]:.2f}"
+                )
     if not args.no_peers:
         for name, fn in peers.PEERS.items():
             if args.peers and name not in args.peers:
@@ -156,7 +222,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'engine':44s} {'1 batch/epoch':>15s} {'10 batches/epochs':>18s}")
     for name, r in rows.items():
         print(f"{name:44s} {r.get('1', 0):>13,.0f}/s {r.get('10', 0):>16,.0f}/s")
-    base = rows["streamstate (checkpoint every epoch)"]
+    first = "" if args.runners == ["rdd"] else f", {args.runners[0]} runner"
+    base = rows[f"streamstate (checkpoint every epoch{first})"]
     if not args.no_peers:
         print("\nratios: streamstate (checkpoint every epoch) / peer")
         for name, r in rows.items():

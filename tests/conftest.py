@@ -1,8 +1,7 @@
 """Shared fixtures: one session-scoped ``local[2]`` SparkSession for integration tests, one
 session-scoped Spark Connect server (``local[2]``) and a Connect session on it
-(``connect_spark``), ``any_spark`` (each test once per runner: the classic runner on the
-classic session, the DataFrame runner on the Connect session); a throwaway PostgreSQL
-server per test module (``pg``)."""
+(``connect_spark``; ``tests/support/runners.py`` runs a module's tests on both); a
+throwaway PostgreSQL server per test module (``pg``)."""
 
 from __future__ import annotations
 
@@ -23,12 +22,16 @@ if "STREAMSTATE_HOME" not in os.environ:
     atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def spark():
-    # Spark's Python workers must import the test modules that define the jobs' functions
-    # (cloudpickle pickles importable classes by reference).
+def _worker_pythonpath() -> str:
+    """Spark's Python workers must import the test modules that define the jobs' functions
+    (cloudpickle pickles importable classes by reference)."""
     paths = [ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return os.pathsep.join(dict.fromkeys(paths))
+
+
+@pytest.fixture(scope="session")
+def classic_spark():
+    os.environ["PYTHONPATH"] = _worker_pythonpath()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # tests stay on loopback
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -46,13 +49,6 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-
-
-def _worker_pythonpath() -> str:
-    """Spark's Python workers must import the test modules that define the jobs' functions
-    (cloudpickle pickles importable classes by reference)."""
-    paths = [ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return os.pathsep.join(dict.fromkeys(paths))
 
 
 @pytest.fixture(scope="session")
@@ -87,11 +83,11 @@ def connect_spark(connect_server):
     session.stop()
 
 
-@pytest.fixture(params=["classic", "connect"])
-def any_spark(request):
-    """Each test once per runner: ``classic`` (the RDD runner on the local[2] session) and
-    ``connect`` (the DataFrame runner on the Spark Connect session)."""
-    return request.getfixturevalue("spark" if request.param == "classic" else "connect_spark")
+@pytest.fixture(scope="session")
+def spark(classic_spark):
+    """The classic local[2] session (a module that runs on both runners overrides this
+    name with ``tests.support.runners.on_both_runners()``)."""
+    return classic_spark
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ from functools import reduce
 
 import pytest
 
-from streamstate.spark.dataframe_runner import is_connect_session
 from streamstate.spark.routing import route_values
+from streamstate.spark.session import is_connect_session
 from tests.integration.jobs import count_job, final_counts, make_env, records
 
 pytestmark = pytest.mark.spark
@@ -54,3 +54,11 @@ def test_keyed_count_on_spark_connect(connect_spark, tmp_path):
         assert sorted(c for kk, c in out if kk == k) == list(range(1, n + 1))
     acc = result.get_all_accumulator_results()
     assert acc["epochs"] >= 6 and acc["checkpoints"] >= 6
+
+
+def test_the_state_processor_api_refuses_a_connect_session(connect_spark):
+    from streamstate.errors import ConfigurationError
+    from streamstate.spark.state_processor.reader import SavepointReader
+
+    with pytest.raises(ConfigurationError, match="classic SparkSession"):
+        SavepointReader(connect_spark, "unused", None, None)  # type: ignore[arg-type]

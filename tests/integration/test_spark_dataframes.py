@@ -11,8 +11,11 @@ from streamstate.common import Row, Types
 from streamstate.datastream import CheckpointingMode
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.jobs import CountPerKey, make_env
+from tests.support.runners import on_both_runners
 
 pytestmark = pytest.mark.spark
+
+spark = on_both_runners()
 
 
 @pytest.fixture(scope="module")

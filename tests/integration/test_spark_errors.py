@@ -11,6 +11,9 @@ from streamstate.common import RestartStrategies
 from streamstate.errors import JobExecutionError, TaskFailure
 from streamstate.testing import FailOnce
 from tests.support import envs
+from tests.support.runners import on_both_runners
+
+spark = on_both_runners()
 
 
 class BadRecord(Exception):

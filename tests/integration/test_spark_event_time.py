@@ -22,8 +22,11 @@ from tests.integration.event_time_jobs import (
     readings_strategy,
 )
 from tests.integration.jobs import make_env
+from tests.support.runners import on_both_runners
 
 pytestmark = pytest.mark.spark
+
+spark = on_both_runners()
 
 DATA = readings(90)
 

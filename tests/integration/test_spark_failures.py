@@ -17,8 +17,11 @@ from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.runtime.state_reader import read_keyed_state
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.jobs import CountPerKey, make_env, records
+from tests.support.runners import on_both_runners
 
 pytestmark = pytest.mark.spark
+
+spark = on_both_runners()
 
 DATA = records(400, 23)
 

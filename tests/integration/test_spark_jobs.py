@@ -19,8 +19,11 @@ from streamstate.datastream.state import (
 from streamstate.errors import JobExecutionError, KeySerializationError
 from streamstate.runtime.state_reader import read_keyed_state
 from tests.integration.jobs import count_job, final_counts, make_env, records
+from tests.support.runners import on_both_runners
 
 pytestmark = pytest.mark.spark
+
+spark = on_both_runners()
 
 
 def test_keyed_count_on_spark(spark, tmp_path):

@@ -26,8 +26,11 @@ from tests.integration.opstate_jobs import (
     expected_matches,
     read_buffering_output,
 )
+from tests.support.runners import on_both_runners
 
 pytestmark = pytest.mark.spark
+
+spark = on_both_runners()
 
 DATA = [(f"k{i % 7}", i) for i in range(48)]
 ITEMS = list(

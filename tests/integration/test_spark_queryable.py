@@ -16,8 +16,11 @@ from streamstate.runtime.state_reader import read_keyed_state
 from streamstate.testing import FailOnce
 from tests.support.envs import checkpoint_every_epoch, make_env
 from tests.support.queryable import COUNT, QueryableCount, counts
+from tests.support.runners import on_both_runners
 
 pytestmark = pytest.mark.spark
+
+spark = on_both_runners()
 
 KEYS = [f"k{i}" for i in range(10)]
 RECORDS = [KEYS[(i * 7) % len(KEYS)] for i in range(40)]

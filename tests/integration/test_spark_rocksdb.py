@@ -25,8 +25,11 @@ from streamstate.runtime.state_reader import read_keyed_state
 from streamstate.testing import FailOnce
 from tests.integration.jobs import count_job, final_counts, make_env, records
 from tests.integration.test_spark_jobs import AllPrimitives
+from tests.support.runners import on_both_runners
 
 pytestmark = pytest.mark.spark
+
+spark = on_both_runners()
 
 BACKENDS = ["hashmap", "rocksdb-full", "rocksdb-incremental"]
 

@@ -16,8 +16,11 @@ from streamstate.testing import TickingClock
 from tests.support import envs
 from tests.support.backends import fast_local_dir
 from tests.support.files import committed_lines
+from tests.support.runners import on_both_runners
 from tests.support.savepoints import stop_with_savepoint
 from tests.unit import test_savepoints as S
+
+spark = on_both_runners()
 
 expected = S.expected  # the uninterrupted run (in-process runner: the same output)
 

@@ -11,8 +11,11 @@ from streamstate.datastream import CheckpointingMode, ExternalizedCheckpointClea
 from streamstate.runtime.state_reader import list_checkpoints
 from streamstate.testing import FailOnce, TickingClock, _first_time, use_default_clock
 from tests.integration.jobs import CountPerKey, make_env
+from tests.support.runners import on_both_runners
 
 pytestmark = pytest.mark.spark
+
+spark = on_both_runners()
 
 
 def _write(indir, n_file, rows=50):

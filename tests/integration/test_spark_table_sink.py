@@ -12,8 +12,11 @@ from streamstate.datastream.connectors import SparkTableSink
 from streamstate.errors import ConfigurationError
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.jobs import make_env
+from tests.support.runners import on_both_runners
 
 pytestmark = pytest.mark.spark
+
+spark = on_both_runners()
 
 N = 240
 ROW = Types.ROW_NAMED(["id", "key"], [Types.LONG(), Types.STRING()])

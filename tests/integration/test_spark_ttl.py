@@ -20,8 +20,11 @@ from streamstate.runtime.state_reader import list_checkpoints, read_keyed_state
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.jobs import make_env
 from tests.integration.ttl_jobs import CLOCK, CONFIGS, TtlProbe, descriptor, events, model
+from tests.support.runners import on_both_runners
 
 pytestmark = pytest.mark.spark
+
+spark = on_both_runners()
 
 DATA = events(96, keys=4, burst=6)
 

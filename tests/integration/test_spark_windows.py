@@ -30,8 +30,11 @@ from tests.integration.window_jobs import (
     strategy,
     tumbling_count,
 )
+from tests.support.runners import on_both_runners
 
 pytestmark = pytest.mark.spark
+
+spark = on_both_runners()
 
 EVENTS = out_of_order_events(240)
 

@@ -6,7 +6,9 @@ as ``python <program>.py [args]`` runs them, and return what they print.
 The programs build their environment with ``StreamExecutionEnvironment.
 get_execution_environment()``; the runner and the quiet console come from
 ``STREAMSTATE_CONF`` (as ``streamstate run`` injects them): the in-process runner by
-default, Spark local[2] (the session fixture's SparkSession) with ``runner="spark"``.
+default, Spark local[2] (the session fixture's SparkSession) with ``runner="spark"``, the
+test Spark Connect server (``spark.remote``: the DataFrame runner) with
+``runner="connect"``.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ def run_program(
         keys = {"rest.enabled": "false", "execution.progress": "none"}
         if runner == "local":
             keys["execution.runner"] = "local"
+        elif runner == "connect":
+            keys["spark.remote"] = request.getfixturevalue("connect_server").url
         else:
             request.getfixturevalue("spark")  # the session's SparkSession is the active one
         keys.update(conf or {})

@@ -11,6 +11,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.pyflink_docs.conftest import Run, program_globals
 from tests.pyflink_docs.expected import f32, java_tuple, running, sessions, sliding, tumbling
 
@@ -52,10 +54,11 @@ def test_event_time_timer_with_ttl(run_program: Run) -> None:
     assert sorted(out) == _event_time_timer_expected()
 
 
-def test_event_time_timer_with_ttl_on_spark(run_program: Run) -> None:
+@pytest.mark.parametrize("runner", ["spark", "connect"])
+def test_event_time_timer_with_ttl_on_spark(run_program: Run, runner: str) -> None:
     # on Spark an epoch takes seconds: the TTL state must not expire between the
     # records and the timers of the same (small, bounded) job
-    out = run_program("event_time_timer", runner="spark")
+    out = run_program("event_time_timer", runner=runner)
     assert sorted(out) == _event_time_timer_expected()
 
 
@@ -137,9 +140,10 @@ def test_word_count_in_batch_mode_prints_final_counts(run_program: Run) -> None:
     assert sorted(out[3:]) == sorted(java_tuple(w, n) for w, n in counts.items())
 
 
-def test_word_count_in_batch_mode_on_spark(run_program: Run) -> None:
+@pytest.mark.parametrize("runner", ["spark", "connect"])
+def test_word_count_in_batch_mode_on_spark(run_program: Run, runner: str) -> None:
     word_count_data = program_globals("word_count")["word_count_data"]
-    out = run_program("word_count", runner="spark")
+    out = run_program("word_count", runner=runner)
     counts = Counter(w for line in word_count_data for w in line.split())
     assert sorted(out[3:]) == sorted(java_tuple(w, n) for w, n in counts.items())
 

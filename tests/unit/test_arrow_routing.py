@@ -14,6 +14,7 @@ from streamstate.runtime.arrow_batches import (
     decode_routed,
     encode_routed,
     routed_schema,
+    tick_rows,
 )
 from streamstate.runtime.protocol import DRIVER
 from streamstate.runtime.shuffle import ACK, DATA
@@ -38,20 +39,34 @@ def test_spark_hash_of_known_ints():
 
 def _outputs(n: int) -> list[tuple[int, int, object]]:
     out: list[tuple[int, int, object]] = [
-        (3, i % 4, (DATA, 1, 0, i, pickle.dumps(list(range(i))), 0)) for i in range(n)
+        (3, 0, (DATA, 1, 0, i, pickle.dumps(list(range(i))), 0)) for i in range(n)
     ]
     out.append((DRIVER, 0, (ACK, b"ack")))
     return out
 
 
 def test_round_trip_keeps_every_output_in_order():
-    outputs = _outputs(50)
+    outputs = [(3, 2, (DATA, 1, 0, i, pickle.dumps(list(range(i))), 0)) for i in range(50)]
     batches = list(encode_routed(outputs, lambda dest, target: route_of(4, target)))
     assert all(b.schema == routed_schema() for b in batches)
-    decoded = list(decode_routed(batches))
+    subtask, decoded = decode_routed(batches)
+    assert subtask == 2
     assert decoded == [(target, payload) for _dest, target, payload in outputs]
     routes = [r for b in batches for r in b.column(2).to_pylist()]
-    assert routes == [route_of(4, t) for _d, t, _p in outputs]
+    assert routes == [route_of(4, 2)] * 50
+
+
+def test_a_tick_names_the_subtask_and_carries_nothing():
+    import pyarrow as pa
+
+    ticks = tick_rows(3, 4, lambda dest, target: route_of(4, target))
+    assert [t[:3] for t in ticks] == [(3, t, route_of(4, t)) for t in range(4)]
+    cols = list(zip(*ticks, strict=True))
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(cols[i], f.type) for i, f in enumerate(routed_schema())], schema=routed_schema()
+    )
+    assert decode_routed([batch.slice(1, 1)]) == (1, [])
+    assert decode_routed([]) == (None, [])
 
 
 def test_batches_are_cut_by_rows_and_bytes(monkeypatch):
@@ -66,11 +81,12 @@ def test_batches_are_cut_by_rows_and_bytes(monkeypatch):
 def test_large_binary_schema():
     (batch,) = encode_routed(_outputs(2), lambda d, t: 0, large_binary=True)
     assert batch.schema == routed_schema(large_binary=True)
-    assert len(list(decode_routed([batch]))) == 3
+    assert decode_routed([batch])[0] == 0
 
 
-def test_a_row_for_another_subtask_is_refused():
-    batches = list(encode_routed([(3, 1, (DATA, 1, 0, 0, b"", 0))], lambda d, t: 0))
-    assert len(list(decode_routed(batches, subtask=1))) == 1
-    with pytest.raises(MisroutedRecordError, match="subtask 1 reached subtask 0"):
-        list(decode_routed(batches, subtask=0))
+def test_rows_of_two_subtasks_in_one_partition_are_refused():
+    rows = [(3, 1, (DATA, 1, 0, 0, b"", 0)), (3, 0, (DATA, 1, 0, 1, b"", 0))]
+    batches = list(encode_routed(rows, lambda d, t: 0))
+    assert decode_routed(batches[:1] if len(batches) > 1 else [batches[0].slice(0, 1)])[0] == 1
+    with pytest.raises(MisroutedRecordError, match="subtasks 1 and 0"):
+        decode_routed(batches)

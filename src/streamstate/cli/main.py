@@ -5,7 +5,7 @@
     streamstate run [--from-checkpoint PATH | --from-savepoint PATH]
                     [--allow-non-restored-state] [--allow-duplicate-output]
                     [--allow-unsigned-checkpoints]
-                    [--master URL] [--parallelism N] [--quiet]
+                    [--master URL] [--remote [URL]] [--parallelism N] [--quiet]
                     [--verbose] [-D key=value ...] JOB.py [job args ...]
     streamstate checkpoints DIR [--job JOB_ID] [--no-verify] [--all] [--json]
     streamstate describe PATH [--json]
@@ -13,6 +13,7 @@
                       [--kind value|list|map|reducing|aggregating] [--limit N] [--json]
     streamstate list | info JOB_ID | cancel JOB_ID | savepoint JOB_ID [DIR]
                 | stop JOB_ID [--savepoint-path DIR]      (running jobs: cli/jobs.py)
+    streamstate local start|stop|status        (the warm local Spark Connect server: cli/local.py)
 
 ``run`` executes a job script as ``python JOB.py args...`` would (``__name__ ==
 "__main__"``, ``sys.argv = [JOB.py, *args]``), with configuration defaults that every
@@ -46,6 +47,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 from streamstate.cli.jobs import JOB_COMMANDS, add_job_parsers
+from streamstate.cli.local import LOCAL_COMMANDS, add_local_parser
 from streamstate.cli.state_export import write_rows
 from streamstate.errors import ConfigurationError, JobExecutionError, StreamStateError
 from streamstate.runtime.checkpoint import signing
@@ -121,7 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
         "it (execution.state-recovery.allow-duplicate-output): that output is written again",
     )
     _add_unsigned_flag(r)
-    r.add_argument("--master", "-m", metavar="URL", help="Spark master (spark.master)")
+    r.add_argument(
+        "--master",
+        "-m",
+        metavar="URL",
+        help="Spark master (spark.master); sc://host:port runs on that Spark Connect server",
+    )
+    r.add_argument(
+        "--remote",
+        nargs="?",
+        const="",
+        metavar="URL",
+        help="run on a Spark Connect server (spark.remote): URL, or without one the warm "
+        "local server of `streamstate local start`",
+    )
     r.add_argument(
         "--quiet", "-q", action="store_true", help="no progress output (execution.progress: none)"
     )
@@ -197,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", metavar="FILE", help="write to FILE instead of stdout")
     _add_unsigned_flag(s)
     add_job_parsers(sub)
+    add_local_parser(sub)
     p.set_defaults(allow_unsigned_checkpoints=False)
     return p
 
@@ -260,7 +276,9 @@ def _run_conf(args: argparse.Namespace) -> dict[str, str]:
     if args.allow_unsigned_checkpoints:
         conf[signing.ALLOW_UNSIGNED_KEY] = "true"
     if args.master:
-        conf["spark.master"] = args.master
+        conf["spark.remote" if args.master.startswith("sc://") else "spark.master"] = args.master
+    if args.remote is not None:
+        conf["spark.remote"] = args.remote or _warm_server_url()
     if args.quiet:
         conf["execution.progress"] = "none"
     if args.verbose:
@@ -270,6 +288,18 @@ def _run_conf(args: argparse.Namespace) -> dict[str, str]:
             raise ConfigurationError(f"--parallelism must be >= 1, got {args.parallelism}")
         conf["parallelism.default"] = str(args.parallelism)
     return conf
+
+
+def _warm_server_url() -> str:
+    from streamstate.spark.local_server import running_server
+
+    server = running_server()
+    if server is None:
+        raise ConfigurationError(
+            "--remote without a URL runs on the warm local server, and none is running: "
+            "start it with `streamstate local start`, or give --remote sc://host:port"
+        )
+    return server.url
 
 
 @contextlib.contextmanager
@@ -542,6 +572,7 @@ _COMMANDS = {
     "describe": _cmd_describe,
     "state": _cmd_state,
     **JOB_COMMANDS,
+    **LOCAL_COMMANDS,
 }
 
 

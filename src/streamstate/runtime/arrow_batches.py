@@ -13,10 +13,13 @@ the encoding is one row per output with the columns of :data:`ROUTED_FIELDS`:
   pickled blobs; the tuple around them costs a few bytes.
 
 Batches are cut at :data:`BATCH_ROWS` rows or :data:`BATCH_BYTES` payload bytes, so a
-large epoch streams instead of building one huge batch. Decoding checks that every row
-was meant for the subtask reading it: an exchange that routed a row elsewhere is a
-:class:`MisroutedRecordError` naming both subtasks, never a record processed by the wrong
-subtask. pyarrow only, no pyspark.
+large epoch streams instead of building one huge batch. A row with an empty payload is a
+**tick** (:func:`tick_rows`): it carries nothing but its target, so that a receiver learns
+which subtask it is even when no record came for it (an engine's partition number need
+not be the subtask's: e.g. Spark numbers a union's partitions across its inputs).
+Decoding checks that every row of one receiver has the same target: rows of two targets
+in one partition are a :class:`MisroutedRecordError` naming both, never a record
+processed by the wrong subtask. pyarrow only, no pyspark.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "decode_routed",
     "encode_routed",
     "routed_schema",
+    "tick_rows",
 ]
 
 #: the columns, in order, as (name, Spark SQL type)
@@ -102,22 +106,31 @@ def encode_routed(
         yield batch()
 
 
-def decode_routed(batches: Iterable[Any], subtask: int | None = None) -> Iterator[tuple[int, Any]]:
-    """The ``(target, payload)`` items of ``batches`` (what ``run_stage_partition`` reads).
+def tick_rows(dest: int, parallelism: int, route: Callable[[int, int], int]) -> list[tuple[Any, ...]]:
+    """One tick row ``(dest, target, route, b"")`` for every subtask of stage ``dest``."""
+    return [(dest, target, route(dest, target), b"") for target in range(parallelism)]
 
-    ``subtask``: the reader; a row whose target is another subtask raises
-    :class:`MisroutedRecordError`. Columns are found by name."""
+
+def decode_routed(batches: Iterable[Any]) -> tuple[int | None, list[tuple[int, Any]]]:
+    """The receiving subtask and the ``(target, payload)`` items of ``batches`` (what
+    ``run_stage_partition`` reads), ticks left out; the subtask is None when no row came.
+
+    Rows for two targets raise :class:`MisroutedRecordError`. Columns are found by name."""
+    subtask: int | None = None
+    items: list[tuple[int, Any]] = []
     for b in batches:
         if b.num_rows == 0:
             continue
         targets = b.column(b.schema.get_field_index("target")).to_pylist()
         payloads = b.column(b.schema.get_field_index("payload")).to_pylist()
-        if subtask is not None:
-            for target in targets:
-                if target != subtask:
-                    raise MisroutedRecordError(
-                        f"a record for subtask {target} reached subtask {subtask}: the "
-                        f"exchange did not route as computed (streamstate.spark.routing)"
-                    )
         for target, payload in zip(targets, payloads, strict=True):
-            yield target, pickle.loads(payload)
+            if target != subtask:
+                if subtask is not None:
+                    raise MisroutedRecordError(
+                        f"rows for subtasks {subtask} and {target} reached the same partition: "
+                        f"the exchange did not route as computed"
+                    )
+                subtask = target
+            if payload:
+                items.append((target, pickle.loads(payload)))
+    return subtask, items

@@ -6,12 +6,14 @@ and no RDD API, so this runner builds each epoch as a DataFrame plan:
 * a **source stage** is ``spark.range(p, numPartitions=p).mapInArrow(subtask)``: partition
   ``i`` holds the single row ``i``, and the subtask function runs subtask ``i``;
 * a **downstream stage** is the union of its upstream stages' rows for it
-  (``filter(dest == stage)``), ``repartition(p, "route")``, ``mapInArrow(subtask)``. Every
-  row carries a *route*, an int whose Spark hash lands on its target subtask's partition
-  (``routing.py``), so the exchange delivers each record to exactly its subtask; the
-  subtask checks that every row it read was meant for it. An exchange with an explicit
-  partition count is never coalesced by adaptive execution, and an empty partition still
-  runs its ``mapInArrow`` task, so every subtask runs every epoch;
+  (``filter(dest == stage)``) and one *tick* row per subtask, ``repartition(p, "route")``,
+  ``mapInArrow(subtask)``. Every row carries a *route*, an int whose Spark hash lands on
+  its target subtask's partition (``routing.py``), so the exchange delivers each record
+  to exactly its subtask. A task learns its subtask from its rows' target (the tick makes
+  sure one comes), not from the Spark partition id, which counts across a union's inputs
+  when Spark runs two stages' tasks in one Spark stage; rows of two targets in one task
+  fail the epoch. An exchange with an explicit partition count is never coalesced by
+  adaptive execution;
 * the rows are Arrow record batches of ``(dest, target, route, payload)``
   (``runtime/arrow_batches.py``); leaf stages emit their acks (and the acks forwarded to
   them) as rows to the driver, and one ``toArrow()`` of the leaves' union runs the epoch.
@@ -22,8 +24,7 @@ artifact of the session (``addArtifacts(file=True)``, read with ``SparkFiles``),
 once per job. Subtask hosts work as on the classic runner (a host per subtask on the
 executor's machine, found by the Python worker that runs ``mapInArrow``). Not available
 here: preferred locations (the DataFrame API has no hook for them; a subtask that lands on
-another executor is rebuilt from its lineage). The subtask index is the Spark partition id
-(``TaskContext.partitionId()``), which the source stage cross-checks against its row.
+another executor is rebuilt from its lineage).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from dataclasses import replace
 from functools import partial, reduce
 from typing import Any
 
-from streamstate.runtime.arrow_batches import ROUTED_DDL, decode_routed, encode_routed
+from streamstate.runtime.arrow_batches import ROUTED_DDL, decode_routed, encode_routed, tick_rows
 from streamstate.runtime.executor import EpochRunner
 from streamstate.runtime.gc_pause import gc_paused
 from streamstate.runtime.graph import ExecutionPlan
@@ -56,17 +57,13 @@ from streamstate.spark.runner import (
     join_host_stoppers,
     translate_spark_error,
 )
+from streamstate.spark.session import bind_job_session, is_connect_session
 
-__all__ = ["DataFrameEpochRunner", "is_connect_session"]
+__all__ = ["DataFrameEpochRunner"]
 
 log = logging.getLogger("streamstate")
 
 _INLINE_SPEC_BYTES = 64 * 1024
-
-
-def is_connect_session(spark: Any) -> bool:
-    """Whether ``spark`` is a Spark Connect session (no SparkContext, no RDDs)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 class _FileSpec:
@@ -100,22 +97,23 @@ def _run_subtask(
     large_binary: bool,
     batches: Any,
 ) -> Any:
-    """The ``mapInArrow`` function of a stage: runs the subtask of this Spark partition."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    assert context is not None  # always set in a Spark task
-    index = context.partitionId()
+    """The ``mapInArrow`` function of a stage: runs the subtask its rows name (a source's
+    one ``range`` row is its index; a downstream stage's rows carry their target, and its
+    tick row makes sure one comes even when no record does)."""
+    items: list[tuple[int, Any]] = []
     if source:
         ids = [i for b in batches for i in b.column(0).to_pylist()]
-        if ids != [index]:
+        if len(ids) != 1:
             raise RuntimeError(
-                f"source partition {index} holds rows {ids}, not its own index: "
+                f"a source task holds rows {ids}, not one subtask index: "
                 f"spark.range(p, numPartitions=p) did not split as expected"
             )
-        items: Any = ()
+        index = ids[0]
     else:
-        items = decode_routed(batches, index)
+        found, items = decode_routed(batches)
+        if found is None:
+            raise RuntimeError("a stage's task got no rows, not even its tick row")
+        index = found
     executor = executor_location()
     if hosted is not None:
         outputs = run_hosted(blob, meta, spec, index, items, hosted, executor)
@@ -158,6 +156,7 @@ class DataFrameEpochRunner(EpochRunner):
             from streamstate.spark.session import get_or_create_spark
 
             self.spark = get_or_create_spark(self.configuration)
+        bind_job_session(self.spark)
         self._job_id = job_id
         large = self.spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
         self._large_binary = str(large).strip().lower() == "true"
@@ -197,7 +196,10 @@ class DataFrameEpochRunner(EpochRunner):
                 # SQL text, not pyspark.sql.functions: those build classic or Connect columns
                 # by the process's mode, not by the session's
                 ups = [frames[u].filter(f"dest = {st.id}") for u in st.upstream]
-                base = reduce(lambda a, b: a.unionAll(b), ups).repartition(
+                ticks = spark.createDataFrame(
+                    tick_rows(st.id, st.parallelism, _router(meta)), ROUTED_DDL
+                )
+                base = reduce(lambda a, b: a.unionAll(b), [*ups, ticks]).repartition(
                     st.parallelism, "route"
                 )
                 hosted = self._hosted
@@ -245,6 +247,7 @@ class DataFrameEpochRunner(EpochRunner):
             t.start()
             _STOPPERS.append(t)
         self._job_id = None
+        bind_job_session(None)
 
 
 def _stop_hosts_job(spark: Any, job_id: str) -> None:

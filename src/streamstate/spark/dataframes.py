@@ -5,6 +5,11 @@
 * :func:`stage_dataframe` writes each partition of a DataFrame as one staged rows file
   (``connectors/staged.py``), in one Spark job: what ``env.from_dataframe`` reads.
 * :func:`stream_to_dataframe` runs a bounded job and returns its output as a DataFrame.
+
+On a Spark Connect session (no RDDs) both go through ``mapInArrow`` instead of the RDD
+API, converting between Arrow and Python rows with pyspark's own Connect conversions
+(``pyspark.sql.conversion``: the values a Connect ``collect()`` returns, the rows a Connect
+``createDataFrame`` accepts).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from streamstate.connectors.staged import (
 from streamstate.errors import ConfigurationError
 from streamstate.runtime.graph import TransformationKind
 from streamstate.spark.schema import from_spark, record_converter, record_schema
+from streamstate.spark.session import is_connect_session
 
 __all__ = [
     "active_spark",
@@ -37,6 +43,7 @@ __all__ = [
     "plain_record",
     "schema_of",
     "stage_dataframe",
+    "staged_files_dataframe",
     "stream_to_dataframe",
     "type_info_of",
 ]
@@ -103,16 +110,19 @@ def type_info_of(data_type: Any) -> TypeInformation:
 
 
 def active_spark(spark: Any = None) -> Any:
-    """``spark``, else the active SparkSession, else a new one (streamstate's defaults)."""
+    """``spark``, else the session of the job this thread runs (``session.job_session``),
+    else the active SparkSession (classic, then Spark Connect), else a new one
+    (streamstate's defaults)."""
     if spark is not None:
         return spark
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    from streamstate.spark.session import get_or_create_spark
+    from streamstate.spark.session import get_or_create_spark, job_session
 
+    for active in (job_session(), SparkSession.getActiveSession(), ConnectSession.getActiveSession()):
+        if active is not None:
+            return active
     return get_or_create_spark(None)
 
 
@@ -132,6 +142,30 @@ def _stage_partition(base: str, fields: list[str], nested: bool, index: int, row
     yield index, path, write_staged_rows(path, rows, convert, fields)
 
 
+def _stage_batches(
+    base: str, fields: list[str], nested: bool, schema: Any, batches: Any
+) -> Any:
+    """``mapInArrow`` of a Connect DataFrame: its partition as one staged rows file."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+    from pyspark.sql.conversion import ArrowTableToRowsConversion
+
+    context = TaskContext.get()
+    assert context is not None  # always set in a Spark task
+    index = context.partitionId()
+
+    def rows() -> Any:
+        for b in batches:
+            if b.num_rows:
+                yield from ArrowTableToRowsConversion.convert(pa.Table.from_batches([b]), schema)
+
+    (_, path, n) = next(_stage_partition(base, fields, nested, index, rows()))
+    yield pa.RecordBatch.from_arrays(
+        [pa.array([index], pa.int32()), pa.array([path]), pa.array([n], pa.int64())],
+        names=["idx", "path", "n"],
+    )
+
+
 def stage_dataframe(df: Any, staging_dir: str | None = None) -> list[StagedSplit]:
     """Write every partition of ``df`` into its own staged rows file (one Spark job);
     the splits ``[path, rows]`` in partition order."""
@@ -146,7 +180,12 @@ def stage_dataframe(df: Any, staging_dir: str | None = None) -> list[StagedSplit
         os.makedirs(base, exist_ok=True)
     fields = list(df.schema.names)
     nested = any(f.dataType.typeName() in _NESTED_SPARK for f in df.schema.fields)
-    out = df.rdd.mapPartitionsWithIndex(partial(_stage_partition, base, fields, nested)).collect()
+    if is_connect_session(df.sparkSession):
+        fn = partial(_stage_batches, base, fields, nested, df.schema)
+        out = [tuple(r) for r in df.mapInArrow(fn, "idx int, path string, n long").collect()]
+    else:
+        fn = partial(_stage_partition, base, fields, nested)
+        out = df.rdd.mapPartitionsWithIndex(fn).collect()
     return [[path, n] for _, path, n in sorted(out)]
 
 
@@ -221,12 +260,53 @@ def stream_to_dataframe(
             "to_dataframe() of an empty stream needs its type: declare output_type=Types... "
             "on the last operator (or pass type_info=)"
         )
+    return staged_files_dataframe(session, files, ti)
+
+
+def staged_files_dataframe(session: Any, files: list[str], ti: Any) -> Any:
+    """The records of staged rows files as a DataFrame of ``session``, one partition per
+    file, read in Spark tasks: typed by ``ti`` (``record_schema``), or, without one,
+    with a schema Spark infers from the records (``plain_record``)."""
     convert = record_converter(ti) if ti is not None else plain_record
+    if is_connect_session(session):
+        return _connect_dataframe(session, files, convert, ti)
     rdd = session.sparkContext.parallelize(files, max(1, len(files)))
     rdd = rdd.flatMap(partial(converted_rows, convert))
     if ti is not None:
         return session.createDataFrame(rdd, record_schema(ti))
-    return session.createDataFrame(rdd)
+    return session.createDataFrame(rdd, samplingRatio=None)
+
+
+#: records read on the client to infer the schema of an untyped stream (as Spark samples)
+_INFER_RECORDS = 100
+
+
+def _file_batches(
+    files: list[str], convert: Any, schema: Any, large: bool, batches: Any
+) -> Any:
+    """``mapInArrow`` of :func:`_connect_dataframe`: partition ``i`` holds the row ``i``
+    and yields the records of ``files[i]`` as Arrow batches of ``schema``."""
+    from pyspark.sql.conversion import LocalDataToArrowConversion
+
+    for b in batches:
+        for index in b.column(0).to_pylist():
+            rows = converted_rows(convert, files[index])
+            if rows:
+                yield from LocalDataToArrowConversion.convert(rows, schema, large).to_batches()
+
+
+def _connect_dataframe(session: Any, files: list[str], convert: Any, ti: Any) -> Any:
+    """The staged output files as a DataFrame of a Connect session: partition ``i`` reads
+    ``files[i]`` in ``mapInArrow`` on the server (lazily, in order, as the classic path)."""
+    if ti is not None:
+        schema = record_schema(ti)
+    else:  # infer it from the first records, as createDataFrame(rdd) does
+        sample = [convert(r) for f in files[:1] for r in read_staged_rows(f)[:_INFER_RECORDS]]
+        schema = session.createDataFrame(sample).schema
+    large = str(session.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false"))
+    fn = partial(_file_batches, files, convert, schema, large.strip().lower() == "true")
+    n = max(1, len(files))
+    return session.range(len(files), numPartitions=n).mapInArrow(fn, schema)
 
 
 def plain_record(r: Any) -> Any:

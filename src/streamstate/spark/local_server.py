@@ -331,6 +331,7 @@ def describe(server: LocalServer | None) -> dict[str, Any]:
 
 
 def check_port(port: int) -> int:
-    if not 1 <= port <= 65535:
-        raise ConfigurationError(f"--port must be in 1..65535, got {port}")
+    """A ``--port`` value: 1..65535, or 0 for any free port."""
+    if not 0 <= port <= 65535:
+        raise ConfigurationError(f"--port must be in 0..65535 (0: any free port), got {port}")
     return port

@@ -40,6 +40,7 @@ from streamstate.spark.placement import (
     located_source,
 )
 from streamstate.spark.python_deps import ship_python_dependencies
+from streamstate.spark.session import bind_job_session
 
 __all__ = ["SparkEpochRunner", "join_host_stoppers", "translate_spark_error"]
 
@@ -166,6 +167,7 @@ class SparkEpochRunner(EpochRunner):
         ).strip().lower() in ("true", "1", "yes")
         if not keep:
             silence_task_failure_logs(self.spark)
+        bind_job_session(self.spark)
         sc = self.spark.sparkContext
         self._job_id = job_id
         self._broadcasts = []
@@ -269,6 +271,7 @@ class SparkEpochRunner(EpochRunner):
             _destroy(self._broadcasts)
         self._job_id = None
         self._broadcasts = []
+        bind_job_session(None)
 
 
 #: background threads stopping finished jobs' hosts (``join_host_stoppers`` waits for them)
@@ -303,6 +306,8 @@ def _destroy(broadcasts: list[Any]) -> None:
 _TB = "Traceback (most recent call last):"
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?:: (.*))?$")
 _LOST_TASK = re.compile(r"Lost task (\d+)\.\d+ in stage ([\d.]+)")
+#: the error class state a Spark Connect error appends to the worker's message
+_SQLSTATE = re.compile(r"\n\s*SQLSTATE: [0-9A-Z]{5}\s*(?=\n|$)")
 
 
 def _exception_line(tb: str) -> tuple[str, str]:
@@ -374,7 +379,9 @@ def translate_spark_error(e: BaseException) -> BaseException:
         return TaskFailure(type(e).__name__, first, text[-4000:])
     tb = text[i:]
     end = tb.find("\n\tat ")
-    tb = (tb if end < 0 else tb[:end]).strip()
+    tb = _SQLSTATE.sub("", tb if end < 0 else tb[:end]).strip()
+    end = tb.find("\n\nJVM stacktrace:")  # Spark Connect: the server's JVM frames follow
+    tb = tb if end < 0 else tb[:end].strip()
     qualified, message = _exception_line(tb)
     if qualified == "ModuleNotFoundError" and "'streamstate" in message:
         return WorkerEnvironmentError(

@@ -21,8 +21,9 @@ from typing import Any
 
 from streamstate.errors import ConfigurationError
 from streamstate.runtime.executor import EpochRunner
-from streamstate.spark.dataframe_runner import DataFrameEpochRunner, is_connect_session
+from streamstate.spark.dataframe_runner import DataFrameEpochRunner
 from streamstate.spark.runner import SparkEpochRunner
+from streamstate.spark.session import is_connect_session
 
 __all__ = [
     "AUTO",

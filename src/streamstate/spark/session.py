@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from streamstate.errors import ConfigurationError, WorkerEnvironmentError
@@ -17,7 +18,11 @@ __all__ = [
     "check_session_python",
     "check_worker_python",
     "connect_session",
+    "bind_job_session",
+    "require_classic",
     "get_or_create_spark",
+    "is_connect_session",
+    "job_session",
     "resolve_master",
     "silence_task_failure_logs",
 ]
@@ -235,3 +240,35 @@ def connect_session(url: str, configuration: Any = None) -> Any:
         if k.startswith("spark.sql."):
             builder = builder.config(k, v)
     return builder.create()
+
+
+_JOB_SESSION = threading.local()
+
+
+def bind_job_session(spark: Any) -> None:
+    """The runner of the job this thread runs says which session it runs on (None: the job
+    ended): driver-side Spark work of the job (e.g. ``SparkTableSink``'s commits) uses it."""
+    _JOB_SESSION.spark = spark
+
+
+def job_session() -> Any:
+    """The session of the job this thread runs, or None."""
+    return getattr(_JOB_SESSION, "spark", None)
+
+
+def is_connect_session(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no SparkContext, no RDDs)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def require_classic(spark: Any, what: str) -> Any:
+    """``spark``, if it is a classic session; a ConfigurationError naming ``what`` and the
+    way out if it is a Spark Connect session (which has no SparkContext and no RDDs)."""
+    if spark is not None and is_connect_session(spark):
+        raise ConfigurationError(
+            f"{what} runs on a classic SparkSession (it uses RDDs), and this is a Spark "
+            f"Connect session, which has none: pass a classic session "
+            f"(SparkSession.builder.master(...).getOrCreate()); jobs themselves run on "
+            f"Spark Connect"
+        )
+    return spark

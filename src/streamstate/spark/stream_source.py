@@ -8,7 +8,10 @@ starting from a *copy* of the checkpoint location the previous trigger ended wit
 * ``discover`` (driver, before an epoch), when every staged row was read: copy the
   current Spark checkpoint version into a new version directory, run one trigger on
   it; ``foreachBatch`` stages each micro-batch's partitions as staged rows files
-  (``connectors/staged.py``), one split per partition;
+  (``connectors/staged.py``), one split per partition, and writes the batch's splits as
+  a manifest next to them (``<batch id>.splits``, atomically); the driver reads the
+  manifests once the trigger ended. A file, not a closure: on Spark Connect the
+  ``foreachBatch`` function runs in a Python process of the server, not in the driver;
 * the enumerator state, stored in streamstate's checkpoints, names the Spark
   checkpoint version, the staged splits and their read positions, and the Spark
   offsets (``endOffset`` of each source, for people reading ``_metadata``);
@@ -23,7 +26,9 @@ Versions (and their staged rows) beyond the last ``retained_versions`` are delet
 
 from __future__ import annotations
 
+import json
 import uuid
+from functools import partial
 from typing import Any
 
 from streamstate.connectors.base import Source
@@ -31,6 +36,32 @@ from streamstate.connectors.staged import advance_staged_splits, read_staged_spl
 from streamstate.errors import ConfigurationError
 
 __all__ = ["SparkStreamSource"]
+
+_MANIFEST = ".splits"
+
+
+def _stage_batch(staged_dir: str, batch_df: Any, batch_id: int) -> None:
+    """``foreachBatch``: stage the micro-batch, then write its manifest of splits."""
+    from streamstate.runtime.checkpoint.storage import atomic_write
+    from streamstate.spark.dataframes import stage_dataframe
+
+    staged = stage_dataframe(batch_df, f"{staged_dir}/{batch_id}")
+    fs, p = _fs(staged_dir)
+    manifest = [[path, n] for path, n in staged if n > 0]
+    atomic_write(fs, f"{p}/{batch_id}{_MANIFEST}", json.dumps(manifest).encode())
+
+
+def _staged_splits(staged_dir: str) -> list[list[Any]]:
+    """The splits of a trigger's micro-batches, in batch order, each ``[path, rows, 0]``."""
+    fs, p = _fs(staged_dir)
+    if not fs.exists(p):
+        return []
+    manifests = [f for f in fs.ls(p, detail=False) if f.endswith(_MANIFEST)]
+    splits: list[list[Any]] = []
+    for f in sorted(manifests, key=lambda f: int(f.rsplit("/", 1)[-1][: -len(_MANIFEST)])):
+        with fs.open(f, "rb") as handle:
+            splits.extend([path, n, 0] for path, n in json.loads(handle.read()))
+    return splits
 
 
 def _fs(path: str) -> tuple[Any, str]:
@@ -94,8 +125,6 @@ class SparkStreamSource(Source):
         return self._trigger(state)
 
     def _trigger(self, state: Any) -> Any:
-        from streamstate.spark.dataframes import stage_dataframe
-
         vid = f"v-{uuid.uuid4().hex[:12]}"
         version = f"{self.root}/{vid}"
         fs, vp = _fs(version)
@@ -105,14 +134,8 @@ class SparkStreamSource(Source):
         else:
             fs.makedirs(vp, exist_ok=True)
         staged_dir = f"{self.root}/staged/{vid}"
-        splits: list[list[Any]] = []
-
-        def stage(batch_df: Any, batch_id: int) -> None:
-            staged = stage_dataframe(batch_df, f"{staged_dir}/{batch_id}")
-            splits.extend([path, n, 0] for path, n in staged if n > 0)
-
         writer = (
-            self.df.writeStream.foreachBatch(stage)
+            self.df.writeStream.foreachBatch(partial(_stage_batch, staged_dir))
             .option("checkpointLocation", f"{version}/spark")
             .trigger(availableNow=True)
         )
@@ -120,6 +143,7 @@ class SparkStreamSource(Source):
             writer = writer.queryName(self.query_name)
         query = writer.start()
         query.awaitTermination()
+        splits = _staged_splits(staged_dir)
         offsets = state["offsets"]
         progress = query.lastProgress
         if progress:

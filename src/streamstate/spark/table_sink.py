@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import enum
 import uuid
-from functools import partial
 from typing import Any
 
 from streamstate.connectors.base import SinkCommitter
 from streamstate.errors import ConfigurationError
-from streamstate.spark.dataframes import active_spark, converted_rows, plain_record
-from streamstate.spark.schema import record_converter, record_schema
+from streamstate.spark.dataframes import active_spark, staged_files_dataframe
 
 __all__ = ["SaveMode", "SparkTableCommitter"]
 
@@ -242,16 +240,7 @@ class SparkTableCommitter(SinkCommitter):
         return local if scheme is None or scheme == "file" else f"{scheme}://{local}"
 
     def _spark_write(self, files: list[str], out: str) -> None:
-        spark = active_spark()
-        ti = self.type_info
-        convert = record_converter(ti) if ti is not None else plain_record
-        rdd = spark.sparkContext.parallelize(files, len(files)).flatMap(
-            partial(converted_rows, convert)
-        )
-        if ti is not None:
-            df = spark.createDataFrame(rdd, record_schema(ti))
-        else:
-            df = spark.createDataFrame(rdd, samplingRatio=None)
+        df = staged_files_dataframe(active_spark(), files, self.type_info)
         writer = df.write.format(self.fmt).mode("overwrite")
         for k, v in self.options.items():
             writer = writer.option(k, v)

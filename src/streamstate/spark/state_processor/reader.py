@@ -47,7 +47,7 @@ from streamstate.runtime.state_processor.reading import (
 )
 from streamstate.runtime.stores import StorageOptions
 from streamstate.spark.schema import inferable_row, record_converter, record_schema
-from streamstate.spark.session import check_session_python
+from streamstate.spark.session import check_session_python, require_classic
 
 __all__ = ["SavepointReader", "WindowSavepointReader"]
 
@@ -128,8 +128,8 @@ class SavepointReader:
     """Reads the state of one savepoint (or retained checkpoint) into DataFrames."""
 
     def __init__(self, spark: Any, path: str, metadata: CheckpointMetadata, backend: BackendSpec):
+        self.spark = require_classic(spark, "the State Processor API (SavepointReader)")
         check_session_python(spark)  # its tasks run streamstate: a clear error, not a stack
-        self.spark = spark
         self.path = path
         self.metadata = metadata
         self.backend = backend

@@ -63,7 +63,7 @@ from streamstate.runtime.state_processor.writing import (
     savepoint_metadata,
 )
 from streamstate.spark.schema import from_spark
-from streamstate.spark.session import check_session_python
+from streamstate.spark.session import check_session_python, require_classic
 
 __all__ = [
     "KeyedOperatorTransformation",
@@ -247,7 +247,7 @@ class SavepointWriter:
         max_parallelism: int,
         base: CheckpointMetadata | None = None,
     ) -> None:
-        self.spark = spark
+        self.spark = require_classic(spark, "the State Processor API (SavepointWriter)")
         self.backend = backend
         self.max_parallelism = max_parallelism
         self._base = base

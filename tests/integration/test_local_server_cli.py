@@ -1,0 +1,90 @@
+"""``streamstate local start|status|stop`` and ``streamstate run`` on the warm server, as a
+user runs them: subprocesses, a real Spark Connect server, the README's job."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamstate.spark.local_server import running_server, stop_server
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = os.path.join(os.path.dirname(sys.executable), "streamstate")
+
+README_JOB = '''
+from streamstate.common import Types
+from streamstate.datastream import StreamExecutionEnvironment, KeyedProcessFunction
+from streamstate.datastream.state import ValueStateDescriptor
+
+class CountPerKey(KeyedProcessFunction):
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
+    def process_element(self, value, ctx):
+        self.count.update((self.count.value() or 0) + 1)
+        yield value[0], self.count.value()
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.from_collection([("a", 1), ("b", 1), ("a", 1)]).key_by(lambda v: v[0]).process(CountPerKey()).print()
+env.execute("count-per-key")
+'''
+
+
+EXPECTED = sorted(["('a', 1)", "('b', 1)", "('a', 2)"])
+
+
+def _printed(stdout: str) -> list[str]:
+    """The printed records, without Flink's ``<subtask>>`` prefix (parallelism > 1)."""
+    return sorted(re.sub(r"^\d+> ", "", line) for line in stdout.splitlines() if line.strip())
+
+
+def _cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "STREAMSTATE_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    env.pop("SPARK_REMOTE", None)
+    return subprocess.run(
+        [CLI, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+
+
+def test_local_start_run_status_stop(tmp_path):
+    home = tmp_path / "home"
+    job = tmp_path / "job.py"
+    job.write_text(README_JOB)
+    try:
+        assert _cli(home, "local", "status").returncode == 1
+        started = _cli(home, "local", "start", "--port", "0", "--master", "local[2]")
+        assert started.returncode == 0, started.stderr
+        server = running_server(home)
+        assert server is not None and server.url in started.stdout
+        again = _cli(home, "local", "start")
+        assert again.returncode == 0 and "already running" in again.stdout
+        status = _cli(home, "local", "status", "--json")
+        assert json.loads(status.stdout)["url"] == server.url
+
+        ran = _cli(home, "run", "--quiet", str(job))
+        assert ran.returncode == 0, ran.stderr
+        assert f"running on the Spark Connect session at {server.url}" in ran.stderr
+        assert _printed(ran.stdout) == EXPECTED
+
+        # --master local[...] asks for a classic session even while the server runs
+        classic = _cli(home, "run", "--quiet", "--master", "local[1]", str(job))
+        assert classic.returncode == 0, classic.stderr
+        assert "Spark Connect" not in classic.stderr
+        assert _printed(classic.stdout) == EXPECTED
+
+        stopped = _cli(home, "local", "stop")
+        assert stopped.returncode == 0 and "stopped" in stopped.stdout
+        assert running_server(home) is None
+        with pytest.raises(ProcessLookupError):
+            os.kill(server.pid, 0)
+        assert _cli(home, "local", "status").returncode == 1
+        assert "not running" in _cli(home, "local", "stop").stdout
+    finally:
+        stop_server(home)
