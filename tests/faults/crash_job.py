@@ -15,9 +15,10 @@ the worker) at the ``n``-th occurrence of ``point``:
 * ``record``: while epoch work runs (a record in the user function);
 * ``pre-commit``: right after a subtask pre-committed (FileSink: its segments and pending
   parts are written; PostgreSQL: after ``PREPARE TRANSACTION``);
-* ``metadata-write``: while ``_metadata`` is written (half a temp file, no rename);
+* ``metadata-write``: while ``_metadata`` is written (half a hidden file, no ``_metadata``);
 * ``after-metadata``: after ``_metadata`` was stored, before the sinks commit;
-* ``commit``: in the middle of a sink commit (after the first rename / COMMIT PREPARED;
+* ``commit``: in the middle of a sink commit (after the first rename or completed upload /
+  COMMIT PREPARED;
   the write-ahead sink: after a checkpoint's rows and commit record were written;
   SparkTableSink: after a batch's data file was renamed into the table).
 
@@ -98,23 +99,24 @@ def _after(cls: Any, name: str, point: str) -> None:
 
 def install_crash_hooks() -> None:
     """Wrap the checkpoint and sink code paths of this process with ``hit``."""
-    atomic_write = storage.atomic_write
+    write_once_or_fail = storage.write_once_or_fail
 
-    def crashing_atomic_write(fs: Any, path: str, data: bytes) -> None:
+    def crashing_metadata_write(fs: Any, path: str, data: bytes, what: str) -> None:
         if path.endswith("/_metadata") and os.environ.get("CRASH_AT", "").startswith("metadata-"):
-            # killed while writing: half of a temp file exists, the rename never happens
+            # killed while writing: half of a hidden file exists (a file system's temp file,
+            # an object store's never-completed upload), _metadata never appears
             tmp = f"{path.rsplit('/', 1)[0]}/._metadata.crash.inprogress"
             with fs.open(tmp, "wb") as f:
                 f.write(data[: len(data) // 2])
             hit("metadata-write")
-        atomic_write(fs, path, data)
+        write_once_or_fail(fs, path, data, what)
 
-    storage.atomic_write = crashing_atomic_write
+    storage.write_once_or_fail = crashing_metadata_write
     _after(coordinator.CheckpointCoordinator, "complete", "after-metadata")
     commit_one = file_sink.FileCommitter._commit_one
 
-    def crashing_commit_one(self: Any, src: str, final: str, cleanup: Any = ()) -> None:
-        commit_one(self, src, final, cleanup)
+    def crashing_commit_one(self: Any, *args: Any) -> None:
+        commit_one(self, *args)
         hit("commit")
 
     file_sink.FileCommitter._commit_one = crashing_commit_one  # type: ignore[method-assign]

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamstate.connectors.base import SinkCommitter
+from streamstate.connectors.object_commit import PartUpload, abort_orphan_uploads
 from streamstate.errors import DuplicateOutputError, FileSinkRestoreError
+from streamstate.runtime.stores import url_to_fs
 
 __all__ = [
     "STATE_VERSION",
@@ -48,10 +50,8 @@ STATE_VERSION = 2
 
 
 def url_fs(url: str) -> tuple[Any, str]:
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs, path
+    """``(file system, path)`` with the job's storage options (runtime/stores/)."""
+    return url_to_fs(url)
 
 
 def url_exists(url: str) -> bool:
@@ -149,7 +149,8 @@ class FileCommitter(SinkCommitter):
     replay past parts the checkpoint's writers committed later unless the replay skips
     them or duplicates are allowed (:class:`DuplicateOutputError`), commits the pending
     parts and deletes every other hidden in-progress or pending file of this sink's part
-    prefix under the base path (left by attempts that died)."""
+    prefix under the base path (left by attempts that died), and on an object store aborts
+    every open multipart upload of its parts there (``object_commit.py``)."""
 
     #: the subtasks skip replayed records whose parts are committed (module docstring)
     skips_replayed_records = True
@@ -186,18 +187,36 @@ class FileCommitter(SinkCommitter):
             else:
                 pend.extend([*pair, []] for pair in r)
 
-    def _commit_one(self, src: str, final: str, cleanup: list[str] | tuple[str, ...] = ()) -> None:
-        fs, spath = url_fs(self._url(src))
-        _, fpath = url_fs(self._url(final))
-        if fs.exists(spath):
-            fs.mv(spath, fpath)  # idempotent: a second commit finds nothing to move
+    def _commit_one(
+        self,
+        src: str,
+        final: str,
+        cleanup: list[str] | tuple[str, ...] = (),
+        upload: dict[str, Any] | None = None,
+    ) -> None:
+        """Publish one pending part: complete its multipart upload (an object store,
+        ``object_commit.py``) or rename its hidden file; both idempotent. Then delete
+        the segments it was made of."""
+        part_upload = PartUpload.from_state(upload)
+        if part_upload is not None:
+            part_upload.complete(self._url(final))
+        else:
+            fs, spath = url_fs(self._url(src))
+            _, fpath = url_fs(self._url(final))
+            if fs.exists(spath):
+                fs.mv(spath, fpath)  # idempotent: a second commit finds nothing to move
         for seg in cleanup:
             remove_url(self._url(seg))
+
+    def _commit_entry(self, entry: list[Any]) -> None:
+        """A pending entry: ``[src, final, merged segments, upload]`` (the last two absent
+        in entries of earlier versions)."""
+        self._commit_one(*entry[:2], *([entry[2]] if len(entry) > 2 else []), *entry[3:4])
 
     def commit(self, up_to_epoch: int) -> None:
         for e in sorted(e for e in self.pending if e <= up_to_epoch):
             for entry in self.pending.pop(e):
-                self._commit_one(entry[0], entry[1], entry[2] if len(entry) > 2 else ())
+                self._commit_entry(entry)
         for d in (self.written, self.open):
             for e in [e for e in d if e < up_to_epoch]:
                 del d[e]
@@ -216,8 +235,11 @@ class FileCommitter(SinkCommitter):
     def abort(self, after_epoch: int) -> None:
         for e in [e for e in self.pending if e > after_epoch]:
             entries = self.pending.pop(e)
-            if e not in self.written:  # results of earlier versions: the tmp file is the epoch's
-                for entry in entries:
+            for entry in entries:
+                upload = PartUpload.from_state(entry[3] if len(entry) > 3 else None)
+                if upload is not None:  # never completed: its parts go
+                    upload.abort(self._url(entry[1]))
+                elif e not in self.written:  # earlier versions: the tmp file is the epoch's
                     remove_url(self._url(entry[0]))
         for e in [e for e in self.written if e > after_epoch]:
             for f in self.written.pop(e):
@@ -251,7 +273,7 @@ class FileCommitter(SinkCommitter):
         else:
             pending, keep = state or [], set()
         for entry in pending:
-            self._commit_one(entry[0], entry[1], entry[2] if len(entry) > 2 else ())
+            self._commit_entry(entry)
         if self.base_path is not None and isinstance(state, dict):
             fs, root = url_fs(self.base_path)
             for rel in scan_output(self.base_path, self.part_prefix, self.part_suffix).hidden:
@@ -265,8 +287,11 @@ class FileCommitter(SinkCommitter):
         scan = scan_output(self.base_path, self.part_prefix, self.part_suffix)
         home_scan = scan if at_home else scan_output(home, self.part_prefix, self.part_suffix)
         missing, uncommitted = [], []
-        for src, final, *_ in state["pending"]:
-            if url_exists(f"{home}/{src}"):
+        for src, final, *rest in state["pending"]:
+            upload = PartUpload.from_state(rest[1] if len(rest) > 1 else None)
+            if upload is not None and upload.pending(f"{home}/{final}"):
+                uncommitted.append(final)
+            elif upload is None and url_exists(f"{home}/{src}"):
                 uncommitted.append(src)
             elif not (url_exists(f"{home}/{final}") or self._covered(home_scan, final)):
                 missing.append(f"{src} (to become {final})")
@@ -291,11 +316,13 @@ class FileCommitter(SinkCommitter):
             )
         self._check_replay(state, scan)
         for entry in state["pending"] if at_home else ():
-            self._commit_one(entry[0], entry[1], entry[2] if len(entry) > 2 else ())
+            self._commit_entry(entry)
         keep = {seg for seg, *_ in state["open"]}
         for rel in scan.hidden:
             if rel not in keep:
                 remove_url(self._url(rel))
+        # uploads of attempts that died between uploading a part and its commit
+        abort_orphan_uploads(self.base_path, self.part_prefix, keep=set())
 
     def _covered(self, scan: OutputScan, final: str) -> bool:
         """A pending part whose target is gone, but a later part of its writer committed."""

@@ -63,6 +63,7 @@ from streamstate.connectors.file_commit import (
     url_fs,
     writer_id,
 )
+from streamstate.connectors.object_commit import PartUpload, multipart_store
 from streamstate.errors import FileSinkRestoreError
 from streamstate.runtime.operators.base import StreamOperator
 from streamstate.runtime.watermarks import MAX_WATERMARK
@@ -98,8 +99,7 @@ class RowPartFormat:
 
     def write_segment(self, url: str, rows: list[bytes]) -> None:
         fs, path = url_fs(url)
-        with fs.open(path, "wb") as f:
-            f.write(b"".join(rows))
+        fs.pipe_file(path, b"".join(rows))  # one PUT on an object store
 
     def merge(self, segments: list[str], url: str) -> None:
         fs, path = url_fs(url)
@@ -186,6 +186,9 @@ class FileSinkOperator(StreamOperator):
         self.state: Any = None
         self.checked_epoch = -1
         self.input_ended = False
+        #: parts are committed by completing multipart uploads (the base path is on an
+        #: object store, ``object_commit.py``); decided on first use
+        self._uploads_decided: bool | None = None
 
     # -- state -----------------------------------------------------------------------------
     def initialize_state(self, context: Any) -> None:
@@ -407,13 +410,24 @@ class FileSinkOperator(StreamOperator):
             self.part_prefix, part.writer, part.last_seq, self.part_suffix
         )
         final = bucket_path(part.bucket, name)
-        if len(part.segments) == 1:
+        if part.segments and self._uploads:  # an object store: no rename to commit with
+            upload = PartUpload.upload(
+                self._url(final), [self._url(s) for s in part.segments], self.format
+            )
+            self.pending.append(["", final, list(part.segments), upload.to_state()])
+        elif len(part.segments) == 1:
             self.pending.append([part.segments[0], final, []])
         elif part.segments:
             merged = self._hidden(part, "pending")
             self.format.merge([self._url(s) for s in part.segments], self._url(merged))
             self.written.append(merged)
             self.pending.append([merged, final, list(part.segments)])
+
+    @property
+    def _uploads(self) -> bool:
+        if self._uploads_decided is None:
+            self._uploads_decided = multipart_store(self.base_path) is not None
+        return self._uploads_decided
 
     def _roll_by_time(self, now: int) -> None:
         r = self.rules
