@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streamstate.common.typeinfo import PickledBytesTypeInfo
 from streamstate.errors import QueryableStateError, UnknownJobError, WrongKeyTypeError
 from streamstate.queryablestate.routing import DirectRoutes, error_from_header
 from streamstate.runtime.queryable import wire
@@ -125,8 +126,9 @@ class QueryableStateClient:
     ) -> KvStateResponse:
         """The value of ``key`` in queryable state ``queryable_state_name`` of ``job_id``.
 
-        ``key_type_info``: the job's key type (``key_by(..., key_type=...)``; None for a
-        job that declared none); ``state_descriptor``: a descriptor of the state's kind."""
+        ``key_type_info``: the job's key type (``key_by(..., key_type=...)``; None or
+        ``Types.PICKLED_BYTE_ARRAY()`` for a job that declared none, whose keys are
+        pickled); ``state_descriptor``: a descriptor of the state's kind."""
         if self.direct:  # the common case, kept lean: one key to its query host
             ser, _, key_type_text = self._key_type(key_type_info)
             blobs = self._serialize(ser, [key], key_type_info)
@@ -273,11 +275,10 @@ class QueryableStateClient:
         except TypeError:  # an unhashable type info: made every time
             hit = None
         if hit is None:
-            ser = (
-                serializer_for_type_info(key_type_info)
-                if key_type_info is not None
-                else default_key_serializer()
-            )
+            # a job keyed without a key type has PyFlink's pickled keys: None or
+            # Types.PICKLED_BYTE_ARRAY() name that encoding (streamstate's default key one)
+            pickled = key_type_info is None or isinstance(key_type_info, PickledBytesTypeInfo)
+            ser = default_key_serializer() if pickled else serializer_for_type_info(key_type_info)
             snap = ser.snapshot_configuration().to_dict()
             hit = (ser, snap, json.dumps(snap, sort_keys=True))
             with contextlib.suppress(TypeError):

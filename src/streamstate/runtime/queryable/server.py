@@ -30,8 +30,8 @@ from streamstate.errors import (
     UnknownJobError,
 )
 from streamstate.runtime.queryable import wire
+from streamstate.runtime.queryable.service import check_direct_key_type, service_of
 from streamstate.runtime.queryable.service import route as direct_route
-from streamstate.runtime.queryable.service import service_of
 from streamstate.runtime.serializers.base import dumps_portable
 
 __all__ = ["MAX_KEYS", "QueryServer"]
@@ -176,6 +176,8 @@ class QueryServer:
             if header.get("op") == "route":  # where the keys' query hosts are (direct.py)
                 service, resolved, name, key_type, as_of, kind = ctx
                 route = direct_route(service, name, as_of, kind, resolved)
+                if any(route["hosts"]):  # a query host would decode the client's bytes
+                    check_direct_key_type(resolved[0], key_type)
                 return wire.encode({"ok": True, "route": route})
             session["ctx"] = ctx
             return self._lookup(ctx, blobs)

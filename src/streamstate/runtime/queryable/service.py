@@ -52,6 +52,7 @@ __all__ = [
     "AS_OF",
     "QueryAnswer",
     "QueryableStateService",
+    "check_direct_key_type",
     "check_key_type",
     "check_kind",
     "checkpoint_lineages",
@@ -522,6 +523,28 @@ def pin_hosts(
         stats = service.stats
         stats["queryable_requests_direct"] = stats.get("queryable_requests_direct", 0) + n
     return snap
+
+
+def check_direct_key_type(op: QueryableOperator, key_type: Mapping[str, Any] | None) -> None:
+    """A direct lookup (``direct.py``) finds a key's query host by the bytes the client
+    serialized, so they must be in the job's own key encoding. A job keyed without a key
+    type stores its keys in the default encoding (PyFlink pickles them): a request naming
+    a declared type (``Types.STRING()``) would go to the wrong host and not decode there.
+    (The query server itself re-encodes such keys by value: :meth:`decode_keys`.)"""
+    if op.key_serializer.name != "default_key":
+        return
+    given = str((key_type or {}).get("name", "none"))
+    if given == "default_key":
+        return
+    raise WrongKeyTypeError(
+        f"operator {op.uid!r} was keyed without a key type (its key_by(...) declared no "
+        f"key_type=), so the job's keys are pickled (in streamstate's default key encoding), "
+        f"but the request names the key type {given!r}. Declare it in the job "
+        f"(key_by(selector, key_type=Types.STRING()) or whichever type the keys have), or "
+        f"ask with the job's pickled key type: key_type_info=Types.PICKLED_BYTE_ARRAY() or "
+        f"None (or through the query "
+        f"server, which re-encodes keys by value: QueryableStateClient(..., direct=False))"
+    )
 
 
 def check_key_type(op: QueryableOperator, given: TypeSerializer) -> None:
