@@ -21,7 +21,7 @@ from typing import Any
 
 from streamstate.connectors.base import SinkCommitter
 from streamstate.connectors.object_commit import PartUpload, abort_orphan_uploads
-from streamstate.errors import DuplicateOutputError, FileSinkRestoreError
+from streamstate.errors import FileSinkRestoreError
 from streamstate.runtime.stores import url_to_fs
 
 __all__ = [
@@ -347,16 +347,8 @@ class FileCommitter(SinkCommitter):
                 "their records", self.base_path, len(later),
             )  # fmt: skip
             return
-        message = (
+        plan.duplicates(
             f"FileSink {self.base_path}: {len(later)} part file(s) were committed after this "
-            f"checkpoint ({', '.join(later[:3])}{', ...' if len(later) > 3 else ''}) and this "
-            f"replay cannot tell which of its records they hold ({plan.why_not_exact}), so it "
-            f"would write them again"
+            f"checkpoint ({first_few(later)}) and this replay cannot tell which of its "
+            f"records they hold ({plan.why_not_exact}), so it would write them again"
         )
-        if not plan.allow_duplicates:
-            raise DuplicateOutputError(
-                f"{message}. Restore the newest checkpoint, or allow the duplicates with "
-                f"execution.state-recovery.allow-duplicate-output: true "
-                f"(`streamstate run --allow-duplicate-output`)"
-            )
-        log.warning("%s (allowed by execution.state-recovery.allow-duplicate-output)", message)

@@ -282,20 +282,13 @@ class JobExecutor:
         checkpoint, for committers the replay would write again."""
         if not sinks:
             return
-        message = (
+        plan.duplicates(
             f"job {self.job_id}: the restore replays output that was already committed "
             f"({', '.join(f'sink {u!r} up to epoch {e}' for u, e in sorted(sinks.items()))}) "
             f"and cannot skip it"
             + (f" ({plan.why_not_exact})" if plan.why_not_exact else "")
             + ", so it would be written again"
         )
-        if not plan.allow_duplicates:
-            raise DuplicateOutputError(
-                f"{message}. Restore the newest checkpoint, or allow the duplicates with "
-                f"execution.state-recovery.allow-duplicate-output: true "
-                f"(`streamstate run --allow-duplicate-output`)"
-            )
-        log.warning("%s (allowed by execution.state-recovery.allow-duplicate-output)", message)
 
     def _initial_restore(self) -> None:
         self.state.reset()

@@ -24,13 +24,27 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["NO_REPLAY", "PROPERTY", "ReplayHistory", "ReplayPlan", "replay_stamp"]
+from streamstate.errors import DuplicateOutputError
+
+__all__ = [
+    "ALLOW_DUPLICATES_KEY",
+    "NO_REPLAY",
+    "PROPERTY",
+    "ReplayHistory",
+    "ReplayPlan",
+    "replay_stamp",
+]
 
 #: the checkpoint property holding :meth:`ReplayHistory.to_property`
 PROPERTY = "replay"
+#: the named option that allows writing committed output again
+ALLOW_DUPLICATES_KEY = "execution.state-recovery.allow-duplicate-output"
+
+log = logging.getLogger("streamstate")
 
 
 def replay_stamp(plan: Any, epoch_records: int, epoch_interval_s: float) -> str | None:
@@ -102,6 +116,16 @@ class ReplayPlan:
     @property
     def skips_committed(self) -> bool:
         return self.stamp is not None
+
+    def duplicates(self, message: str) -> None:
+        """The restore would write committed output again (``message`` says what): raise
+        :class:`DuplicateOutputError` naming the option, or warn when it is allowed."""
+        if not self.allow_duplicates:
+            raise DuplicateOutputError(
+                f"{message}. Restore the newest checkpoint, or allow the duplicates with "
+                f"{ALLOW_DUPLICATES_KEY}: true (`streamstate run --allow-duplicate-output`)"
+            )
+        log.warning("%s (allowed by %s)", message, ALLOW_DUPLICATES_KEY)
 
 
 #: the plan before any restore: nothing committed to skip
