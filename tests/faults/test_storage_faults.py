@@ -44,16 +44,24 @@ class DiskFault(JobObserver):
         self.err, self.start, self.writes = err, start, writes
         self.active = False
         self.failed_writes = 0
-        real = storage.atomic_write
+        real_write, real_write_once = storage.atomic_write, storage.write_once_or_fail
 
-        def atomic_write(fs: Any, path: str, data: bytes) -> None:
+        def fail(path: str) -> None:
             if self.active and "/chk-" in path:
                 if self.writes is None or self.failed_writes < self.writes:
                     self.failed_writes += 1
                     raise CheckpointStorageError(f"cannot write {path}: {OSError(self.err, path)}")
-            real(fs, path, data)
+
+        def atomic_write(fs: Any, path: str, data: bytes) -> None:
+            fail(path)
+            real_write(fs, path, data)
+
+        def write_once_or_fail(fs: Any, path: str, data: bytes, what: str) -> None:
+            fail(path)  # _metadata: written once, not through atomic_write
+            real_write_once(fs, path, data, what)
 
         monkeypatch.setattr(storage, "atomic_write", atomic_write)
+        monkeypatch.setattr(storage, "write_once_or_fail", write_once_or_fail)
 
     def on_epoch(self, job_id: str, stats: EpochStats) -> None:
         if stats.epoch + 1 == self.start:
