@@ -48,6 +48,7 @@ from streamstate.runtime.queryable.query_host import stop_query_host
 from streamstate.runtime.subtask_host import run_hosted, stop_hosts
 from streamstate.runtime.task import run_stage_partition
 from streamstate.spark.placement import executor_location
+from streamstate.spark.python_deps import ConnectFiles, ship_python_dependencies
 from streamstate.spark.routing import route_of
 from streamstate.spark.runner import (
     _AT_EXIT,
@@ -157,6 +158,9 @@ class DataFrameEpochRunner(EpochRunner):
 
             self.spark = get_or_create_spark(self.configuration)
         bind_job_session(self.spark)
+        connect = is_connect_session(self.spark)
+        files = ConnectFiles(self.spark) if connect else self.spark.sparkContext
+        ship_python_dependencies(files, self.configuration)
         self._job_id = job_id
         large = self.spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
         self._large_binary = str(large).strip().lower() == "true"

@@ -34,7 +34,13 @@ from typing import Any
 
 from streamstate.errors import ConfigurationError
 
-__all__ = ["ARCHIVES_KEY", "FILES_KEY", "REQUIREMENTS_KEY", "ship_python_dependencies"]
+__all__ = [
+    "ARCHIVES_KEY",
+    "FILES_KEY",
+    "REQUIREMENTS_KEY",
+    "ConnectFiles",
+    "ship_python_dependencies",
+]
 
 FILES_KEY = "python.files"
 REQUIREMENTS_KEY = "python.requirements"
@@ -134,6 +140,25 @@ def _requirements(spec: str) -> str:
             f"docs/cluster.md) and keep only pure-Python ones here"
         )
     return _zip_contents(target, archive)
+
+
+class ConnectFiles:
+    """A Spark Connect session as :func:`ship_python_dependencies` uses a SparkContext:
+    files and archives become the session's artifacts (``addArtifacts(pyfile=True)`` /
+    ``archive=True``), which the server's Python workers get as a SparkContext's; what was
+    shipped is kept on the session (once per session, as once per SparkContext)."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self._streamstate_python_deps = spark.__dict__.setdefault(
+            "_streamstate_python_deps", set()
+        )
+
+    def addPyFile(self, path: str) -> None:
+        self.spark.addArtifacts(path, pyfile=True)
+
+    def addArchive(self, spec: str) -> None:
+        self.spark.addArtifacts(spec, archive=True)
 
 
 def ship_python_dependencies(sc: Any, configuration: Any) -> None:
