@@ -55,7 +55,8 @@ def classic_spark():
 def connect_server(tmp_path_factory):
     """A real Spark Connect server (``streamstate local``'s code, ``local[2]``) in a home
     of its own (jobs that are not given this session never see it); stopped at the end of
-    the test session, also when tests failed (and at exit, should the fixture not end)."""
+    the test session, also when tests failed, at exit should the fixture not end, and by
+    its watchdog should this process be killed."""
     from streamstate.spark.local_server import start_server, stop_server
 
     home = tmp_path_factory.mktemp("connect-home")
@@ -66,6 +67,7 @@ def connect_server(tmp_path_factory):
         conf={"spark.sql.shuffle.partitions": "2"},
         home=home,
         environment={"PYTHONPATH": _worker_pythonpath()},
+        owner_pid=os.getpid(),
     )
     try:
         yield server

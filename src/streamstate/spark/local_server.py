@@ -164,10 +164,13 @@ def start_server(
     timeout_s: float = _START_TIMEOUT_S,
     home: str | os.PathLike[str] | None = None,
     environment: dict[str, str] | None = None,
+    owner_pid: int | None = None,
 ) -> LocalServer:
     """Start the warm server of ``home`` (or return the running one) and wait until it
     ran a first job. ``port`` 0: any free port; ``environment``: more variables for the
-    server and its Python workers (e.g. ``PYTHONPATH``)."""
+    server and its Python workers (e.g. ``PYTHONPATH``); ``owner_pid``: a watchdog
+    process stops the server when that process is gone, however it ended (a test
+    session killed by a signal leaves no server behind)."""
     from streamstate.spark.session import check_java
 
     current = running_server(home)
@@ -225,6 +228,8 @@ def start_server(
         python=sys.executable,
         started_ms=int(time.time() * 1000),
     )
+    if owner_pid is not None:
+        _watch(owner_pid, proc.pid)
     try:
         _wait_until_serving(proc, server, timeout_s)
     except BaseException:
@@ -232,6 +237,43 @@ def start_server(
         raise
     _write_state(server, home)
     return server
+
+
+#: the watchdog: polls its owner and the server once a second; when the owner is gone it
+#: ends the server's process group (SIGTERM, SIGKILL after 10 s); exits with the server
+_WATCHDOG = """
+import os, signal, sys, time
+owner, group = int(sys.argv[1]), int(sys.argv[2])
+def alive(pid, group=False):
+    try:
+        (os.killpg if group else os.kill)(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+while alive(group, True):
+    if not alive(owner):
+        os.killpg(group, signal.SIGTERM)
+        for _ in range(100):
+            if not alive(group, True):
+                sys.exit(0)
+            time.sleep(0.1)
+        os.killpg(group, signal.SIGKILL)
+        sys.exit(0)
+    time.sleep(1.0)
+"""
+
+
+def _watch(owner_pid: int, group: int) -> subprocess.Popen[bytes]:
+    """Start the watchdog of the server's process ``group`` for ``owner_pid``."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(owner_pid), str(group)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # not in the owner's group: it outlives a killed owner
+    )
 
 
 def _wait_until_serving(proc: subprocess.Popen[bytes], server: LocalServer, timeout_s: float) -> None:
