@@ -4,6 +4,7 @@
 #   make demo         the temperature-alert showcase (examples/temperature_alerts.py)
 #   make test         unit + integration tests, then ruff, mypy and the import layers
 #   make test-unit    the unit tests only: no Spark, well under a minute
+#   make test-cluster the cluster bed (tests/cluster: machines in network namespaces; root)
 #   make lint         ruff + mypy + import-linter layers (enforced; ruff format is reported only)
 #   make bench        the keyed-count benchmark (installs the "bench" extra)
 #   make bench-peers  the same workload on Spark's stateful APIs and on PyFlink
@@ -15,7 +16,7 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-unit lint bench bench-install bench-peers clean
+.PHONY: help venv demo test test-unit test-cluster lint bench bench-install bench-peers clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -45,10 +46,14 @@ demo: venv
 	$(BIN)/python examples/temperature_alerts.py $(DEMO_ARGS)
 
 test: venv
-	$(BIN)/python -m pytest -q tests $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q tests --ignore=tests/cluster $(PYTEST_ARGS)
 	$(BIN)/python -m ruff check src tests examples tools
 	$(BIN)/python -m mypy src
 	$(BIN)/lint-imports
+
+# its own step in .ci/run: many JVMs at once, a few minutes
+test-cluster: venv
+	$(BIN)/python -m pytest -q tests/cluster $(PYTEST_ARGS)
 
 test-unit: venv
 	$(BIN)/python -m pytest -q tests/unit $(PYTEST_ARGS)

@@ -1,0 +1,51 @@
+"""The cluster bed itself and the smoke test on it: three worker machines, a driver machine,
+checkpoints in the object store (tests/cluster/bed.py)."""
+
+from __future__ import annotations
+
+from tests.cluster.checks import machine_paths_in_store
+from tests.cluster.jobs import run_reports
+
+SHELL = ["sh", "-c"]
+
+
+def test_machines_share_nothing_but_the_network(bed):
+    bed.run("w1", [*SHELL, "echo w1 > /tmp/probe && echo w1 > $HOME/probe"], 30)
+    on_w2 = bed.run("w2", [*SHELL, "hostname; ls /tmp/probe $HOME/probe; ps -e -o comm="], 30)
+    lines = on_w2.stdout.split()
+    assert lines[0] == "w2"
+    assert "No such file" in on_w2.stderr and on_w2.stderr.count("probe") == 2
+    # w2 sees its own processes only: w1's Spark worker JVM is not among them
+    assert on_w2.stdout.count("java") == 1
+    # ... and reaches the others by name over the bridge
+    reach = bed.run(
+        "w2",
+        [
+            "python",
+            "-c",
+            "import socket; socket.create_connection(('master', 7077), 5); print('ok')",
+        ],
+        30,
+    )
+    assert reach.stdout.strip() == "ok", reach.stderr
+
+
+def test_keyed_count_with_checkpoints_in_the_object_store(bed):
+    reports = run_reports(
+        bed,
+        "driver",
+        ["count", "--master", bed.spark_master, "--checkpoints", bed.s3_url("smoke")]
+        + ["--run", "hashmap:3", "--run", "rocksdb:2", "--records", "2000", "--keys", "40"],
+        timeout=600,
+    )
+    assert [(r["backend"], r["parallelism"], r["correct"]) for r in reports] == [
+        ("hashmap", 3, True),
+        ("rocksdb", 2, True),
+    ]
+    workers = {w.name for w in bed.workers}
+    for r in reports:
+        hosts = {w.split(":")[0] for ws in r["subtask_workers"].values() for w in ws}
+        # every subtask ran on a worker machine (which ones is Spark's choice)
+        assert hosts and hosts <= workers, r["subtask_workers"]
+        assert bed.s3fs().exists(f"bed/smoke/{r['checkpoints'].rsplit('/', 1)[1]}/{r['job_id']}")
+    assert machine_paths_in_store(bed, "smoke") == []
