@@ -62,3 +62,16 @@ def test_the_state_processor_api_refuses_a_connect_session(connect_spark):
 
     with pytest.raises(ConfigurationError, match="classic SparkSession"):
         SavepointReader(connect_spark, "unused", None, None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("session", ["connect_spark", "classic_spark"])
+def test_a_large_stage_spec_travels_as_a_file(session, request):
+    """A collection larger than the 64 KiB inline limit: its stage spec is shipped once per
+    job as a file (a Connect artifact; ``addFile`` on a classic session) and read with
+    SparkFiles by the tasks; the DataFrame runner on both sessions."""
+    spark = request.getfixturevalue(session)
+    data = [(f"key-{i % 97}", "x" * 40) for i in range(6000)]
+    env = make_env(spark, epoch_records=2000, **{"execution.runner": "dataframe"})
+    sink = count_job(env, data)
+    env.execute(f"large-spec-{session}")
+    assert final_counts(sink.get_results()) == dict(Counter(k for k, _ in data))

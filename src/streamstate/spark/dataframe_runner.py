@@ -178,7 +178,7 @@ class DataFrameEpochRunner(EpochRunner):
         path = os.path.join(self._artifacts, name)
         with open(path, "wb") as f:
             f.write(blob)
-        if hasattr(self.spark, "addArtifacts"):
+        if is_connect_session(self.spark):
             self.spark.addArtifacts(path, file=True)
         else:  # a classic session: the SparkContext ships files the same way
             self.spark.sparkContext.addFile(path)
