@@ -145,6 +145,8 @@ class DataFrameEpochRunner(EpochRunner):
         self._hosted = _hosted(configuration)
         self._large_binary = False
         self._artifacts: str | None = None
+        #: stage id -> its tick rows' DataFrame (built once per job)
+        self._ticks: dict[int, Any] = {}
 
     def describe(self) -> str:
         if self.spark is None:
@@ -200,9 +202,11 @@ class DataFrameEpochRunner(EpochRunner):
                 # SQL text, not pyspark.sql.functions: those build classic or Connect columns
                 # by the process's mode, not by the session's
                 ups = [frames[u].filter(f"dest = {st.id}") for u in st.upstream]
-                ticks = spark.createDataFrame(
-                    tick_rows(st.id, st.parallelism, _router(meta)), ROUTED_DDL
-                )
+                ticks = self._ticks.get(st.id)
+                if ticks is None:  # the same rows every epoch: one local relation per job
+                    ticks = self._ticks[st.id] = spark.createDataFrame(
+                        tick_rows(st.id, st.parallelism, _router(meta)), ROUTED_DDL
+                    )
                 base = reduce(lambda a, b: a.unionAll(b), [*ups, ticks]).repartition(
                     st.parallelism, "route"
                 )
@@ -251,6 +255,7 @@ class DataFrameEpochRunner(EpochRunner):
             t.start()
             _STOPPERS.append(t)
         self._job_id = None
+        self._ticks = {}
         bind_job_session(None)
 
 
