@@ -112,3 +112,12 @@ def seaweed(tmp_path_factory):
     server = SeaweedS3.start(tmp_path_factory.mktemp("seaweed"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def no_aws_environment(monkeypatch):
+    """No AWS_* variable of the test process helps: the job's configuration (or what the
+    test passes) must be enough to reach the store, as on a cluster."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)

@@ -24,16 +24,10 @@ from streamstate.testing import TickingClock
 from tests.faults import crash_job
 from tests.faults.test_worker_crash import CRASH_EPOCH, RECORDS, exit_in_epoch
 from tests.support import envs
+from tests.support.seaweed import subprocess_environment
 
 JOB = str(Path(__file__).with_name("crash_job.py"))
-ROOT = str(Path(__file__).resolve().parents[2])
-
-
-@pytest.fixture(autouse=True)
-def no_aws_environment(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("no_aws_environment")
 
 
 def committed_lines_s3(fs: Any, out: str) -> list[str]:
@@ -76,12 +70,10 @@ def test_worker_exit_with_output_and_checkpoints_on_s3_is_exact(spark, seaweed, 
 
 
 def _run(args: list[str], seaweed: Any, crash_at: str | None = None) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.pop("CRASH_AT", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    env["STREAMSTATE_CONF"] = json.dumps(seaweed.configuration())
+    extra = {"STREAMSTATE_CONF": json.dumps(seaweed.configuration())}
     if crash_at:
-        env["CRASH_AT"] = crash_at
+        extra["CRASH_AT"] = crash_at
+    env = subprocess_environment(extra)
     return subprocess.run(args, env=env, capture_output=True, timeout=180, check=False)
 
 

@@ -7,7 +7,6 @@ workers get them from the job, which is what a cluster needs.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 import pytest
@@ -23,18 +22,10 @@ from streamstate.runtime.state_reader import read_keyed_state
 from streamstate.testing import FailOnce
 from tests.integration.jobs import count_job, make_env, records
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("no_aws_environment")]
 
 DATA = records(240, 17)
 EXPECTED = dict(Counter(k for k, _ in DATA))
-
-
-@pytest.fixture(autouse=True)
-def no_aws_environment(monkeypatch):
-    """The job's configuration must be enough: no AWS_* variable helps."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
 
 
 def backend(name, local_dir):
@@ -58,9 +49,7 @@ def run_count(spark, seaweed, where, name, local_dir, failure=None, **conf):
 
 
 @pytest.mark.parametrize("name", ["hashmap", "rocksdb-incremental"])
-def test_keyed_job_with_checkpoints_on_s3_is_exact_across_a_failure(
-    spark, seaweed, tmp_path, name
-):
+def test_keyed_job_with_checkpoints_on_s3_is_exact_across_a_failure(spark, seaweed, tmp_path, name):
     bucket = seaweed.bucket()
     where = f"s3://{bucket}/checkpoints"
     fail = FailOnce(str(tmp_path), epoch=5, subtask=1, mode="exit", after_records=3)

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,19 +24,12 @@ from streamstate.testing import TickingClock
 from tests.integration.jobs import count_job, final_counts, records
 from tests.support import envs
 from tests.support.savepoints import stop_with_savepoint
+from tests.support.seaweed import subprocess_environment
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("no_aws_environment")]
 
 DATA = records(300, 11)
 COUNT = ValueStateDescriptor("count", Types.LONG())
-ROOT = str(Path(__file__).resolve().parents[2])
-
-
-@pytest.fixture(autouse=True)
-def no_aws_environment(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
 
 
 class CountReader(KeyedStateReaderFunction):
@@ -58,12 +50,14 @@ def count_env(spark, seaweed, parallelism, checkpoints):
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    full["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, full.get("PYTHONPATH")]))
-    full.update(env)
     exe = os.path.join(os.path.dirname(sys.executable), "streamstate")
     return subprocess.run(
-        [exe, *args], env=full, capture_output=True, text=True, timeout=120, check=False
+        [exe, *args],
+        env=subprocess_environment(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 

@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SeaweedS3", "seaweed_binary", "free_port"]
+__all__ = ["SeaweedS3", "free_port", "seaweed_binary", "subprocess_environment"]
+
+ROOT = str(Path(__file__).resolve().parents[2])
 
 ACCESS_KEY = "streamstate-test"
 SECRET_KEY = "streamstate-test-secret"
@@ -236,6 +238,17 @@ class SeaweedS3:
             return True  # answered (e.g. 403 without a signature)
         except OSError:
             return False
+
+
+def subprocess_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a job or CLI subprocess: without AWS_* variables
+    (the store settings must come from where the test says), the project importable
+    (the jobs' modules), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.pop("CRASH_AT", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    env.update(extra or {})
+    return env
 
 
 @contextlib.contextmanager
