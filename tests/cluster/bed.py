@@ -57,6 +57,14 @@ WORKER_MEMORY = "1g"
 EXECUTOR_MEMORY = "512m"
 
 
+def _code_under_tmp() -> list[str]:
+    """The checkout and the interpreter's prefix, where they live under ``/tmp`` (outermost
+    only): a machine's private ``/tmp`` would hide them."""
+    paths = sorted({os.path.realpath(ROOT), os.path.realpath(sys.prefix)})
+    under = [p for p in paths if p.startswith("/tmp/")]
+    return [p for p in under if not any(p.startswith(q + "/") for q in under if q != p)]
+
+
 class BedError(RuntimeError):
     """The bed could not be built or a machine did not come up (names its log)."""
 
@@ -244,10 +252,20 @@ class Bed:
         _sh(*inside, "ip", "addr", "add", f"{m.address}/24", "dev", "eth0")
         _sh(*inside, "ip", "link", "set", "eth0", "up")
         _sh(*inside, "ip", "link", "set", "lo", "up")
+        # The code every machine runs (this checkout and its virtualenv) stays at its path even
+        # when it lives under the host's /tmp (a CI clone): bound read-only into the machine's
+        # own tmp before that covers /tmp, recursively, so the code stays visible, nothing else.
+        code = "".join(
+            f" && mkdir -p {m.tmp}{inside_tmp} && mount --bind {path} {m.tmp}{inside_tmp}"
+            f" && mount -o remount,bind,ro {m.tmp}{inside_tmp}"
+            for path in _code_under_tmp()
+            for inside_tmp in [path.removeprefix("/tmp")]
+        )
         script = (
             # /tmp last: the other sources are under the host's /tmp
             f"hostname {m.name} && mount --bind {hosts} /etc/hosts"
-            f" && mount --bind {m.home} /home && mount --bind {m.tmp} /tmp && exec sleep infinity"
+            f" && mount --bind {m.home} /home{code}"
+            f" && mount --rbind {m.tmp} /tmp && exec sleep infinity"
         )
         init = subprocess.Popen(
             [*inside, "unshare", "--mount", "--uts", "--pid", "--fork", "--mount-proc"]
