@@ -247,3 +247,26 @@ def test_cli_version_bare_help_and_empty_list():
     assert out.returncode == 0 and "usage: streamstate" in out.stdout and "cancel" in out.stdout
     out = cli("info", "no-such-job")
     assert out.returncode == 2 and "streamstate list" in out.stderr
+
+
+def test_a_finished_job_serves_its_stop_outcome_until_it_is_read():
+    """`streamstate stop` polls for the savepoint's path while the stopped job ends: the
+    job's end (detach) waits until that outcome was read, so the process and its REST
+    server do not go away under the polling client."""
+    import concurrent.futures
+    import threading
+
+    from streamstate.control.server import JobHandle
+
+    handle = JobHandle(executor=None, configuration={}, token="t")
+    future: concurrent.futures.Future[str] = concurrent.futures.Future()
+    tid = handle.add_trigger(future)
+    handle.wait_outcomes_read(3600)  # not finished yet: nothing to wait for
+    future.set_result("file:///sp/savepoint-1")
+    ended = threading.Event()
+    waiter = threading.Thread(target=lambda: (handle.wait_outcomes_read(3600), ended.set()))
+    waiter.start()
+    assert not ended.wait(0.5), "the job ended before its stop outcome was read"
+    handle.outcome_read(tid)
+    waiter.join(60)
+    assert ended.is_set()

@@ -209,6 +209,7 @@ def build_app(server: Any) -> Starlette:
             return _error(404, f"no savepoint trigger {request.path_params['tid']}")
         if not future.done():
             return JSONResponse({"status": {"id": "IN_PROGRESS"}})
+        handle.outcome_read(request.path_params["tid"])
         err = future.exception()
         if err is None:
             return JSONResponse(

@@ -34,6 +34,8 @@ __all__ = ["FINISHED_KEPT", "ControlServer", "JobHandle", "RestSettings", "attac
 log = logging.getLogger("streamstate")
 
 FINISHED_KEPT = 20
+#: how long a finished job's process keeps serving unread savepoint/stop outcomes
+OUTCOME_GRACE_S = 30.0
 LOOPBACK = ("127.", "localhost", "::1")
 
 
@@ -85,15 +87,47 @@ class JobHandle:
     attached_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     #: savepoint/stop trigger id -> its future
     triggers: dict[str, concurrent.futures.Future[str]] = field(default_factory=dict)
+    #: triggers whose outcome no client has read yet (a `stop` polls for the savepoint's path)
+    unread: set[str] = field(default_factory=set)
+    _all_read: threading.Condition = field(default_factory=threading.Condition, repr=False)
+
+    def add_trigger(self, future: concurrent.futures.Future[str]) -> str:
+        """Keep a savepoint/stop trigger; its id for polling its outcome."""
+        trigger_id = uuid.uuid4().hex
+        with self._all_read:
+            self.triggers[trigger_id] = future
+            self.unread.add(trigger_id)
+        return trigger_id
+
+    def outcome_read(self, trigger_id: str) -> None:
+        """A client read the finished outcome of ``trigger_id``."""
+        with self._all_read:
+            self.unread.discard(trigger_id)
+            self._all_read.notify_all()
+
+    def wait_outcomes_read(self, grace_s: float) -> None:
+        """Keep serving until every finished trigger's outcome was read, at most ``grace_s``:
+        a job stopped with a savepoint ends right after it, and its process with it, while
+        the client that asked for the stop still polls for the savepoint's path."""
+        deadline = time.monotonic() + grace_s
+        with self._all_read:
+            while any(self.triggers[t].done() for t in self.unread):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._all_read.wait(left)
 
     @property
     def job_id(self) -> str:
         return str(self.executor.job_id)
 
     def detach(self) -> None:
-        """The job ended: its registry file goes; the server keeps showing it for a while."""
+        """The job ended: its registry file goes; the server keeps showing it for a while.
+        Returns once the outcomes of its savepoint/stop triggers were read (or after
+        :data:`OUTCOME_GRACE_S`), so that `streamstate stop` gets its savepoint's path."""
         from streamstate.control.queryable import detach_queryable
 
+        self.wait_outcomes_read(OUTCOME_GRACE_S)
         detach_queryable(self.job_id)
         if self.record is not None:
             self.record.remove()
@@ -195,9 +229,7 @@ class ControlServer:
         return 403
 
     def trigger(self, handle: JobHandle, future: concurrent.futures.Future[str]) -> str:
-        tid = uuid.uuid4().hex
-        handle.triggers[tid] = future
-        return tid
+        return handle.add_trigger(future)
 
 
 def attach_job(executor: Any, configuration: Mapping[str, str]) -> JobHandle | None:
