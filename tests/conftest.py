@@ -14,12 +14,51 @@ import tempfile
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_BASELINE = pytest.StashKey()
 
 # jobs started by tests register in a private job registry, not the user's ~/.streamstate
 # (removed when the test process ends)
+_HOME = None
 if "STREAMSTATE_HOME" not in os.environ:
     os.environ["STREAMSTATE_HOME"] = _HOME = tempfile.mkdtemp(prefix="streamstate-home-")
     atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
+
+#: how long streamstate's processes may take to end after their application (the
+#: session's SparkSession) stopped: they watch its owner process and end with it
+LEFTOVER_WAIT_S = 60.0
+
+
+def pytest_sessionstart(session):
+    from tests.support.leftovers import Baseline
+
+    baseline = Baseline()
+    if _HOME is not None:
+        baseline.expected.add(os.path.basename(_HOME))  # on purpose; removed at exit
+    session.config.stash[_BASELINE] = baseline
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when streamstate left a process alive or a file in the temp dir (issue
+    26): checked after every fixture (the session's SparkSession too) was torn down."""
+    from tests.support.leftovers import leftover_files, leftover_processes
+
+    baseline = session.config.stash.get(_BASELINE, None)
+    if baseline is None or os.environ.get("STREAMSTATE_SKIP_LEFTOVER_CHECK"):
+        return
+    processes = leftover_processes(baseline, LEFTOVER_WAIT_S)
+    files = leftover_files(baseline)
+    if not processes and not files:
+        return
+    lines = ["streamstate left things behind after the test session:"]
+    lines += [f"  process {pid} still alive: {cmd[:300]}" for pid, cmd in processes.items()]
+    for name, inside in files.items():
+        lines.append(f"  {tempfile.gettempdir()}/{name}: {inside}")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("\n".join(lines), red=True)
+    else:
+        print("\n".join(lines), file=sys.stderr)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _worker_pythonpath() -> str:

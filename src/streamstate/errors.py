@@ -36,6 +36,7 @@ __all__ = [
     "TimestampError",
     "UnknownJobError",
     "UnknownKvStateError",
+    "UnsafeDirectoryError",
     "UnsignedCheckpointError",
     "UnsupportedFeatureError",
     "UnsupportedModuleError",
@@ -123,6 +124,11 @@ class WorkerEnvironmentError(ConfigurationError):
 
     #: the executor fails the job instead of asking the restart strategy
     suppresses_restarts = True
+
+
+class UnsafeDirectoryError(ConfigurationError):
+    """A directory streamstate keeps private things in (sockets, job state) is not private:
+    a symlink, another user's, or open to other users. Refused rather than used."""
 
 
 class StateSizeExceededError(StreamStateError):

@@ -16,7 +16,7 @@ from streamstate.common import Types
 from streamstate.datastream.connectors.collect import CollectSink
 from streamstate.queryablestate import QueryableStateClient
 from streamstate.runtime.job_status import JobObserver
-from streamstate.runtime.queryable.query_host import _info_path, _read_info, query_host_pid
+from streamstate.runtime.queryable.query_host import query_host_pid
 from streamstate.runtime.queryable.service import service_of
 from streamstate.runtime.state_reader import read_keyed_state
 from tests.support.envs import checkpoint_every_epoch, make_env
@@ -41,9 +41,9 @@ class Probe(JobObserver):
     def on_epoch(self, job_id, stats):
         self.host_pids.append(query_host_pid(job_id))
         if stats.epoch == self.kill_at:  # the executor's query host is gone (lost executor)
-            got = _read_info(_info_path(job_id))
-            assert got is not None
-            os.kill(got[0], signal.SIGKILL)
+            pid = query_host_pid(job_id)
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
         if stats.checkpoint_id is None:
             # the first periodic checkpoint is due an interval after the job starts: an
             # epoch planned within that millisecond has none (nothing to compare with)

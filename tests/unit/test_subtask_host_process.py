@@ -1,18 +1,52 @@
-"""The subtask-host process itself (no Spark): a worker starts it through the machine's
+"""The subtask-host process itself (no Spark): a worker starts it through its application's
 zygote (a fork, not a new interpreter), reaches it again on a new connection, and the
-job's end stops it and removes its socket."""
+job's end stops it and removes its socket. A host takes the process state of the worker
+that asked for it, the zygote forks one host per socket, and zygote and hosts end with
+their application's owner process and remove what was theirs."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 
+import pytest
+
 from streamstate.runtime import subtask_host as h
+from streamstate.runtime.host_owner import running, this_owner
+
+#: how long a process may take to notice that its owner ended (it is told at once by a
+#: pidfd; this only bounds a hang)
+END_WAIT_S = 60.0
 
 
-def test_a_host_is_forked_reached_again_and_stopped():
+def wait_until_gone(pids: list[int], paths: list[str] = ()) -> None:
+    deadline = time.monotonic() + END_WAIT_S
+    while any(running(p) for p in pids) or any(os.path.exists(p) for p in paths):
+        if time.monotonic() > deadline:
+            alive = [p for p in pids if running(p)]
+            pytest.fail(f"still there {END_WAIT_S:.0f} s after the owner ended: {alive} {paths}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def zygote():
+    """This test process is the owner: its zygote (and hosts) end with the test."""
+    yield
+    d = h.host_dir()
+    h.stop_zygote(d)
+    wait_until_gone([], [d])
+
+
+def test_a_host_is_forked_reached_again_and_stopped(zygote):
     job = f"unit-{uuid.uuid4().hex}"
     path = h._socket_path(job, 0, 1)
+    assert os.path.dirname(path) == h.host_dir()
+    assert os.path.basename(h.host_dir()) == f"app-{this_owner().key}"
     try:
         conn = h._connection(path, job, 30)
         assert os.path.exists(path)
@@ -25,3 +59,86 @@ def test_a_host_is_forked_reached_again_and_stopped():
         assert h.stop_hosts(job) == [1]
     assert not os.path.exists(path)
     assert h.stop_hosts(job) == [0]  # idempotent
+    assert not [n for n in os.listdir(h.host_dir()) if n.endswith(".lock")]  # no lock files
+
+
+def _host(job: str, index: int = 0) -> tuple[str, int]:
+    path = h._socket_path(job, 0, index)
+    pid = h.fork_host(path, job, 30)
+    assert pid is not None
+    h._connection(path, job, 30)  # it listens
+    return path, pid
+
+
+def test_the_zygote_forks_one_host_per_socket_and_a_new_one_after_a_stop(zygote):
+    job = f"unit-{uuid.uuid4().hex}"
+    path, pid = _host(job)
+    assert h.fork_host(path, job, 30) == pid  # asked again (another worker): the same host
+    os.kill(pid, signal.SIGKILL)  # killed: the zygote forks a new one when asked
+    wait_until_gone([pid])
+    h._drop(path)
+    _, again = _host(job)
+    assert again != pid
+    h.stop_hosts(job)
+    wait_until_gone([again])
+
+
+def test_a_host_takes_the_umask_and_working_directory_of_the_worker_that_asked(zygote, tmp_path):
+    first = f"unit-{uuid.uuid4().hex}"
+    _, pid = _host(first)  # the zygote is running now, started with this umask
+    assert _umask_of(pid) == _umask_of(os.getpid())
+    old_mask, old_cwd = os.umask(0o077), os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        job = f"unit-{uuid.uuid4().hex}"
+        _, later = _host(job)
+    finally:
+        os.umask(old_mask)
+        os.chdir(old_cwd)
+    assert _umask_of(later) == 0o077
+    assert os.readlink(f"/proc/{later}/cwd") == str(tmp_path)
+    h.stop_hosts(first)
+    h.stop_hosts(job)
+
+
+def _umask_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(ln.split()[1], 8) for ln in f if ln.startswith("Umask:"))
+
+
+APPLICATION = """
+import json, sys, time, uuid
+from streamstate.runtime import subtask_host as h
+job = uuid.uuid4().hex
+path = h._socket_path(job, 0, 0)
+pid = h.fork_host(path, job, 600)
+h._connection(path, job, 600)
+print(json.dumps({"host": pid, "dir": h.host_dir()}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_zygote_and_hosts_end_with_their_owner_and_remove_its_directory():
+    """The owner (here a process standing for a Spark application's daemon) is SIGKILLed:
+    its zygote and hosts notice (pidfd), end, and remove the application's directory."""
+    proc = subprocess.Popen([sys.executable, "-c", APPLICATION], stdout=subprocess.PIPE)
+    try:
+        line = proc.stdout.readline()
+        assert line, "the application process died before starting its host"
+        got = json.loads(line)
+        host = got["host"]
+        zygote = _parent(host)
+        assert zygote is not None and running(zygote)
+        assert os.path.isdir(got["dir"])
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_until_gone([host, zygote], [got["dir"]])
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None

@@ -5,8 +5,9 @@ worker is free (and with ``spark.python.worker.reuse=false`` starts a new one pe
 so state kept in the worker is found again only by chance. A **subtask host** is a
 process of its own, one per ``(job, stage, subtask)`` on an executor, started by the
 first worker that runs the subtask there and reached by every later one over a Unix
-socket (``<tmp>/streamstate-hosts-<uid>/<job>-<stage>-<subtask>.sock``, in an owner-only
-directory, with the job id as the connection's auth key). The worker sends the epoch's
+socket (``<host dir>/<job digest>-<stage>-<subtask>.sock``, :func:`host_dir`: the
+application's directory in this user's private runtime directory, with the job id as the
+connection's auth key). The worker sends the epoch's
 instructions and input; the host runs the stage (``task.run_stage_partition``, with its
 own instance cache) and sends the outputs back. So on one executor a subtask's keyed
 state, operator state, open RocksDB database and user function objects (a
@@ -17,7 +18,8 @@ Correctness never depends on the host: a host that is gone (killed, idle-timed o
 another executor) is started again and rebuilds the subtask from its lineage, as a new
 worker always did. A host that dies while running an epoch fails the task with
 :class:`SubtaskHostCrashed` (the restart strategy takes over). A host exits when the
-job's runner stops it, or after ``idle_timeout_s`` without a request.
+job's runner stops it, after ``idle_timeout_s`` without a request, or when its
+application ends (``host_owner.py``: hosts and zygotes belong to one application).
 
 Costs: one more copy of the epoch's input and output through the socket (pickled), and
 one process per subtask and executor. Pure Python, no pyspark: the host imports only
@@ -32,28 +34,34 @@ import hashlib
 import os
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from multiprocessing.connection import Client, Connection
 from multiprocessing.reduction import send_handle
 from typing import Any
 
-from streamstate.errors import StreamStateError
-from streamstate.runtime.checkpoint.lock import process_alive
+from streamstate.errors import ConfigurationError, StreamStateError
+from streamstate.runtime.host_owner import running, this_owner
+from streamstate.runtime.runtime_dir import private_dir
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",
     "PROTOCOL",
     "SubtaskHostCrashed",
     "authkey",
+    "child_env",
+    "dir_lock",
     "fork_host",
     "host_dir",
     "run_hosted",
     "stop_hosts",
+    "stop_zygote",
+    "worker_context",
 ]
 
 PROTOCOL = 1
+#: the longest host directory whose socket paths fit in AF_UNIX's 107 bytes
+_MAX_DIR_CHARS = 107 - len("/zygote-0123456789abcdef.sock")
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 #: how long a worker waits for a host it started to listen
 _START_TIMEOUT_S = 60.0
@@ -68,10 +76,17 @@ class SubtaskHostCrashed(StreamStateError, RuntimeError):
 
 
 def host_dir() -> str:
-    """The owner-only directory of this user's host sockets on this machine."""
-    d = os.path.join(tempfile.gettempdir(), f"streamstate-hosts-{os.getuid()}")
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    return d
+    """The directory of this application's hosts on this machine,
+    ``<runtime dir>/app-<owner>/`` (``runtime_dir.py``, ``host_owner.py``): sockets of
+    the zygote and the hosts, query hosts' address files. Removed when the owner ends."""
+    path = private_dir(f"app-{this_owner().key}")
+    if len(path) > _MAX_DIR_CHARS:
+        raise ConfigurationError(
+            f"the subtask hosts' socket directory {path} is too long for Unix sockets "
+            f"({len(path)} characters, at most {_MAX_DIR_CHARS} leave room for the socket "
+            f"names): set TMPDIR to a shorter directory"
+        )
+    return path
 
 
 def _socket_path(job_id: str, stage: int, index: int) -> str:
@@ -150,58 +165,82 @@ def _connection(path: str, job_id: str, idle_timeout_s: float) -> Connection:
     try:
         conn = Client(path, family="AF_UNIX", authkey=key)
     except OSError:
-        with open(path + ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one worker starts the host, the others wait
-            try:
-                conn = Client(path, family="AF_UNIX", authkey=key)
-            except OSError:
-                conn = _start(path, job_id, key, idle_timeout_s)
+        conn = _start(path, job_id, key, idle_timeout_s)
     _CONNECTIONS[path] = conn
     return conn
 
 
 def _start(path: str, job_id: str, key: bytes, idle_timeout_s: float) -> Connection:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a dead host's socket
-    pid = fork_host(host_dir(), path, job_id, idle_timeout_s)
-    if pid is not None:
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while True:
-            try:
-                return Client(path, family="AF_UNIX", authkey=key)
-            except OSError:
-                if not process_alive(pid) or time.monotonic() > deadline:
-                    break  # start it as a new interpreter below
-                time.sleep(0.002)
-    env = dict(os.environ)
-    # the host imports what this worker can (Spark adds the job's files to sys.path)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamstate.runtime.host_process",
-            "host",
-            path,
-            job_id,
-            str(idle_timeout_s),
-        ],
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,  # outlives this worker
-        close_fds=True,
-        env=env,
-    )
+    """Connect to the host of ``path``, having the zygote start it when none runs (the
+    zygote forks at most one host per path: workers asking at once get the same one)."""
     deadline = time.monotonic() + _START_TIMEOUT_S
+    pid = fork_host(path, job_id, idle_timeout_s)
+    proc = None
+    if pid is None:  # no zygote: the host is a new interpreter
+        proc = _spawn_host(path, job_id, idle_timeout_s)
+        pid = proc.pid
     while True:
         try:
             return Client(path, family="AF_UNIX", authkey=key)
         except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
+            pass
+        if time.monotonic() > deadline:
+            raise SubtaskHostCrashed(
+                f"the subtask host {path} did not start within {_START_TIMEOUT_S:.0f} s; its "
+                f"errors are in the executor's stderr"
+            )
+        if not running(pid):  # it exited (an idle timeout just then, a crash): again
+            if proc is not None:
                 raise SubtaskHostCrashed(
                     f"the subtask host {path} did not start (exit code {proc.poll()}); its "
                     f"errors are in the executor's stderr"
-                ) from None
-            time.sleep(0.01)
+                )
+            pid = fork_host(path, job_id, idle_timeout_s)
+            if pid is None:
+                proc = _spawn_host(path, job_id, idle_timeout_s)
+                pid = proc.pid
+        time.sleep(0.002)
+
+
+def _spawn_host(path: str, job_id: str, idle_timeout_s: float) -> subprocess.Popen[bytes]:
+    """The host as a new interpreter (when no zygote answers), one per path at a time."""
+    with dir_lock(os.path.dirname(path)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a dead host's socket
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "streamstate.runtime.host_process",
+                "host",
+                path,
+                job_id,
+                str(idle_timeout_s),
+                this_owner().encode(),
+            ],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # outlives this worker (it ends with the owner)
+            close_fds=True,
+            env=child_env(),
+        )
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # a new interpreter imports what this worker can (Spark adds the job's files to sys.path)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
+
+
+@contextlib.contextmanager
+def dir_lock(directory: str) -> Iterator[None]:
+    """An exclusive lock on ``directory`` itself (no lock file to leave behind)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def stop_hosts(job_id: str, _items: Iterable[Any] = ()) -> list[int]:
@@ -223,9 +262,8 @@ def stop_hosts(job_id: str, _items: Iterable[Any] = ()) -> list[int]:
             stopped += 1
         except OSError:
             pass
-        for p in (path, path + ".lock"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(p)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     return [stopped]
 
 
@@ -244,22 +282,48 @@ def _zygote_path(directory: str) -> str:
     return os.path.join(directory, f"zygote-{h.hexdigest()[:16]}.sock")
 
 
+def _umask() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no /proc: read it by setting it (and set it back at once)
+    os.umask(mask)
+    return mask
+
+
+def worker_context() -> dict[str, Any]:
+    """What a host takes from the worker that starts it: the process state a Python worker
+    gets from its executor (import path, environment, working directory, umask, argv)."""
+    return {
+        "sys_path": list(sys.path),
+        "environ": dict(os.environ),
+        "cwd": os.getcwd(),
+        "umask": _umask(),
+        "argv": list(sys.argv),
+    }
+
+
 def fork_host(
-    directory: str,
     path: str,
     job_id: str,
     idle_timeout_s: float,
     kind: str = "subtask",
     bind: str = "",
 ) -> int | None:
-    """Have this machine's zygote (started if needed) fork the host of ``path`` (``kind``:
-    a subtask host, or a ``query`` host listening on ``bind``, runtime/queryable/
-    query_host.py); its pid, or ``None`` when no zygote answers (the caller starts it)."""
-    zp = _zygote_path(directory)
+    """Have this application's zygote on this machine (started if needed) start the host
+    of ``path`` (``kind``: a subtask host, or a ``query`` host listening on ``bind``,
+    runtime/queryable/query_host.py) unless it runs one already; its pid, or ``None`` when
+    no zygote answers (the caller starts it)."""
+    zp = _zygote_path(os.path.dirname(path))
     try:
         conn = _connect(zp)
         with conn:
-            conn.send(("fork", path, job_id, idle_timeout_s, list(sys.path), kind, bind))
+            request = ("fork", path, job_id, idle_timeout_s, worker_context(), kind, bind)
+            conn.send(request)
             # the host writes where this worker writes (a zygote's own stdout may be the
             # pipe of an executor that is gone)
             send_handle(conn, 1, 0)
@@ -270,22 +334,40 @@ def fork_host(
         return None
 
 
+def stop_zygote(directory: str | None = None) -> bool:
+    """End this application's zygote on this machine and every host it started, as the
+    owner's end does (for a process that is its own owner: tests, tools). Whether one
+    answered."""
+    zp = _zygote_path(directory or host_dir())
+    try:
+        with Client(zp, family="AF_UNIX") as conn:
+            conn.send(("exit",))
+            conn.recv()
+        return True
+    except (OSError, EOFError):
+        return False
+
+
 def _connect(zp: str) -> Connection:
     try:
         return Client(zp, family="AF_UNIX")
     except OSError:
         pass
-    with open(zp + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker starts the zygote, the others wait
+    with dir_lock(os.path.dirname(zp)):  # one worker starts the zygote, the others wait
         try:
             return Client(zp, family="AF_UNIX")
         except OSError:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(zp)
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
             proc = subprocess.Popen(
-                [sys.executable, "-m", "streamstate.runtime.host_process", "zygote", zp],
+                [
+                    sys.executable,
+                    "-m",
+                    "streamstate.runtime.host_process",
+                    "zygote",
+                    zp,
+                    this_owner().encode(),
+                ],
                 # the zygote never writes; holding this worker's stdout would keep whatever
                 # reads it (a pipe, a terminal) open for as long as the zygote lives
                 stdin=subprocess.DEVNULL,
@@ -293,7 +375,7 @@ def _connect(zp: str) -> Connection:
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
                 close_fds=True,
-                env=env,
+                env=child_env(),
             )
             deadline = time.monotonic() + 30
             while True:

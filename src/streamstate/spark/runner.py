@@ -305,6 +305,8 @@ def _destroy(broadcasts: list[Any]) -> None:
 
 _TB = "Traceback (most recent call last):"
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?:: (.*))?$")
+#: streamstate itself missing, not a module of the user's whose name starts with it
+_NO_STREAMSTATE = re.compile(r"No module named 'streamstate(?:'|\.)")
 _LOST_TASK = re.compile(r"Lost task (\d+)\.\d+ in stage ([\d.]+)")
 #: the error class state a Spark Connect error appends to the worker's message
 _SQLSTATE = re.compile(r"\n\s*SQLSTATE: [0-9A-Z]{5}\s*(?=\n|$)")
@@ -383,7 +385,7 @@ def translate_spark_error(e: BaseException) -> BaseException:
     end = tb.find("\n\nJVM stacktrace:")  # Spark Connect: the server's JVM frames follow
     tb = tb if end < 0 else tb[:end].strip()
     qualified, message = _exception_line(tb)
-    if qualified == "ModuleNotFoundError" and "'streamstate" in message:
+    if qualified == "ModuleNotFoundError" and _NO_STREAMSTATE.search(message):
         return WorkerEnvironmentError(
             f"the Spark executors' Python workers cannot import streamstate ({message}): "
             f"install it in the interpreter they run (spark.pyspark.python / PYSPARK_PYTHON, "

@@ -8,7 +8,8 @@ If a ``checkpoint_path`` is given, ``_metadata`` (with the inline state) is also
 there, so the checkpoints survive a driver restart.
 
 Epoch states cannot live in driver memory (workers must read them back), so they go to a
-local working directory: ``working_dir`` or ``<tempdir>/streamstate/<job-id>/epochs``. That
+local working directory: ``working_dir`` or ``<tempdir>/streamstate-<uid>/jobs/<job-id>/epochs`` (this user's
+private runtime directory, ``runtime/runtime_dir.py``). That
 is only reachable by every worker in local mode or on a shared mount; use the file system
 storage on a cluster.
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from typing import Any
 
 from streamstate.errors import (
@@ -38,6 +38,7 @@ from streamstate.runtime.checkpoint.storage import (
     load_metadata_from_path,
     verify_state_files,
 )
+from streamstate.runtime.runtime_dir import OWNER_FILE, claim, remove_empty, runtime_dir, sweep
 
 __all__ = ["DEFAULT_MAX_STATE_SIZE", "MemoryCheckpointStorageAccess"]
 
@@ -79,6 +80,11 @@ class MemoryCheckpointStorageAccess(CheckpointStorageAccess):
         try:
             fs.makedirs(root, exist_ok=True)
             make_private(fs, root)
+            if not self.working_dir:
+                # the default directory is ours: a driver that was killed left its job's
+                # epoch state there; this driver's goes when it ends (or by the next sweep)
+                claim(root)
+                sweep(os.path.dirname(root))
         except OSError as e:
             raise CheckpointStorageError(
                 f"cannot create the epoch state directory {root}: {e}"
@@ -86,7 +92,8 @@ class MemoryCheckpointStorageAccess(CheckpointStorageAccess):
 
     def _job_fs(self) -> tuple[Any, str]:
         job = self._require_job()
-        base = self.working_dir or os.path.join(tempfile.gettempdir(), "streamstate")
+        # not <tmp>/streamstate: a directory anyone could have made first (runtime_dir.py)
+        base = self.working_dir or os.path.join(runtime_dir(), "jobs")
         fs, root = _url_to_fs(base)
         return fs, f"{root.rstrip('/')}/{job}"
 
@@ -96,9 +103,15 @@ class MemoryCheckpointStorageAccess(CheckpointStorageAccess):
         try:
             if not fs.exists(root):
                 return
-            files = [f for f in fs.find(root) if not f.rstrip("/").endswith("/")]
+            files = [
+                f
+                for f in fs.find(root)
+                if not f.rstrip("/").endswith("/") and os.path.basename(f) != OWNER_FILE
+            ]
             if not files:
                 fs.rm(root, recursive=True)
+                if not self.working_dir:
+                    remove_empty(os.path.dirname(root))  # what is ours in the temp dir
         except OSError as e:
             log.debug("could not remove the empty job directory %s: %s", root, e)
 

@@ -31,7 +31,6 @@ touch its file at every ack), e.g. when the driver died.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import hmac
 import json
@@ -39,6 +38,7 @@ import logging
 import os
 import pickle
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -49,7 +49,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from streamstate.errors import QueryableStateError, StreamStateError
-from streamstate.runtime.checkpoint.lock import process_alive
+from streamstate.runtime import host_owner
+from streamstate.runtime.host_owner import running, this_owner
 from streamstate.runtime.queryable import direct
 from streamstate.runtime.queryable.direct import (
     CLIENT_MAGIC,
@@ -60,7 +61,14 @@ from streamstate.runtime.queryable.direct import (
     host_handshake,
 )
 from streamstate.runtime.queryable.serving import ServingCache, ServingSnapshot, StaleSnapshot
-from streamstate.runtime.subtask_host import DEFAULT_IDLE_TIMEOUT_S, fork_host, host_dir
+from streamstate.runtime.runtime_dir import runtime_dir
+from streamstate.runtime.subtask_host import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    child_env,
+    dir_lock,
+    fork_host,
+    host_dir,
+)
 
 __all__ = [
     "QueryHost",
@@ -92,16 +100,35 @@ _START_TIMEOUT_S = 30.0
 _KNOWN: dict[str, tuple[int, str, str]] = {}
 
 
+def _info_name(job_id: str) -> str:
+    return hashlib.sha256(job_id.encode()).hexdigest()[:20] + "-query.json"
+
+
 def _info_path(job_id: str) -> str:
-    digest = hashlib.sha256(job_id.encode()).hexdigest()[:20]
-    return os.path.join(host_dir(), f"{digest}-query.json")
+    """Where this application's query host of ``job_id`` on this machine writes its address."""
+    return os.path.join(host_dir(), _info_name(job_id))
+
+
+def _find_info(job_id: str) -> tuple[int, str, str] | None:
+    """The address file of a running query host of ``job_id`` on this machine, in any of
+    this user's application directories (the driver is not a worker: it has none)."""
+    try:
+        root = runtime_dir(create=False)
+        names = os.listdir(root)
+    except OSError:
+        return None
+    for name in names:
+        got = _read_info(os.path.join(root, name, _info_name(job_id)))
+        if got is not None and running(got[0]):
+            return got
+    return None
 
 
 def query_host_pid(job_id: str) -> int | None:
     """The pid of this machine's query host of ``job_id`` when one runs (benchmarks read
-    its CPU time)."""
-    got = _read_info(_info_path(job_id))
-    return None if got is None or not process_alive(got[0]) else got[0]
+    its CPU time, tests end it)."""
+    got = _find_info(job_id)
+    return None if got is None else got[0]
 
 
 def _read_info(path: str) -> tuple[int, str, str] | None:
@@ -130,7 +157,7 @@ def ensure_query_host(
     try:
         known = _KNOWN.get(job_id)
         path = _info_path(job_id)
-        if known is None or not process_alive(known[0]):
+        if known is None or not running(known[0]):
             known = _start(path, job_id, bind_address(executor), idle_timeout_s)
             _KNOWN[job_id] = known
         with contextlib.suppress(OSError):
@@ -143,41 +170,46 @@ def ensure_query_host(
 
 
 def _start(path: str, job_id: str, bind: str, idle_timeout_s: float) -> tuple[int, str, str]:
-    with open(path + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one subtask host starts it, the others wait
-        got = _read_info(path)
-        if got is not None and process_alive(got[0]):
-            return got
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        pid = fork_host(host_dir(), path, job_id, idle_timeout_s, kind="query", bind=bind)
-        proc = None
-        if pid is None:
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    got = _read_info(path)
+    if got is not None and running(got[0]):
+        return got
+    # the zygote forks one query host per path: subtask hosts asking at once get the same
+    pid = fork_host(path, job_id, idle_timeout_s, kind="query", bind=bind)
+    proc = None
+    if pid is None:
+        with dir_lock(os.path.dirname(path)):
             proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, path, job_id, bind, str(idle_timeout_s)],
+                [
+                    sys.executable,
+                    "-m",
+                    __name__,
+                    path,
+                    job_id,
+                    bind,
+                    str(idle_timeout_s),
+                    this_owner().encode(),
+                ],
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 close_fds=True,
-                env=env,
+                env=child_env(),
             )
-            pid = proc.pid
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while True:
-            got = _read_info(path)
-            if got is not None and got[0] == pid:
-                return got
-            alive = proc.poll() is None if proc is not None else process_alive(pid)
-            if not alive or time.monotonic() > deadline:
-                raise QueryableStateError(f"the query host of job {job_id} did not start")
-            time.sleep(0.002)
+        pid = proc.pid
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while True:
+        got = _read_info(path)
+        if got is not None and got[0] == pid:
+            return got
+        alive = proc.poll() is None if proc is not None else running(pid)
+        if not alive or time.monotonic() > deadline:
+            raise QueryableStateError(f"the query host of job {job_id} did not start")
+        time.sleep(0.002)
 
 
 def query_host_stats(job_id: str) -> dict[str, float] | None:
     """This machine's query host's :meth:`QueryHost.stats` for ``job_id`` (``None`` when
     none answers); benchmarks split its CPU time with it."""
-    got = _read_info(_info_path(job_id))
+    got = _find_info(job_id)
     if got is None:
         return None
     try:
@@ -207,9 +239,8 @@ def stop_query_host(job_id: str) -> list[int]:
             stopped = 1
         except (OSError, EOFError, QueryableStateError):
             pass
-    for p in (path, path + ".lock"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(p)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
     return [stopped]
 
 
@@ -529,10 +560,17 @@ SWITCH_INTERVAL_S = 0.0005
 
 
 def serve(path: str, job_id: str, bind: str, idle_timeout_s: float) -> None:
-    """The query host's main (forked by the zygote, or run as a module)."""
+    """The query host's main (forked by the zygote, or run as a module); it ends with its
+    application's owner (``host_owner.py``) too, or when the zygote ends it (SIGTERM)."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    QueryHost(path, job_id, bind, idle_timeout_s).serve()
+    host = QueryHost(path, job_id, bind, idle_timeout_s)
+    owner = this_owner()
+    host_owner.watch(owner, host_owner.owner_fd(owner), host.exit)
+    signal.signal(signal.SIGTERM, lambda *_: host.exit())
+    host.serve()
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 5:
+        host_owner.adopt(host_owner.Owner.decode(sys.argv[5]))
     serve(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]))

@@ -1,0 +1,161 @@
+"""This user's private runtime directory on this machine: ``<tmp>/streamstate-<uid>``.
+
+Everything streamstate keeps in the system temporary directory on its own account lives
+under it: the subtask hosts' sockets, one directory per Spark application
+(``app-<owner>/``, ``host_owner.py``), and the in-memory checkpoint storage's epoch state
+(``jobs/<job id>/``). Like Spark's and Jupyter's runtime directories it must be a real
+directory of this user that no one else can enter: it is created with mode 0700, and an
+existing one is checked every time it is resolved (not a symlink, owned by this uid, no
+group or other permission bits). Anything else is refused with
+:class:`UnsafeDirectoryError`: another user could have planted sockets or files in it.
+
+What is ours is removed when it is over: an application's directory when its owner ends
+(the zygote removes it), a job's epoch state at the job's end, and the runtime directory
+itself once it is empty (:func:`remove_empty`). Creating a subdirectory therefore retries
+when a concurrent cleanup removed the runtime directory in between.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+
+from streamstate.errors import UnsafeDirectoryError
+
+__all__ = [
+    "OWNER_FILE",
+    "PREFIX",
+    "claim",
+    "is_ours",
+    "private_dir",
+    "remove_empty",
+    "runtime_dir",
+    "sweep",
+]
+
+#: the runtime directory's name is PREFIX + this user's uid
+PREFIX = "streamstate-"
+
+
+def _path() -> str:
+    return os.path.join(tempfile.gettempdir(), f"{PREFIX}{os.getuid()}")
+
+
+def _check(path: str) -> None:
+    st = os.lstat(path)
+    problem = None
+    if stat.S_ISLNK(st.st_mode):
+        problem = "a symbolic link"
+    elif not stat.S_ISDIR(st.st_mode):
+        problem = "not a directory"
+    elif st.st_uid != os.getuid():
+        problem = f"owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    elif st.st_mode & 0o077:
+        problem = f"accessible to other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    if problem is not None:
+        raise UnsafeDirectoryError(
+            f"streamstate's runtime directory {path} is {problem}. streamstate keeps the "
+            f"sockets of its subtask hosts and job state there and uses it only when it is a "
+            f"directory of this user that no one else can enter (mode 0700). Remove it (it is "
+            f"created again), or point TMPDIR at a directory of your own"
+        )
+
+
+def runtime_dir(create: bool = True) -> str:
+    """This user's runtime directory, created (0700) when missing (else
+    ``FileNotFoundError``), checked when it exists; raises :class:`UnsafeDirectoryError`
+    when it is not private."""
+    path = _path()
+    if not create:
+        _check(path)
+        return path
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        _check(path)
+    else:
+        os.chmod(path, 0o700)  # whatever the umask: the owner must be able to enter it
+    return path
+
+
+def private_dir(*parts: str) -> str:
+    """``<runtime dir>/<parts...>``, created (each level 0700) when missing."""
+    for attempt in range(5):
+        root = runtime_dir()
+        path = os.path.join(root, *parts)
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            return path
+        except FileNotFoundError:
+            if attempt == 4:  # removed under our feet five times: not a race any more
+                raise
+    raise AssertionError("unreachable")
+
+
+def remove_empty(path: str) -> None:
+    """Remove ``path`` and its parents up to and including the runtime directory while they
+    are empty (a directory someone still uses is not empty and stays)."""
+    root = _path()
+    path = os.path.abspath(path)
+    if path != root and not path.startswith(root + os.sep):
+        return  # not ours
+    while True:
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            pass  # gone already: its parent may be empty now
+        except OSError:
+            return  # not empty: in use
+        if path == root:
+            return
+        path = os.path.dirname(path)
+
+
+#: the file naming the process a directory of the runtime directory belongs to
+OWNER_FILE = ".owner"
+
+
+def claim(path: str) -> None:
+    """Record this process as the one ``path`` belongs to (:func:`sweep` removes it once
+    this process is gone: a SIGKILLed driver's job state does not stay for ever)."""
+    from streamstate.runtime.host_owner import start_time
+
+    pid = os.getpid()
+    tmp = os.path.join(path, f"{OWNER_FILE}.{pid}.tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{pid}-{start_time(pid) or 0}")
+    os.replace(tmp, os.path.join(path, OWNER_FILE))
+
+
+def sweep(parent: str) -> list[str]:
+    """Remove the directories in ``parent`` (in the runtime directory) whose claiming
+    process ended; the removed paths. Unclaimed ones (being created) stay."""
+    from streamstate.runtime.host_owner import Owner
+
+    removed: list[str] = []
+    if not is_ours(parent):
+        return removed
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            with open(os.path.join(path, OWNER_FILE)) as f:
+                owner = Owner.decode(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if not owner.alive():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def is_ours(path: str) -> bool:
+    """Whether ``path`` lies in this user's runtime directory."""
+    root = _path()
+    path = os.path.abspath(path)
+    return path == root or path.startswith(root + os.sep)

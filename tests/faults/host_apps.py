@@ -1,0 +1,245 @@
+"""Spark applications of the host-lifetime suite (``test_host_lifetimes.py``), each its own
+driver process with its own SparkSession (``local[2]``, subtask hosts on), as a user runs
+them. Each prints one JSON line ``RESULT {...}`` at its end.
+
+    python host_apps.py files OUT CHK LOCAL    RocksDB (incremental, local recovery) +
+                                               operator state + FileSink; reports the mode
+                                               of every file and directory the job wrote,
+                                               seen at every epoch and at the end
+    python host_apps.py source                 a SourceFunction without operator state,
+                                               40 records, spark.python.worker.reuse=false
+    python host_apps.py helper                 a function of a module that only the
+                                               workers' PYTHONPATH provides; reports what
+                                               the host saw (environment, cwd, umask)
+    python host_apps.py pids MARKERS           a slow job whose subtask hosts record their
+                                               pid and their zygote's in MARKERS (the test
+                                               SIGKILLs this driver, or lets it finish)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from streamstate.common import Configuration, Encoder, Types  # noqa: E402
+from streamstate.datastream import (  # noqa: E402
+    CheckpointedFunction,
+    EmbeddedRocksDBStateBackend,
+    ExternalizedCheckpointCleanup,
+    MapFunction,
+    StreamExecutionEnvironment,
+)
+from streamstate.datastream.connectors import CollectSink, FileSink, RollingPolicy  # noqa: E402
+from streamstate.datastream.functions import SourceFunction  # noqa: E402
+from streamstate.datastream.state import ListStateDescriptor  # noqa: E402
+from streamstate.runtime.job_status import JobObserver  # noqa: E402
+from streamstate.testing import TickingClock  # noqa: E402
+from tests.faults.crash_job import RunningSum, as_line  # noqa: E402
+
+
+def session(reuse: bool = True) -> Any:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("host-lifetimes")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.worker.reuse", str(reuse).lower())
+    )
+    for key, value in json.loads(os.environ.get("HOST_APP_SPARK_CONF", "{}")).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def environment(
+    spark: Any, parallelism: int = 2, conf: dict[str, str] | None = None
+) -> StreamExecutionEnvironment:
+    c = Configuration()
+    for k, v in (conf or {}).items():
+        c.set_string(k, v)
+    env = StreamExecutionEnvironment.get_execution_environment(c, spark=spark)
+    env.set_parallelism(parallelism)
+    return env
+
+
+def report(**values: Any) -> None:
+    print("RESULT " + json.dumps(values), flush=True)
+
+
+# -- files: every file the job writes ------------------------------------------------------
+
+
+class Seen(MapFunction, CheckpointedFunction):
+    """Counts its records in operator state (a state file per subtask and checkpoint)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.state: Any = None
+
+    def map(self, value: Any) -> Any:
+        self.count += 1
+        return value
+
+    def snapshot_state(self, context: Any) -> None:
+        self.state.update([self.count])
+
+    def initialize_state(self, context: Any) -> None:
+        self.state = context.get_operator_state_store().get_list_state(
+            ListStateDescriptor("seen", Types.LONG())
+        )
+        self.count = sum(self.state.get() or [])
+
+
+class Modes(JobObserver):
+    """The mode of every entry under ``roots``, read at every epoch (RocksDB's working files
+    and local copies exist while the job runs) and once more at the end."""
+
+    def __init__(self, roots: list[str]) -> None:
+        self.roots = roots
+        self.modes: dict[str, str] = {}
+
+    def on_epoch(self, job_id: str, stats: Any) -> None:
+        self.walk()
+
+    def walk(self) -> None:
+        for root in self.roots:
+            for dirpath, dirs, files in os.walk(root):
+                for path in [dirpath] + [os.path.join(dirpath, n) for n in dirs + files]:
+                    try:
+                        mode = stat.S_IMODE(os.lstat(path).st_mode)
+                    except FileNotFoundError:
+                        continue  # removed meanwhile (a subsumed checkpoint, a temp file)
+                    self.modes[os.path.relpath(path, os.path.dirname(root))] = f"{mode:04o}"
+
+
+def files(out: str, chk: str, local: str) -> None:
+    spark = session()
+    env = environment(spark, conf={"execution.epoch.max-records": "40"})
+    env.set_clock(TickingClock())
+    env.enable_checkpointing(2500)  # every 2-3 epochs: epoch versions between them
+    config = env.get_checkpoint_config()
+    config.set_checkpoint_storage_dir(chk)
+    config.set_externalized_checkpoint_cleanup(
+        ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION
+    )
+    backend = EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=True)
+    backend.set_db_storage_paths(local)
+    env.set_state_backend(backend)
+    modes = Modes([out, chk, local])
+    env.add_job_observer(modes)
+    sink = (
+        FileSink.for_row_format(out, Encoder.simple_string_encoder())
+        .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
+        .build()
+    )
+    records = [(f"k{i % 7}", i) for i in range(240)]
+    (
+        env.from_collection(records)
+        .map(Seen())
+        .uid("seen")
+        .key_by(lambda v: v[0])
+        .process(RunningSum())
+        .uid("sum")
+        .map(as_line)
+        .sink_to(sink)
+        .uid("files")
+    )
+    result = env.execute("umask-files")
+    modes.walk()
+    report(modes=modes.modes, epochs=result.get_accumulator_result("epochs"))
+
+
+# -- source: a stateless SourceFunction with worker reuse off --------------------------------
+
+
+class Forty(SourceFunction):
+    """No operator state: 40 records, then run() returns."""
+
+    def run(self, ctx: Any) -> None:
+        for i in range(40):
+            ctx.collect(i)
+
+    def cancel(self) -> None:
+        pass
+
+
+def source() -> None:
+    spark = session(reuse=False)
+    env = environment(spark, parallelism=1)
+    sink = CollectSink()
+    env.add_source(Forty()).uid("forty").map(lambda v: v * 2).sink_to(sink)
+    result = env.execute("stateless-source")
+    report(records=sorted(sink.get_results()), epochs=result.get_accumulator_result("epochs"))
+
+
+# -- helper: a module only the workers' PYTHONPATH provides ----------------------------------
+
+
+def helper() -> None:
+    import host_helper  # type: ignore[import-not-found]  # on PYTHONPATH (the test writes it)
+
+    spark = session()
+    env = environment(spark)
+    sink = CollectSink()
+    env.from_collection(list(range(8))).key_by(lambda v: v % 2).map(host_helper.seen).sink_to(
+        sink
+    )
+    env.execute("pythonpath-helper")
+    report(seen=sorted(sink.get_results()))
+
+
+# -- pids: the hosts and zygote of a driver that dies ----------------------------------------
+
+
+class RecordsItsProcess(MapFunction):
+    """Leaves ``<markers>/<pid>`` (its host's pid and parent: the zygote) when opened, and
+    runs slowly so that the job is still running when the test kills the driver."""
+
+    def __init__(self, markers: str, delay_s: float) -> None:
+        self.markers, self.delay_s = markers, delay_s
+
+    def open(self, runtime_context: Any) -> None:
+        from streamstate.runtime.host_owner import start_time
+        from streamstate.runtime.subtask_host import host_dir
+
+        pid, parent = os.getpid(), os.getppid()
+        mark = {"pid": pid, "start": start_time(pid), "parent": parent}
+        mark.update(parent_start=start_time(parent), host_dir=host_dir())
+        tmp = os.path.join(self.markers, f".{pid}.tmp")
+        with open(tmp, "w") as f:
+            json.dump(mark, f)
+        os.replace(tmp, os.path.join(self.markers, str(pid)))
+
+    def map(self, value: Any) -> Any:
+        time.sleep(self.delay_s)
+        return value
+
+
+def pids(markers: str, delay_s: str) -> None:
+    spark = session()
+    env = environment(spark, conf={"execution.epoch.max-records": "10"})
+    sink = CollectSink()
+    (
+        env.from_collection([(f"k{i % 5}", i) for i in range(100)])
+        .key_by(lambda v: v[0])
+        .map(RecordsItsProcess(markers, float(delay_s)))
+        .sink_to(sink)
+    )
+    env.execute("host-pids")
+    report(records=len(sink.get_results()))
+
+
+if __name__ == "__main__":
+    mode, args = sys.argv[1], sys.argv[2:]
+    {"files": files, "source": source, "helper": helper, "pids": pids}[mode](*args)

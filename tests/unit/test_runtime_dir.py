@@ -1,0 +1,98 @@
+"""This user's private runtime directory (runtime/runtime_dir.py): created 0700, refused
+when someone else could have been in it first, removed when what was in it is gone."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+from streamstate.errors import ConfigurationError, UnsafeDirectoryError
+from streamstate.runtime import runtime_dir as rd
+
+
+@pytest.fixture
+def tmp(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def test_it_is_created_private_whatever_the_umask(tmp):
+    old = os.umask(0o022)
+    try:
+        path = rd.private_dir("app-1-2")
+    finally:
+        os.umask(old)
+    root = tmp / f"streamstate-{os.getuid()}"
+    assert path == str(root / "app-1-2")
+    assert oct(root.stat().st_mode & 0o777) == "0o700"
+    assert oct(os.stat(path).st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o750, 0o705])
+def test_an_existing_directory_others_can_enter_is_refused(tmp, mode):
+    root = tmp / f"streamstate-{os.getuid()}"
+    root.mkdir()
+    os.chmod(root, mode)
+    with pytest.raises(UnsafeDirectoryError, match="accessible to other users") as e:
+        rd.runtime_dir()
+    assert isinstance(e.value, ConfigurationError)
+    assert "Remove it" in str(e.value) and "TMPDIR" in str(e.value)
+    assert oct(root.stat().st_mode & 0o7777) == oct(mode)  # not touched
+
+
+def test_another_users_directory_or_a_symlink_is_refused(tmp):
+    root = tmp / f"streamstate-{os.getuid()}"
+    if os.getuid() == 0:
+        root.mkdir(mode=0o700)
+        os.chown(root, 65534, 65534)
+        with pytest.raises(UnsafeDirectoryError, match="owned by uid 65534"):
+            rd.runtime_dir()
+        root.rmdir()
+    target = tmp / "elsewhere"
+    target.mkdir(mode=0o700)
+    root.symlink_to(target)
+    with pytest.raises(UnsafeDirectoryError, match="symbolic link"):
+        rd.private_dir("x")
+    assert not (target / "x").exists()
+
+
+def test_the_old_shared_directory_is_not_used(tmp):
+    shared = tmp / "streamstate"  # what versions before used, world-writable here
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    assert not rd.is_ours(str(shared))
+    assert rd.is_ours(rd.private_dir("jobs"))
+
+
+def test_empty_directories_are_removed_up_to_the_runtime_dir(tmp):
+    inner = rd.private_dir("jobs", "j1")
+    kept = rd.private_dir("app-1-2")
+    rd.remove_empty(inner)
+    assert not os.path.exists(inner) and not os.path.exists(os.path.dirname(inner))
+    assert os.path.isdir(kept)  # another application's: not empty, stays
+    open(os.path.join(kept, "f"), "w").close()
+    rd.remove_empty(kept)
+    assert os.path.isdir(kept)
+    os.unlink(os.path.join(kept, "f"))
+    rd.remove_empty(kept)
+    assert not (tmp / f"streamstate-{os.getuid()}").exists()
+    rd.remove_empty(str(tmp))  # not ours: nothing happens
+    assert tmp.is_dir()
+
+
+def test_a_directory_claimed_by_a_process_that_ended_is_swept(tmp):
+    import subprocess
+    import sys
+
+    jobs = rd.private_dir("jobs")
+    mine = rd.private_dir("jobs", "mine")
+    rd.claim(mine)
+    dead = rd.private_dir("jobs", "dead")
+    code = f"from streamstate.runtime import runtime_dir as rd; rd.claim({dead!r})"
+    subprocess.run([sys.executable, "-c", code], check=True)  # claims it, then ends
+    unclaimed = rd.private_dir("jobs", "being-created")
+    assert rd.sweep(jobs) == [dead]
+    assert os.path.isdir(mine) and os.path.isdir(unclaimed) and not os.path.exists(dead)
+    assert rd.sweep(str(tmp)) == []  # not in the runtime directory: never touched
