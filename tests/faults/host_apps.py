@@ -130,9 +130,7 @@ def files(out: str, chk: str, local: str) -> None:
     env.enable_checkpointing(2500)  # every 2-3 epochs: epoch versions between them
     config = env.get_checkpoint_config()
     config.set_checkpoint_storage_dir(chk)
-    config.set_externalized_checkpoint_cleanup(
-        ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION
-    )
+    config.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
     backend = EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=True)
     backend.set_db_storage_paths(local)
     env.set_state_backend(backend)
@@ -164,11 +162,14 @@ def files(out: str, chk: str, local: str) -> None:
 
 
 class Forty(SourceFunction):
-    """No operator state: 40 records, then run() returns."""
+    """No operator state: 40 records, then run() returns, after the epoch was cut (its
+    500 ms wait): the next epoch's task thread in the host is a new one (worker reuse off)
+    and may get the ident of the finished source thread."""
 
     def run(self, ctx: Any) -> None:
         for i in range(40):
             ctx.collect(i)
+        time.sleep(1.0)
 
     def cancel(self) -> None:
         pass
@@ -192,9 +193,7 @@ def helper() -> None:
     spark = session()
     env = environment(spark)
     sink = CollectSink()
-    env.from_collection(list(range(8))).key_by(lambda v: v % 2).map(host_helper.seen).sink_to(
-        sink
-    )
+    env.from_collection(list(range(8))).key_by(lambda v: v % 2).map(host_helper.seen).sink_to(sink)
     env.execute("pythonpath-helper")
     report(seen=sorted(sink.get_results()))
 

@@ -168,3 +168,51 @@ def test_a_source_function_without_state_restarts_run_after_a_failure(tmp_path):
     assert result.get_accumulator_result("restarts") == 1
     assert len(os.listdir(markers)) == 4
     assert set(out) == set(range(30))
+
+
+class ReturnsWhenTold(SourceFunction):
+    """No operator state: emits its records, then returns once ``release`` is set."""
+
+    def __init__(self, release: Any) -> None:
+        self.release = release
+
+    def run(self, ctx: Any) -> None:
+        for i in range(40):
+            ctx.collect(i)
+        self.release.wait()
+
+    def cancel(self) -> None:
+        pass
+
+
+def test_the_epoch_after_run_returned_finishes_on_a_new_thread():
+    """A subtask host serves every epoch of a non-reused Spark worker on a new thread, while
+    the previous epochs' threads still wait for their workers; the one after run() returned
+    may get the finished source thread's ident (issue 27: it was taken for the source
+    thread and parked for ever, a hang with spark.python.worker.reuse=false)."""
+    import threading
+
+    from streamstate.runtime.operators.source_function import _Runner
+
+    release, job_end = threading.Event(), threading.Event()
+    runner = _Runner(ReturnsWhenTold(release), "forty")
+    got: list[Any] = []
+    epoch_done = threading.Semaphore(0)
+
+    def epoch() -> None:
+        got.append(runner.read_epoch(1000, 0.01))
+        epoch_done.release()
+        job_end.wait()  # like a host's connection thread, alive until its worker exits
+
+    try:
+        threading.Thread(target=epoch, daemon=True).start()
+        assert epoch_done.acquire(timeout=60)
+        assert len(got[0][0]) == 40 and not got[0][2]  # cut while run() had not returned
+        release.set()
+        assert runner.thread is not None
+        runner.thread.join()  # run() returned and its thread is gone: its ident is free
+        threading.Thread(target=epoch, daemon=True).start()
+        assert epoch_done.acquire(timeout=60), "the epoch after run() returned never ended"
+    finally:
+        job_end.set()
+    assert got[1] == ([], None, True)

@@ -113,27 +113,31 @@ job = uuid.uuid4().hex
 path = h._socket_path(job, 0, 0)
 pid = h.fork_host(path, job, 600)
 h._connection(path, job, 600)
-print(json.dumps({"host": pid, "dir": h.host_dir()}), flush=True)
+from streamstate.runtime.queryable import query_host as q
+assert q.ensure_query_host(job, None, 600) is not None
+query = q._read_info(q._info_path(job))[0]
+print(json.dumps({"host": pid, "query": query, "dir": h.host_dir()}), flush=True)
 time.sleep(600)
 """
 
 
 def test_zygote_and_hosts_end_with_their_owner_and_remove_its_directory():
     """The owner (here a process standing for a Spark application's daemon) is SIGKILLed:
-    its zygote and hosts notice (pidfd), end, and remove the application's directory."""
+    its zygote, subtask host and query host notice (pidfd), end, and remove the
+    application's directory."""
     proc = subprocess.Popen([sys.executable, "-c", APPLICATION], stdout=subprocess.PIPE)
     try:
         line = proc.stdout.readline()
         assert line, "the application process died before starting its host"
         got = json.loads(line)
-        host = got["host"]
+        host, query = got["host"], got["query"]
         zygote = _parent(host)
-        assert zygote is not None and running(zygote)
+        assert zygote is not None and running(zygote) and _parent(query) == zygote
         assert os.path.isdir(got["dir"])
     finally:
         proc.kill()
         proc.wait()
-    wait_until_gone([host, zygote], [got["dir"]])
+    wait_until_gone([host, query, zygote], [got["dir"]])
 
 
 def _parent(pid: int) -> int | None:

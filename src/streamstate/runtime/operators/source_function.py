@@ -54,7 +54,7 @@ class _CheckpointLock:
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         r = self._runner
-        if threading.get_ident() != r.thread_ident:
+        if not r.in_source_thread():
             return self._lock.acquire(blocking, timeout)
         if self._depth > 0:
             self._lock.acquire()
@@ -75,7 +75,7 @@ class _CheckpointLock:
 
     def release(self) -> None:
         r = self._runner
-        if threading.get_ident() == r.thread_ident:
+        if r.in_source_thread():
             self._depth -= 1
             self._lock.release()
             if self._depth == 0:
@@ -133,7 +133,6 @@ class _Runner:
         self.lock = _CheckpointLock(self)
         self.ctx = _SourceContext(self)
         self.thread: threading.Thread | None = None
-        self.thread_ident: int | None = None
         self.running = False  # the source may emit (an epoch is open)
         self.parks = 0  # how often the source thread parked at a safe point
         self.done = False
@@ -144,9 +143,15 @@ class _Runner:
         self.any_timestamp = False
         self.budget = 0
 
+    def in_source_thread(self) -> bool:
+        """Whether the caller is the thread running ``run()``: told by the thread object,
+        not ``threading.get_ident()``, which a thread started after ``run()`` returned
+        may get again (a subtask host serves each epoch of a non-reused Spark worker on a
+        new thread: taken for the source, the task thread parked for ever, issue 27)."""
+        return self.thread is not None and threading.current_thread() is self.thread
+
     # -- source thread ---------------------------------------------------------------
     def _main(self) -> None:
-        self.thread_ident = threading.get_ident()
         try:
             self.safe_point()  # wait for the first epoch
             self.fn.run(self.ctx)
@@ -175,7 +180,7 @@ class _Runner:
                 raise _Closing()
 
     def collect(self, element: Any, timestamp: int | None) -> None:
-        src = threading.get_ident() == self.thread_ident
+        src = self.in_source_thread()
         if src and not self.lock.held_by_source():
             self.safe_point()
         with self.cv:
