@@ -45,7 +45,10 @@ def pytest_sessionfinish(session, exitstatus):
     baseline = session.config.stash.get(_BASELINE, None)
     if baseline is None or os.environ.get("STREAMSTATE_SKIP_LEFTOVER_CHECK"):
         return
+    from streamstate.runtime.runtime_dir import release_claims
+
     processes = leftover_processes(baseline, LEFTOVER_WAIT_S)
+    release_claims()  # what this process's exit removes (jobs' epoch state it claimed)
     files = leftover_files(baseline)
     if not processes and not files:
         return

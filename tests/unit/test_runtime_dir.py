@@ -82,7 +82,7 @@ def test_empty_directories_are_removed_up_to_the_runtime_dir(tmp):
     assert tmp.is_dir()
 
 
-def test_a_directory_claimed_by_a_process_that_ended_is_swept(tmp):
+def test_a_directory_claimed_by_a_killed_process_is_swept(tmp):
     import subprocess
     import sys
 
@@ -90,9 +90,28 @@ def test_a_directory_claimed_by_a_process_that_ended_is_swept(tmp):
     mine = rd.private_dir("jobs", "mine")
     rd.claim(mine)
     dead = rd.private_dir("jobs", "dead")
-    code = f"from streamstate.runtime import runtime_dir as rd; rd.claim({dead!r})"
-    subprocess.run([sys.executable, "-c", code], check=True)  # claims it, then ends
+    code = (
+        "import os, signal\n"
+        "from streamstate.runtime import runtime_dir as rd\n"
+        f"rd.claim({dead!r})\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"  # a killed driver: no exit hook runs
+    )
+    subprocess.run([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(tmp)})
     unclaimed = rd.private_dir("jobs", "being-created")
     assert rd.sweep(jobs) == [dead]
     assert os.path.isdir(mine) and os.path.isdir(unclaimed) and not os.path.exists(dead)
     assert rd.sweep(str(tmp)) == []  # not in the runtime directory: never touched
+    os.rmdir(unclaimed)
+    rd.release_claims()  # what this process's exit does: its claims go, then empty parents
+    assert not (tmp / f"streamstate-{os.getuid()}").exists()
+
+
+def test_a_process_that_exits_removes_what_it_claimed(tmp):
+    import subprocess
+    import sys
+
+    done = rd.private_dir("jobs", "done")
+    code = f"from streamstate.runtime import runtime_dir as rd; rd.claim({done!r})"
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TMPDIR": str(tmp)})
+    assert not os.path.exists(done)
+    assert not (tmp / f"streamstate-{os.getuid()}").exists()

@@ -46,6 +46,7 @@ from typing import Any
 from streamstate.runtime import host_owner
 from streamstate.runtime.gc_pause import gc_paused
 from streamstate.runtime.host_owner import this_owner
+from streamstate.runtime.job_end import end_job
 from streamstate.runtime.runtime_dir import remove_empty
 from streamstate.runtime.subtask_host import authkey
 
@@ -117,15 +118,21 @@ class _Host:
         self.shutdown()
 
     def shutdown(self) -> None:
-        """Exit once the running epoch (if any) ended, or after SHUTDOWN_WAIT_S anyway."""
+        """The application ended (or the zygote says so): exit once the running epoch (if
+        any) ended, or after SHUTDOWN_WAIT_S anyway; the job ended with it."""
         self.lock.acquire(timeout=SHUTDOWN_WAIT_S)
-        self.exit()
+        self.exit(job_ended=True)
 
-    def exit(self) -> None:
+    def exit(self, job_ended: bool = False) -> None:
+        """Exit; ``job_ended``: what this process keeps for the job goes too (job_end.py),
+        not only what it keeps for the subtask (an idle host's local copies may still serve
+        the subtask's rebuild on this machine)."""
         from streamstate.runtime import task
 
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+        if job_ended:
+            end_job(self.job_id)
         for inst in list(task._INSTANCES.values()):
             inst.close()  # stops source threads, disposes RocksDB databases
         os._exit(0)
@@ -137,11 +144,11 @@ class _Host:
                     msg = conn.recv()
                 except (EOFError, OSError):
                     return
-                if msg[0] == "stop":
+                if msg[0] == "stop":  # the job ended
                     with self.lock:
                         with contextlib.suppress(OSError):
                             conn.send(("stopped",))
-                        self.exit()
+                        self.exit(job_ended=True)
                 self._run(conn, *msg[1:])
 
     def _run(

@@ -12,6 +12,7 @@ from typing import Any
 
 from streamstate.runtime.executor import EpochRunner
 from streamstate.runtime.graph import ExecutionPlan
+from streamstate.runtime.job_end import end_job
 from streamstate.runtime.protocol import DRIVER, EpochSpec, SubtaskAck
 from streamstate.runtime.task import run_stage_partition
 
@@ -51,4 +52,7 @@ class LocalEpochRunner(EpochRunner):
         return acks
 
     def stop(self) -> None:
+        jobs = {blob[0] for blob in self.blobs.values()}
         self.blobs = {}
+        for job_id in jobs:
+            end_job(job_id)  # its instances closed, RocksDB local copies removed

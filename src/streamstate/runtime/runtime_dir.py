@@ -17,6 +17,7 @@ when a concurrent cleanup removed the runtime directory in between.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import stat
@@ -30,6 +31,7 @@ __all__ = [
     "claim",
     "is_ours",
     "private_dir",
+    "release_claims",
     "remove_empty",
     "runtime_dir",
     "sweep",
@@ -117,16 +119,33 @@ def remove_empty(path: str) -> None:
 OWNER_FILE = ".owner"
 
 
+#: what this process claimed (removed when it exits, :func:`release_claims`)
+_CLAIMED: set[str] = set()
+
+
 def claim(path: str) -> None:
-    """Record this process as the one ``path`` belongs to (:func:`sweep` removes it once
-    this process is gone: a SIGKILLed driver's job state does not stay for ever)."""
+    """Record this process as the one ``path`` belongs to: it is removed when this process
+    exits (:func:`release_claims`), or by a later :func:`sweep` when it did not get to
+    (a SIGKILLed driver's job state does not stay for ever)."""
     from streamstate.runtime.host_owner import start_time
 
+    if not _CLAIMED:
+        atexit.register(release_claims)
+    _CLAIMED.add(path)
     pid = os.getpid()
     tmp = os.path.join(path, f"{OWNER_FILE}.{pid}.tmp")
     with open(tmp, "w") as f:
         f.write(f"{pid}-{start_time(pid) or 0}")
     os.replace(tmp, os.path.join(path, OWNER_FILE))
+
+
+def release_claims() -> None:
+    """Remove what this process claimed, and the runtime directory when that leaves it
+    empty (at exit; a test session calls it before it checks what is left)."""
+    for path in sorted(_CLAIMED):
+        shutil.rmtree(path, ignore_errors=True)
+        remove_empty(os.path.dirname(path))
+    _CLAIMED.clear()
 
 
 def sweep(parent: str) -> list[str]:

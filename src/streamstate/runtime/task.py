@@ -28,6 +28,7 @@ from typing import Any
 
 from streamstate.errors import StreamStateError
 from streamstate.runtime.graph import OpNode, Stage
+from streamstate.runtime.job_end import on_job_end
 from streamstate.runtime.keygroups import compute_key_group_range_for_operator_index
 from streamstate.runtime.operators.base import OperatorContext, StreamOperator
 from streamstate.runtime.operators.output_types import OutputTypeCheck
@@ -103,6 +104,18 @@ _WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 #: set in a subtask host: ``(job id, executor) -> (address, secret)`` of its machine's
 #: query host, or None (runtime/queryable/query_host.ensure_query_host)
 QUERY_HOST: list[Any] = []
+
+
+def _close_job_instances(job_id: str) -> None:
+    """The job ended: close its subtask instances in this process (a RocksDB database and
+    its directory go, a SourceFunction's thread stops) and forget its stage specs."""
+    for key in [k for k in _INSTANCES if k[0] == job_id]:
+        _INSTANCES.pop(key).close()
+    for stage_key in [k for k in _SPECS if k[0] == job_id]:
+        del _SPECS[stage_key]
+
+
+on_job_end("subtask instances", _close_job_instances)
 
 
 def _spec(spec_blob: Any) -> StageTaskSpec:

@@ -28,6 +28,7 @@ from streamstate.errors import TaskFailure, WorkerEnvironmentError
 from streamstate.runtime.executor import EpochRunner
 from streamstate.runtime.gc_pause import gc_paused
 from streamstate.runtime.graph import ExecutionPlan
+from streamstate.runtime.job_end import end_job
 from streamstate.runtime.protocol import EpochSpec, SubtaskAck
 from streamstate.runtime.queryable.query_host import stop_query_host
 from streamstate.runtime.subtask_host import DEFAULT_IDLE_TIMEOUT_S, run_hosted, stop_hosts
@@ -89,6 +90,7 @@ def _stop_hosts(job_id: str, _index: int, _it: Any) -> Any:
     for _ in _it:
         pass  # unread input would make the PySpark worker exit: the next job would start anew
     stop_query_host(job_id)  # the machine's query host goes with the subtask hosts
+    end_job(job_id)  # what this worker kept of the job (subtask hosts off)
     return iter(stop_hosts(job_id))
 
 

@@ -47,6 +47,7 @@ from streamstate.runtime.checkpoint.incremental import (
     IncrementalKeyedStateHandle,
     shared_file_name,
 )
+from streamstate.runtime.job_end import on_job_end
 from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX
 from streamstate.runtime.state.rocksdb.database import open_database
 
@@ -118,8 +119,34 @@ def unpack_files(data: bytes) -> dict[str, bytes]:
 # ----------------------------------------------------------------------------- snapshot
 
 
+#: the local-copy roots this process wrote into (what a job's end cleans)
+_LOCAL_ROOTS: set[str] = set()
+
+
 def _local_root(backend: RocksDBKeyedStateBackend) -> str:
-    return os.path.join(backend.local_dir, LOCAL_DIR_NAME)
+    root = os.path.join(backend.local_dir, LOCAL_DIR_NAME)
+    _LOCAL_ROOTS.add(root)
+    return root
+
+
+def remove_job_copies(job_id: str) -> None:
+    """The job ended: its local copies (named ``<job id>-...``) serve no restart any more;
+    remove them, and a local-copy root left empty."""
+    for root in list(_LOCAL_ROOTS):
+        try:
+            names = os.listdir(root)
+        except FileNotFoundError:
+            _LOCAL_ROOTS.discard(root)
+            continue
+        for name in names:
+            if name.startswith(f"{job_id}-"):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        with contextlib.suppress(OSError):  # another job's copies are still there
+            os.rmdir(root)
+            _LOCAL_ROOTS.discard(root)
+
+
+on_job_end("RocksDB local copies", remove_job_copies)
 
 
 def snapshot_incremental(
