@@ -11,9 +11,10 @@ them. Each prints one JSON line ``RESULT {...}`` at its end.
     python host_apps.py helper                 a function of a module that only the
                                                workers' PYTHONPATH provides; reports what
                                                the host saw (environment, cwd, umask)
-    python host_apps.py pids MARKERS           a slow job whose subtask hosts record their
-                                               pid and their zygote's in MARKERS (the test
-                                               SIGKILLs this driver, or lets it finish)
+    python host_apps.py pids MARKERS DELAY     a slow job (DELAY s per record) whose subtask
+                                               hosts and query host record their pid and
+                                               their zygote's in MARKERS (the test SIGKILLs
+                                               this driver, or lets it finish)
 """
 
 from __future__ import annotations
@@ -33,12 +34,16 @@ from streamstate.datastream import (  # noqa: E402
     CheckpointedFunction,
     EmbeddedRocksDBStateBackend,
     ExternalizedCheckpointCleanup,
+    KeyedProcessFunction,
     MapFunction,
     StreamExecutionEnvironment,
 )
 from streamstate.datastream.connectors import CollectSink, FileSink, RollingPolicy  # noqa: E402
 from streamstate.datastream.functions import SourceFunction  # noqa: E402
-from streamstate.datastream.state import ListStateDescriptor  # noqa: E402
+from streamstate.datastream.state import (  # noqa: E402
+    ListStateDescriptor,
+    ValueStateDescriptor,
+)
 from streamstate.runtime.job_status import JobObserver  # noqa: E402
 from streamstate.testing import TickingClock  # noqa: E402
 from tests.faults.crash_job import RunningSum, as_line  # noqa: E402
@@ -198,41 +203,77 @@ def helper() -> None:
     report(seen=sorted(sink.get_results()))
 
 
-# -- pids: the hosts and zygote of a driver that dies ----------------------------------------
+# -- pids: the hosts, query host and zygote of a driver that dies ----------------------------
 
 
-class RecordsItsProcess(MapFunction):
-    """Leaves ``<markers>/<pid>`` (its host's pid and parent: the zygote) when opened, and
-    runs slowly so that the job is still running when the test kills the driver."""
+def _mark(markers: str, name: str, pid: int, host_dir: str | None = None) -> None:
+    """Leave ``<markers>/<name>``: process ``pid``, its parent (the zygote) and, from a
+    host, its application's directory (not asked on the driver: it would create one)."""
+    from streamstate.runtime.host_owner import start_time
+
+    parent = _parent_of(pid)
+    mark = {"pid": pid, "start": start_time(pid), "parent": parent}
+    mark.update(parent_start=start_time(parent), host_dir=host_dir)
+    tmp = os.path.join(markers, f".{name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(mark, f)
+    os.replace(tmp, os.path.join(markers, name))
+
+
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+class RecordsItsProcess(KeyedProcessFunction):
+    """Leaves ``<markers>/host-<pid>`` (its host's pid and parent: the zygote) when opened,
+    counts each key's records in a queryable state (so the machine's query host starts at
+    the first ack), and runs slowly so that the job is still running when the test kills
+    the driver."""
 
     def __init__(self, markers: str, delay_s: float) -> None:
         self.markers, self.delay_s = markers, delay_s
+        self.count: Any = None
 
     def open(self, runtime_context: Any) -> None:
-        from streamstate.runtime.host_owner import start_time
         from streamstate.runtime.subtask_host import host_dir
 
-        pid, parent = os.getpid(), os.getppid()
-        mark = {"pid": pid, "start": start_time(pid), "parent": parent}
-        mark.update(parent_start=start_time(parent), host_dir=host_dir())
-        tmp = os.path.join(self.markers, f".{pid}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(mark, f)
-        os.replace(tmp, os.path.join(self.markers, str(pid)))
+        _mark(self.markers, f"host-{os.getpid()}", os.getpid(), host_dir())
+        descriptor = ValueStateDescriptor("count", Types.LONG())
+        descriptor.set_queryable("counts")
+        self.count = runtime_context.get_state(descriptor)
 
-    def map(self, value: Any) -> Any:
+    def process_element(self, value: Any, ctx: Any) -> Any:
         time.sleep(self.delay_s)
-        return value
+        self.count.update((self.count.value() or 0) + 1)
+        yield value
+
+
+class RecordsQueryHost(JobObserver):
+    """On the driver: leaves ``<markers>/query-<pid>`` once this machine's query host of
+    the job runs (it serves the ``counts`` state from the executor)."""
+
+    def __init__(self, markers: str) -> None:
+        self.markers = markers
+
+    def on_epoch(self, job_id: str, stats: Any) -> None:
+        from streamstate.runtime.queryable.query_host import query_host_pid
+
+        pid = query_host_pid(job_id)
+        if pid is not None and not os.path.exists(os.path.join(self.markers, f"query-{pid}")):
+            _mark(self.markers, f"query-{pid}", pid)
 
 
 def pids(markers: str, delay_s: str) -> None:
     spark = session()
     env = environment(spark, conf={"execution.epoch.max-records": "10"})
+    env.add_job_observer(RecordsQueryHost(markers))
     sink = CollectSink()
     (
         env.from_collection([(f"k{i % 5}", i) for i in range(100)])
-        .key_by(lambda v: v[0])
-        .map(RecordsItsProcess(markers, float(delay_s)))
+        .key_by(lambda v: v[0], key_type=Types.STRING())
+        .process(RecordsItsProcess(markers, float(delay_s)))
+        .uid("records")
         .sink_to(sink)
     )
     env.execute("host-pids")

@@ -8,8 +8,8 @@ stands for "an earlier application on the same machine":
 * a SourceFunction without operator state finishes with ``spark.python.worker.reuse=false``;
 * a module that only the workers' PYTHONPATH provides works under hosts, and the host sees
   the worker's environment and working directory, not the earlier application's;
-* no host or zygote outlives its application, whether the driver exits or is SIGKILLed,
-  and the application's directory is removed.
+* no subtask host, query host or zygote outlives its application, whether the driver
+  exits or is SIGKILLed, and the application's directory is removed.
 """
 
 from __future__ import annotations
@@ -115,8 +115,9 @@ def test_a_module_on_the_workers_pythonpath_works_under_hosts(earlier_applicatio
     assert {tuple(s[1:]) for s in seen} == {("app-2", str(work), "0027")}
 
 
-def markers_of(directory: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in directory.iterdir() if not p.name.startswith(".")]
+def markers_of(directory: Path, kind: str) -> list[dict]:
+    """What the processes of ``kind`` (``host``, ``query``) recorded in ``directory``."""
+    return [json.loads(p.read_text()) for p in directory.glob(f"{kind}-*")]
 
 
 def wait_until_ended(processes: list[tuple[int, int]], directories: set[str]) -> float:
@@ -151,7 +152,8 @@ def test_no_host_or_zygote_outlives_its_application(tmp_path, end):
             assert 'RESULT {"records": 100}' in stdout
         else:
             deadline = time.monotonic() + APP_TIMEOUT_S
-            while len(markers_of(markers)) < 2:  # both keyed subtasks' hosts are up
+            # both keyed subtasks' hosts and the machine's query host are up
+            while len(markers_of(markers, "host")) < 2 or not markers_of(markers, "query"):
                 assert proc.poll() is None, proc.stderr.read()[-4000:]
                 assert time.monotonic() < deadline, "the hosts never started"
                 time.sleep(0.05)
@@ -161,13 +163,14 @@ def test_no_host_or_zygote_outlives_its_application(tmp_path, end):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    marks = markers_of(markers)
-    assert marks
+    hosts, queries = markers_of(markers, "host"), markers_of(markers, "query")
+    assert hosts and queries, "the job ran no subtask host or no query host"
+    marks = hosts + queries
     processes = [(m["pid"], m["start"]) for m in marks]
     processes += [(m["parent"], m["parent_start"]) for m in marks]  # the zygote
     assert len({m["parent"] for m in marks}) == 1  # one zygote for the application
-    took = wait_until_ended(processes, {m["host_dir"] for m in marks})
-    print(f"hosts and zygote ended {took:.2f} s after the driver ({end})")
+    took = wait_until_ended(processes, {m["host_dir"] for m in hosts})
+    print(f"hosts, query host and zygote ended {took:.2f} s after the driver ({end})")
     jobs = os.path.join(tempfile.gettempdir(), f"{runtime_dir.PREFIX}{os.getuid()}", "jobs")
     if end == "driver-exits":
         assert not claimed_by(jobs, proc.pid)  # the job's epoch state went with it
