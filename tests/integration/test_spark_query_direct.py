@@ -29,7 +29,7 @@ from streamstate.errors import (
 from streamstate.queryablestate import QueryableStateClient
 from streamstate.runtime.job_status import JobObserver
 from streamstate.runtime.keygroups import assign_key_to_parallel_operator
-from streamstate.runtime.queryable.query_host import _info_path, _read_info
+from streamstate.runtime.queryable.query_host import _find_info
 from streamstate.runtime.state.format.serializers import serializer_for_type_info
 from streamstate.runtime.state_reader import read_keyed_state
 from streamstate.testing import FailOnce
@@ -69,7 +69,7 @@ class Probe(JobObserver):
 
     def on_epoch(self, job_id, stats):
         if stats.epoch == self.kill_at:  # the executor's query host is gone (lost executor)
-            got = _read_info(_info_path(job_id))
+            got = _find_info(job_id)  # the driver is no worker: any of the user's app dirs
             assert got is not None
             os.kill(got[0], signal.SIGKILL)
         if self.client is None:  # the token of each job from the registry (token=None)
