@@ -29,6 +29,7 @@ __all__ = [
     "StateNotQueryableError",
     "StateSerializationError",
     "StateSizeExceededError",
+    "StorageNotSharedError",
     "StoreAccessError",
     "StoreNotInstalledError",
     "StreamStateError",
@@ -129,6 +130,16 @@ class WorkerEnvironmentError(ConfigurationError):
 class UnsafeDirectoryError(ConfigurationError):
     """A directory streamstate keeps private things in (sockets, job state) is not private:
     a symlink, another user's, or open to other users. Refused rather than used."""
+
+
+class StorageNotSharedError(ConfigurationError):
+    """The directory where the job keeps its state (checkpoints, epoch versions) is a local
+    path that a Spark executor does not share with the driver: an executor on another
+    machine cannot see what the driver wrote there. A restart cannot cure it, so the job
+    fails at its first epoch whatever the restart strategy; the message names the setting."""
+
+    #: the executor fails the job instead of asking the restart strategy
+    suppresses_restarts = True
 
 
 class StateSizeExceededError(StreamStateError):

@@ -12,8 +12,9 @@ mount, UTS and PID namespaces, entered through one init process (PID 1 of the ma
 - Losing a machine (:meth:`Bed.lose`) kills its init: the kernel kills every process of
   its PID namespace; then its disk (the machine's directory) is wiped.
 
-The machines: ``store`` (SeaweedFS with its S3 API: the only shared storage), ``master``
-(Spark's standalone master), ``w1..wN`` (Spark workers, one core each), ``driver`` and
+The only shared storage is an S3 API object store: SeaweedFS (tests/support/seaweed.py) on
+the bridge's own address, outside every machine. The machines: ``master`` (Spark's
+standalone master), ``w1..wN`` (Spark workers, one core each), ``driver`` and
 ``client`` (a second machine for the CLI, the REST API and queryable state); more can be
 added (:meth:`Bed.add_worker`, :meth:`Bed.add_machine`).
 
@@ -38,19 +39,18 @@ import time
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYTHON = sys.executable
 VENV_BIN = os.path.dirname(PYTHON)
 #: slots are claimed here across every user of this box (one bridge and subnet per slot)
 SLOTS = "/run/streamstate-bed"
-S3_PORT = 8333
 SPARK_PORT = 7077
 MASTER_UI = 8080
 BUCKET = "bed"
 #: every machine's home directory: its own ``/home`` (``/root`` holds the Python install)
 HOME = "/home/streamstate"
-S3_KEY, S3_SECRET = "bedkey", "bedsecret"
 #: per Spark daemon JVM (master, workers): they only schedule
 DAEMON_MEMORY = "256m"
 WORKER_MEMORY = "1g"
@@ -130,6 +130,10 @@ class Bed:
     slot: int
     root: str
     machines: dict[str, Machine] = field(default_factory=dict)
+    #: the object store: its S3 endpoint, the AWS variables reaching it, its server's pid
+    s3_endpoint: str = ""
+    s3_environment: dict[str, str] = field(default_factory=dict)
+    store_pid: int = 0
 
     # ----------------------------------------------------------------- naming
     @property
@@ -139,11 +143,6 @@ class Bed:
     @property
     def subnet(self) -> str:
         return f"10.29.{self.slot}"
-
-    @property
-    def s3_endpoint(self) -> str:
-        """The object store's S3 API, as every machine (and this host) reaches it."""
-        return f"http://{self.machines['store'].address}:{S3_PORT}"
 
     @property
     def spark_master(self) -> str:
@@ -158,17 +157,12 @@ class Bed:
 
     def s3_env(self) -> dict[str, str]:
         """How every process of the bed reaches the store (the standard AWS variables)."""
-        return {
-            "AWS_ACCESS_KEY_ID": S3_KEY,
-            "AWS_SECRET_ACCESS_KEY": S3_SECRET,
-            "AWS_ENDPOINT_URL": self.s3_endpoint,
-            "AWS_DEFAULT_REGION": "us-east-1",
-        }
+        return dict(self.s3_environment)
 
     # ----------------------------------------------------------------- lifecycle
     @staticmethod
     def up(workers: int = 3, extra: Sequence[str] = ("driver", "client")) -> Bed:
-        """Build and start a bed: store, master, ``workers`` workers and ``extra`` machines."""
+        """Build and start a bed: the store, master, ``workers`` workers and ``extra`` machines."""
         why = available()
         if why is not None:
             raise BedError(why)
@@ -182,12 +176,11 @@ class Bed:
             _sh("ip", "link", "add", bed.bridge, "type", "bridge")
             _sh("ip", "addr", "add", f"{bed.subnet}.1/24", "dev", bed.bridge)
             _sh("ip", "link", "set", bed.bridge, "up")
-            names = ["store", "master", *(f"w{i}" for i in range(1, workers + 1)), *extra]
+            names = ["master", *(f"w{i}" for i in range(1, workers + 1)), *extra]
             for name in names:
                 bed._define(name)
             for name in names:
                 bed.start_machine(name)
-            bed.save()
             bed._start_store()
             bed._start_master()
             for w in bed.workers:
@@ -303,6 +296,10 @@ class Bed:
         """Kill every machine, delete every namespace, the bridge and the bed's directory."""
         for m in self.machines.values():
             self.lose(m.name)
+        if _alive(self.store_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.store_pid, signal.SIGKILL)
+            _wait_gone(self.store_pid)
         _sh("ip", "link", "del", self.bridge, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
         with contextlib.suppress(OSError):
@@ -391,41 +388,27 @@ class Bed:
 
     # ----------------------------------------------------------------- services
     def _start_store(self) -> None:
-        store = self.machines["store"]
-        config = os.path.join(store.tmp, "s3.json")
-        identity = {"name": "bed", "credentials": [{"accessKey": S3_KEY, "secretKey": S3_SECRET}]}
-        identity["actions"] = ["Admin", "Read", "List", "Tagging", "Write"]
-        with open(config, "w") as f:
-            json.dump({"identities": [identity]}, f)
-        os.makedirs(os.path.join(store.tmp, "weed"), exist_ok=True)
-        self.spawn(
-            "store",
-            [os.path.join(VENV_BIN, "weed"), "mini", "-dir=/tmp/weed"]
-            + [f"-ip={store.address}", f"-ip.bind={store.address}", f"-s3.port={S3_PORT}"]
-            + ["-s3.config=/tmp/s3.json", "-webdav=false", "-admin.ui=false"]
-            + ["-s3.port.iceberg=0", "-s3.port.lance=0"],
-            "weed",
-        )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                fs = self.s3fs()
-                fs.mkdir(BUCKET)
-                fs.ls(BUCKET)
-                return
-            except Exception:  # the S3 API is not up yet  # noqa: BLE001
-                time.sleep(1)
-        raise BedError(f"SeaweedFS did not come up: see {store.tmp}/logs/weed.log")
+        """SeaweedFS on the bridge's address (this host's side of the bridge), bucket ``bed``."""
+        from tests.support.seaweed import SeaweedS3
 
-    def s3fs(self) -> object:
+        server = SeaweedS3.start(os.path.join(self.root, "store"), ip=f"{self.subnet}.1")
+        self.s3_endpoint = server.endpoint
+        self.s3_environment = server.environment()
+        self.store_pid = server.process.pid
+        self.save()
+        server.filesystem().mkdir(BUCKET)
+
+    def s3fs(self) -> Any:
         """An ``s3fs.S3FileSystem`` on the bed's store, for this host (tests, clean-up)."""
         import s3fs
 
+        env = self.s3_environment
         return s3fs.S3FileSystem(
-            key=S3_KEY,
-            secret=S3_SECRET,
+            key=env["AWS_ACCESS_KEY_ID"],
+            secret=env["AWS_SECRET_ACCESS_KEY"],
             client_kwargs={"endpoint_url": self.s3_endpoint, "region_name": "us-east-1"},
             skip_instance_cache=True,
+            use_listings_cache=False,
         )
 
     def _spark_class(self) -> str:
@@ -495,7 +478,8 @@ class Bed:
     def load(root: str) -> Bed:
         with open(os.path.join(root, "bed.json")) as f:
             d = json.load(f)
-        bed = Bed(int(d["slot"]), str(d["root"]))
+        bed = Bed(int(d["slot"]), str(d["root"]), {}, d["s3_endpoint"], d["s3_environment"])
+        bed.store_pid = int(d["store_pid"])
         for m in d["machines"]:
             bed.machines[m["name"]] = Machine(**m)
         return bed

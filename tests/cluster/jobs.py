@@ -61,9 +61,21 @@ def count(args: argparse.Namespace) -> list[dict[str, Any]]:
     wait_executors(spark, args.executors)
     reports = []
     for n, run in enumerate(args.run or ["hashmap:3"]):
-        backend, parallelism = run.split(":")
-        chk = f"{args.checkpoints.rstrip('/')}/{n}-{backend}-p{parallelism}"
-        reports.append(count_once(spark, args, backend, int(parallelism), chk))
+        backend, parallelism, *where = run.split(":", 2)
+        chk = where[0] if where else f"{args.checkpoints.rstrip('/')}/{n}-{backend}-p{parallelism}"
+        try:
+            reports.append(count_once(spark, args, backend, int(parallelism), chk))
+        except Exception as e:  # noqa: BLE001 - reported: some runs are meant to be refused
+            reports.append(
+                {
+                    "backend": backend,
+                    "parallelism": int(parallelism),
+                    "checkpoints": chk,
+                    "error": type(e).__name__,
+                    "cause": type(e.__cause__).__name__ if e.__cause__ else None,
+                    "message": str(e),
+                }
+            )
     spark.stop()
     return reports
 
@@ -82,7 +94,8 @@ def count_once(
         restarts=3,
         conf={"state.backend.type": backend},
     )
-    checkpoint_every_epoch(env, checkpoints, retain=True)
+    if checkpoints != "none":  # "none": no checkpointing, the default storage
+        checkpoint_every_epoch(env, checkpoints, retain=True)
     sink = count_job(env, data)
     t0 = time.monotonic()
     result = env.execute("bed count")
@@ -112,8 +125,13 @@ def main(argv: list[str] | None = None) -> None:
     sub = p.add_subparsers(dest="job", required=True)
     c = sub.add_parser("count", help="the keyed count, checkpoints every epoch")
     c.add_argument("--master", required=True)
-    c.add_argument("--checkpoints", required=True)
-    c.add_argument("--run", action="append", help="BACKEND:PARALLELISM (repeatable)")
+    c.add_argument("--checkpoints", default="none")
+    c.add_argument(
+        "--run",
+        action="append",
+        help="BACKEND:PARALLELISM[:CHECKPOINTS] (repeatable); CHECKPOINTS: a URL (default: "
+        "a directory under --checkpoints) or none (no checkpointing)",
+    )
     c.add_argument("--executors", type=int, default=3)
     c.add_argument("--records", type=int, default=3000)
     c.add_argument("--keys", type=int, default=50)

@@ -49,3 +49,24 @@ def test_keyed_count_with_checkpoints_in_the_object_store(bed):
         assert hosts and hosts <= workers, r["subtask_workers"]
         assert bed.s3fs().exists(f"bed/smoke/{r['checkpoints'].rsplit('/', 1)[1]}/{r['job_id']}")
     assert machine_paths_in_store(bed, "smoke") == []
+
+
+def test_state_directories_the_machines_do_not_share_are_refused(bed):
+    """No storage settings (epoch versions in the driver's temp dir) and a checkpoint
+    directory on a local path (each machine its own /tmp): refused at the first epoch,
+    naming the setting, instead of failing after a move or restoring private copies."""
+    reports = run_reports(
+        bed,
+        "driver",
+        ["count", "--master", bed.spark_master, "--records", "200", "--keys", "10"]
+        + ["--run", "hashmap:2:none", "--run", "rocksdb:2:file:///tmp/chk"],
+        timeout=600,
+    )
+    assert [(r.get("error"), r.get("cause")) for r in reports] == [
+        ("JobExecutionError", "StorageNotSharedError"),
+    ] * 2
+    default, local = (r["message"] for r in reports)
+    assert "/tmp/streamstate-0/jobs/" in default and "execution.epoch.state-dir" in default
+    assert "execution.checkpointing.dir" in default
+    assert "file:///tmp/chk" not in local and "/tmp/chk/" in local
+    assert "the checkpoint directory is a local path" in local

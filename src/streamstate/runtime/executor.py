@@ -38,6 +38,7 @@ from streamstate.runtime.checkpoint import signing
 from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator, continue_ids_after
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.checkpoint.savepoint import SavepointTarget
+from streamstate.runtime.checkpoint.sharing import mark_shared
 from streamstate.runtime.checkpoint.storage import (
     CheckpointStorageAccess,
     load_restore_point,
@@ -417,6 +418,8 @@ class JobExecutor:
         except BaseException:
             self.lifecycle.transition(JobStatus.FAILED)
             raise
+        # executors on other machines must see the job's state directory (sharing.py)
+        mark_shared(self.storage)
         self.runner.start(
             self.job_id,
             self.plan,

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from streamstate.errors import StreamStateError
+from streamstate.runtime.checkpoint.sharing import check_shared
 from streamstate.runtime.graph import OpNode, Stage
 from streamstate.runtime.job_end import on_job_end
 from streamstate.runtime.keygroups import compute_key_group_range_for_operator_index
@@ -247,6 +248,7 @@ def run_stage_partition(
     ``executor``: the Spark executor running the task (goes into the ack).
     """
     spec = _spec(spec_blob)
+    check_shared(spec.storage)  # this machine sees the driver's state directory
     st = spec.stage
     sub = epoch_spec.subtasks[index]
     key = (spec.job_id, st.id, index)

@@ -65,6 +65,8 @@ class MemoryCheckpointStorageAccess(CheckpointStorageAccess):
         self.checkpoint_path = checkpoint_path
         self._completed: dict[int, CheckpointMetadata] = {}
         self._dir: CheckpointDirectory | None = None
+        #: the driver's default epoch-state base, resolved at initialize_job (no working_dir)
+        self._default_base: str | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Workers never need the driver's completed checkpoints: don't ship them.
@@ -74,6 +76,11 @@ class MemoryCheckpointStorageAccess(CheckpointStorageAccess):
 
     def initialize_job(self, job_id: str) -> None:
         super().initialize_job(job_id)
+        if not self.working_dir:
+            # the driver's runtime directory, for every worker too: the driver decides where
+            # versions go (a worker's own TMPDIR may differ) and checks that the workers see
+            # it (checkpoint/sharing.py)
+            self._default_base = os.path.join(runtime_dir(), "jobs")
         if self.checkpoint_path is not None:
             self._dir = CheckpointDirectory(self.checkpoint_path, job_id)
         fs, root = self._job_fs()
@@ -93,7 +100,7 @@ class MemoryCheckpointStorageAccess(CheckpointStorageAccess):
     def _job_fs(self) -> tuple[Any, str]:
         job = self._require_job()
         # not <tmp>/streamstate: a directory anyone could have made first (runtime_dir.py)
-        base = self.working_dir or os.path.join(runtime_dir(), "jobs")
+        base = self.working_dir or self._default_base or os.path.join(runtime_dir(), "jobs")
         fs, root = _url_to_fs(base)
         return fs, f"{root.rstrip('/')}/{job}"
 

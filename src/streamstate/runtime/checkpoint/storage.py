@@ -598,6 +598,11 @@ class CheckpointStorageAccess(ABC):
     def _epoch_fs(self) -> tuple[Any, str]:
         """(file system, root path) under which epoch states live."""
 
+    def epoch_location(self) -> tuple[Any, str]:
+        """(file system, root path) under which this job's epoch states live (checked to be
+        shared by every machine of the job: checkpoint/sharing.py)."""
+        return self._epoch_fs()
+
     # -- driver side -------------------------------------------------------------------------
 
     @abstractmethod
