@@ -150,7 +150,8 @@ class Bed:
 
     @property
     def workers(self) -> list[Machine]:
-        return [m for m in self.machines.values() if m.name.startswith("w")]
+        """The worker machines that are running (a lost one is left out)."""
+        return [m for m in self.machines.values() if m.name.startswith("w") and m.init_pid]
 
     def s3_url(self, path: str) -> str:
         return f"s3://{BUCKET}/{path.lstrip('/')}"
@@ -213,18 +214,35 @@ class Bed:
 
     def add_worker(self) -> Machine:
         """A new worker machine that registers with the master."""
-        name = f"w{len(self.workers) + 1}"
+        taken = [int(n[1:]) for n in self.machines if n[:1] == "w" and n[1:].isdigit()]
+        name = f"w{max(taken, default=0) + 1}"
         self.add_machine(name)
         self.start_worker(name)
-        self.wait_workers(len(self.workers))
+        self.wait_worker(name)
         return self.machines[name]
 
+    def wait_worker(self, name: str, timeout: float = 300) -> None:
+        """Until the master has worker machine ``name`` ALIVE."""
+        address = self.machines[name].address
+        deadline = time.monotonic() + timeout
+        while address not in self.alive_workers():
+            if time.monotonic() > deadline:
+                raise BedError(
+                    f"worker {name} did not register with the master within {timeout:.0f} s; "
+                    f"its log: {self.machines[name].tmp}/logs/spark-worker.log"
+                )
+            time.sleep(1)
+
     def _hosts_file(self) -> str:
+        """The bed's ``/etc/hosts``, rewritten in place (same inode): every machine has it
+        bind-mounted, and a machine added later must be known by name on the others too
+        (a name service)."""
         path = os.path.join(self.root, "hosts")
         lines = ["127.0.0.1 localhost"] + [f"{m.address} {m.name}" for m in self.machines.values()]
-        with open(path + ".new", "w") as f:
+        with open(path, "a+") as f:
+            f.seek(0)
+            f.truncate()
             f.write("\n".join(lines) + "\n")
-        os.replace(path + ".new", path)
         return path
 
     def start_machine(self, name: str) -> None:
@@ -449,6 +467,26 @@ class Bed:
         assert isinstance(workers, list)
         return sorted(w["host"] for w in workers if w.get("state") == "ALIVE")
 
+    def cores_used(self, name: str) -> int:
+        """Cores of worker machine ``name`` that executors of running applications hold
+        (the master's view; 0 when the master does not list it)."""
+        address = self.machines[name].address
+        try:
+            workers = self.master_state().get("workers", [])
+        except OSError:
+            return 0
+        assert isinstance(workers, list)
+        alive = [w for w in workers if w.get("host") == address and w.get("state") == "ALIVE"]
+        return sum(int(w.get("coresused", 0)) for w in alive)
+
+    def log(self, name: str, log_name: str) -> str:
+        """The text of machine ``name``'s ``/tmp/logs/<log_name>.log`` ("" when gone)."""
+        try:
+            with open(os.path.join(self.machines[name].tmp, "logs", f"{log_name}.log")) as f:
+                return f.read()
+        except OSError:
+            return ""
+
     def wait_workers(self, count: int, timeout: float = 300) -> None:
         """Until the master has ``count`` ALIVE workers (start-up: tens of seconds)."""
         deadline = time.monotonic() + timeout
@@ -468,6 +506,9 @@ class Bed:
                 {
                     "slot": self.slot,
                     "root": self.root,
+                    "s3_endpoint": self.s3_endpoint,
+                    "s3_environment": self.s3_environment,
+                    "store_pid": self.store_pid,
                     "machines": [asdict(m) for m in self.machines.values()],
                 },
                 f,

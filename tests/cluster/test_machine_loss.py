@@ -1,0 +1,164 @@
+"""A keyed job exactly-once on the bed while machines come and go, heap and RocksDB:
+checkpoints and output (FileSink) in S3, nothing else shared.
+
+One job per backend (tests/cluster/fault_job.py), run with ``streamstate run`` on a driver
+machine of its own, lives through, in order:
+
+(c) a worker machine added while the job runs (held mid-epoch at a gate): the master gives
+    the running application an executor there;
+(a) the worker machine that holds the gate lost mid-epoch: every process in its namespace
+    killed, its disk wiped; Spark runs its tasks again elsewhere, the subtasks rebuild
+    their state from the epoch versions in S3;
+(b) the driver's machine lost mid-epoch (at a second gate), then the job resumed on another
+    machine with ``streamstate run --from-checkpoint s3://...``.
+
+The output in S3 is then exactly the failure-free output, no object is left hidden or
+half uploaded, and no object in the store names a path of a machine (a checkpoint or
+output that one machine wrote and another would have to read from its own disk).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.cluster.bed import ROOT, Bed
+from tests.cluster.checks import machine_paths_in_store
+from tests.faults.crash_job import expected_lines
+
+JOB = os.path.join(ROOT, "tests", "cluster", "fault_job.py")
+RECORDS = 720
+EPOCH_RECORDS = 40
+#: the record values where the job is held: a worker lost at the first, the driver at the second
+LOSE_WORKER_AT, LOSE_DRIVER_AT = 240, 480
+#: the deployment's checkpoint signing key, given to both driver machines (as a secret)
+SIGNING_KEY = "bed-deployment-signing-key"
+
+
+def job_command(bed: Bed, run: str, backend: str, restore: bool = False) -> list[str]:
+    """``streamstate run`` of the fault job as an operator types it on a driver machine."""
+    chk = bed.s3_url(f"{run}/chk")
+    defines = {
+        "execution.epoch.max-records": str(EPOCH_RECORDS),
+        "spark.executor.memory": "512m",
+        "spark.executor.cores": "1",
+        "spark.executorEnv.PYTHONPATH": ROOT,
+        "spark.ui.enabled": "false",
+    }
+    return (
+        ["streamstate", "run", "--master", bed.spark_master, "-p", "3"]
+        + (["--from-checkpoint", chk] if restore else [])
+        + [arg for k, v in defines.items() for arg in ("-D", f"{k}={v}")]
+        + [JOB, "--", "--out", bed.s3_url(f"{run}/out"), "--checkpoints", chk]
+        + ["--gates", bed.s3_url(f"{run}/gates"), "--backend", backend]
+        + ["--records", str(RECORDS), "--gate", str(LOSE_WORKER_AT)]
+        + ["--gate", str(LOSE_DRIVER_AT)]
+    )
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float, why: Callable[[], str]) -> Any:
+    """``probe()``'s first truthy value, polled; fails with ``why()`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = probe()
+        if got:
+            return got
+        time.sleep(0.5)
+    pytest.fail(f"{what} not within {timeout:.0f} s\n{why()}")
+
+
+def gate_holder(fs: Any, run: str, value: int) -> str | None:
+    """The machine whose subtask holds gate ``value``, once one does."""
+    found = fs.glob(f"bed/{run}/gates/{value}.reached.*")
+    return found[0].rsplit(".", 1)[-1] if found else None
+
+
+def release(fs: Any, run: str, value: int) -> None:
+    fs.pipe_file(f"bed/{run}/gates/{value}.released", b"")
+
+
+def committed_lines(fs: Any, out: str) -> list[str]:
+    lines: list[str] = []
+    for path in sorted(fs.find(out)):
+        if not path.rsplit("/", 1)[-1].startswith("."):
+            lines += fs.cat_file(path).decode().splitlines()
+    return sorted(lines)
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_keyed_job_is_exact_across_an_added_worker_and_lost_machines(bed, backend):
+    run = f"faults-{backend}"
+    fs = bed.s3fs()
+    first = bed.add_machine(f"{backend[:4]}-d1").name
+    second = bed.add_machine(f"{backend[:4]}-d2").name
+    env = {"STREAMSTATE_CHECKPOINT_KEY": SIGNING_KEY}
+    driver = bed.spawn(first, job_command(bed, run, backend), "job", env)
+    log = ""
+
+    def driver_log() -> str:
+        return (log or bed.log(first, "job"))[-6000:]
+
+    try:
+
+        def held(value: int) -> Callable[[], str | None]:
+            def probe() -> str | None:
+                if driver.poll() is not None:
+                    pytest.fail(f"the job ended (exit {driver.returncode})\n{driver_log()}")
+                return gate_holder(fs, run, value)
+
+            return probe
+
+        holder = wait_for("the first gate", held(LOSE_WORKER_AT), 420, driver_log)
+        assert holder in {w.name for w in bed.workers}
+
+        # (c) a worker machine added while the job is held mid-epoch
+        added = bed.add_worker().name
+        wait_for(
+            f"an executor of the job on {added}",
+            lambda: bed.cores_used(added) >= 1,
+            180,
+            lambda: json.dumps(bed.master_state(), indent=1)[-4000:],
+        )
+
+        # (a) the machine holding the gate lost: processes killed, disk wiped
+        lost_at = time.monotonic()
+        bed.lose(holder)
+        assert not os.path.exists(bed.machines[holder].root)
+        release(fs, run, LOSE_WORKER_AT)
+
+        # (b) the driver's machine lost at the second gate, the job resumed elsewhere
+        wait_for("the second gate", held(LOSE_DRIVER_AT), 420, driver_log)
+        print(
+            f"{backend}: worker {added} added, {holder} lost; second gate after "
+            f"{time.monotonic() - lost_at:.1f} s"
+        )
+        log = bed.log(first, "job")
+        print(f"{backend}: restarts of the first driver: {log.count('restarting in')}")
+        bed.lose(first)
+        assert driver.wait(60) != 0
+        assert "REPORT " not in log
+        release(fs, run, LOSE_DRIVER_AT)
+        resumed = bed.run(second, job_command(bed, run, backend, restore=True), 600, env)
+        assert resumed.returncode == 0, f"{resumed.stdout[-3000:]}\n{resumed.stderr[-6000:]}"
+    finally:
+        for value in (LOSE_WORKER_AT, LOSE_DRIVER_AT):
+            release(fs, run, value)
+        for name in (first, second):
+            bed.lose(name)
+
+    report = json.loads(resumed.stdout.split("REPORT ", 1)[1].splitlines()[0])
+    print(f"{backend}: resumed run {json.dumps(report)}")
+    # resumed from a checkpoint the first driver completed just before the second gate,
+    # not from the beginning (that would be every epoch of the input again)
+    assert 0 < report["epochs"] <= (RECORDS - LOSE_DRIVER_AT) // EPOCH_RECORDS + 2, report
+    out = f"bed/{run}/out"
+    assert committed_lines(fs, out) == expected_lines("files", RECORDS)
+    assert not [p for p in fs.find(out) if p.rsplit("/", 1)[-1].startswith(".")]
+    open_uploads = fs.call_s3("list_multipart_uploads", Bucket="bed").get("Uploads") or []
+    assert not [u for u in open_uploads if u["Key"].startswith(f"{run}/")]
+    assert machine_paths_in_store(bed, run) == []
