@@ -15,6 +15,8 @@ them. Each prints one JSON line ``RESULT {...}`` at its end.
                                                hosts and query host record their pid and
                                                their zygote's in MARKERS (the test SIGKILLs
                                                this driver, or lets it finish)
+    python host_apps.py unsafe CHK             a hosted job; reports the error it ends with
+                                               (the test made the runtime dir unsafe)
 """
 
 from __future__ import annotations
@@ -280,6 +282,24 @@ def pids(markers: str, delay_s: str) -> None:
     report(records=len(sink.get_results()))
 
 
+# -- unsafe: a runtime directory someone else could have been in first ----------------------
+
+
+def unsafe(chk: str) -> None:
+    spark = session()
+    env = environment(spark)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(chk)
+    sink = CollectSink()
+    env.from_collection(list(range(20))).key_by(lambda v: v % 2).map(lambda v: v).sink_to(sink)
+    try:
+        env.execute("unsafe-runtime-dir")
+    except Exception as e:  # noqa: BLE001 - what the user sees is the result
+        report(error=[c.__name__ for c in type(e).__mro__], message=str(e))
+        return
+    report(error=None, records=len(sink.get_results()))
+
+
 if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
-    {"files": files, "source": source, "helper": helper, "pids": pids}[mode](*args)
+    apps = {"files": files, "source": source, "helper": helper, "pids": pids, "unsafe": unsafe}
+    apps[mode](*args)

@@ -194,3 +194,20 @@ def claimed_by(jobs: str, pid: int) -> list[str]:
         except OSError:
             continue
     return out
+
+
+def test_a_runtime_directory_others_can_enter_fails_the_job_and_stays_unused(tmp_path):
+    """A pre-existing world-writable runtime directory (another user could have planted
+    sockets in it) is refused with the fix, not used: the job fails, nothing is put in it."""
+    tmp = tmp_path / "t"
+    tmp.mkdir()
+    planted = tmp / f"{runtime_dir.PREFIX}{os.getuid()}"
+    planted.mkdir()
+    os.chmod(planted, 0o777)
+    got = run_app("unsafe", str(tmp_path / "chk"), TMPDIR=str(tmp))
+    assert got["error"] is not None, "the job ran with the unsafe directory"
+    assert "UnsafeDirectoryError" in got["error"] or "UnsafeDirectoryError" in got["message"]
+    assert str(planted) in got["message"]
+    assert "Remove it" in got["message"] and "TMPDIR" in got["message"]
+    assert list(planted.iterdir()) == []
+    assert oct(planted.stat().st_mode & 0o7777) == oct(0o777)
