@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import time
 from typing import Any
 
@@ -141,7 +143,8 @@ def _connect_session() -> tuple[Any, str]:
 
     home = tempfile.mkdtemp(prefix="streamstate-bench-connect-")
     conf = {k: v for k, v in peer_spark_conf().items() if not k.startswith("spark.pyspark")}
-    server = start_server(port=0, master="local[2]", conf=conf, home=home)
+    # owned by this process: a benchmark killed midway leaves no server behind
+    server = start_server(port=0, master="local[2]", conf=conf, home=home, owner_pid=os.getpid())
     return connect_session(server.url), home
 
 
@@ -194,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
             from streamstate.spark.local_server import stop_server
 
             stop_server(server_home)
+            shutil.rmtree(server_home, ignore_errors=True)
     base_runner = args.runners[0]
     for runner in args.runners[1:]:
         for kind in ("no checkpoints", "checkpoint every epoch"):

@@ -8,10 +8,12 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from streamstate.runtime.host_owner import start_time
 from streamstate.spark.local_server import running_server, stop_server
 
 pytestmark = pytest.mark.spark
@@ -53,16 +55,33 @@ def _cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedPr
     )
 
 
+def _watchdogs_of(group: int) -> list[str]:
+    """The owners that watchdogs of the server's process ``group`` watch."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            raw = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+        if "streamstate.spark.local_server_watchdog" in args and args[-1] == str(group):
+            found.append(args[-2])
+    return found
+
+
 def test_local_start_run_status_stop(tmp_path):
     home = tmp_path / "home"
     job = tmp_path / "job.py"
     job.write_text(README_JOB)
     try:
         assert _cli(home, "local", "status").returncode == 1
-        started = _cli(home, "local", "start", "--port", "0", "--master", "local[2]")
+        # owned by this test process: killed, it takes the server along (its watchdog)
+        owner = ["--owner-pid", str(os.getpid())]
+        started = _cli(home, "local", "start", "--port", "0", "--master", "local[2]", *owner)
         assert started.returncode == 0, started.stderr
         server = running_server(home)
         assert server is not None and server.url in started.stdout
+        assert _watchdogs_of(server.pid) == [f"{os.getpid()}-{start_time(os.getpid())}"]
         again = _cli(home, "local", "start")
         assert again.returncode == 0 and "already running" in again.stdout
         status = _cli(home, "local", "status", "--json")
@@ -86,5 +105,7 @@ def test_local_start_run_status_stop(tmp_path):
             os.kill(server.pid, 0)
         assert _cli(home, "local", "status").returncode == 1
         assert "not running" in _cli(home, "local", "stop").stdout
+        while _watchdogs_of(server.pid):  # it saw the group gone (polls twice a second)
+            time.sleep(0.1)
     finally:
         stop_server(home)

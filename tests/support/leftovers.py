@@ -2,7 +2,8 @@
 
 The test session records a :class:`Baseline` when it starts and checks it when it ends
 (``tests/conftest.py``): a process started by streamstate during the session (a subtask
-host, query host or zygote, a ``streamstate`` CLI run) that is still alive, or an entry of
+host, query host or zygote, a ``streamstate`` CLI run, a Spark Connect server and its
+watchdog) that is still alive, or an entry of
 the temp directory that is streamstate's and was not there before, fails the run with the
 list. Other engineers' processes on a shared machine are told apart by their TMPDIR.
 """
@@ -24,6 +25,10 @@ _MODULES = {
     "streamstate.runtime.queryable.query_host",
     "streamstate.cli",
     "streamstate.cli.main",
+    "streamstate.spark.local_server_watchdog",
+    # a Spark Connect server (the tests' or `streamstate local start`'s): its JVM and the
+    # start script running it
+    "org.apache.spark.sql.connect.service.SparkConnectServer",
 }
 #: temp-dir entries that are streamstate's (the runtime dir, the old shared dir, staged
 #: rows, RocksDB directories made in the temp dir)

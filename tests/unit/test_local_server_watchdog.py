@@ -4,10 +4,13 @@ is gone, however it ended, the server's process group goes too. Real processes: 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
+
+import pytest
 
 from streamstate.spark import local_server
 
@@ -44,3 +47,41 @@ def test_a_server_that_ends_ends_its_watchdog():
     server.kill()
     server.wait()
     assert watchdog.wait() == 0  # it saw the group gone (its owner, this process, lives)
+
+
+def test_stopping_ends_the_group_when_its_leader_is_gone_already():
+    # the start script (the group's leader) exited, the JVM it started did not: a stop
+    # must still end the JVM (it is the server), found by the group id
+    leader = subprocess.Popen(
+        ["sh", "-c", "sleep 600 & echo $!"], start_new_session=True, stdout=subprocess.PIPE
+    )
+    assert leader.stdout is not None
+    orphan = int(leader.stdout.readline())
+    leader.wait()
+    try:
+        assert _group_alive(leader.pid)
+        local_server._kill_group(leader.pid)
+        assert not _group_alive(leader.pid)
+        with pytest.raises(ProcessLookupError):
+            os.kill(orphan, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(orphan, signal.SIGKILL)
+
+
+def test_a_pid_that_leads_no_group_is_left_alone():
+    # a stale state file's pid reused by a process of another group: never signalled
+    other = subprocess.Popen(["sleep", "600"])  # in this process's group
+    try:
+        local_server._kill_group(other.pid)
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_watchdog_for_a_process_that_does_not_exist_is_refused():
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with pytest.raises(local_server.LocalServerError, match="no such process"):
+        local_server._watch(gone.pid, os.getpid())

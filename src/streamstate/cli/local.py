@@ -2,7 +2,7 @@
 
 ::
 
-    streamstate local start [--port N] [--master URL] [--conf KEY=VALUE ...]
+    streamstate local start [--port N] [--master URL] [--conf KEY=VALUE ...] [--owner-pid PID]
     streamstate local stop
     streamstate local status [--json]
 
@@ -45,6 +45,14 @@ def add_local_parser(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="a Spark setting for the server (repeatable)",
     )
+    s.add_argument(
+        "--owner-pid",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="stop the server when process PID ends, however it ends (a CI job's shell, "
+        "a notebook kernel): a watchdog process watches it",
+    )
     verbs.add_parser("stop", help="stop the server")
     st = verbs.add_parser("status", help="is it running, where, since when")
     st.add_argument("--json", action="store_true", help="print JSON")
@@ -74,7 +82,9 @@ def _cmd_local(args: argparse.Namespace, out: TextIO) -> int:
             local_server.DEFAULT_PORT if args.port is None else local_server.check_port(args.port)
         )
         t0 = time.monotonic()
-        server = local_server.start_server(port=port, master=args.master, conf=_conf(args.confs))
+        server = local_server.start_server(
+            port=port, master=args.master, conf=_conf(args.confs), owner_pid=args.owner_pid
+        )
         print(
             f"Spark Connect server running at {server.url} (pid {server.pid}, "
             f"{args.master}, started in {time.monotonic() - t0:.1f} s); log: {server.log}\n"

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -38,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from streamstate.errors import ConfigurationError, StreamStateError
+from streamstate.runtime.host_owner import Owner, start_time
+from streamstate.spark.local_server_watchdog import end_group, group_alive
 
 __all__ = [
     "DEFAULT_PORT",
@@ -176,6 +177,8 @@ def start_server(
     current = running_server(home)
     if current is not None:
         return current
+    if owner_pid is not None and start_time(owner_pid) is None:
+        raise LocalServerError(f"owner pid {owner_pid}: no such process")
     check_java()
     home = server_home(home)
     spark_home = _spark_home()
@@ -228,9 +231,9 @@ def start_server(
         python=sys.executable,
         started_ms=int(time.time() * 1000),
     )
-    if owner_pid is not None:
-        _watch(owner_pid, proc.pid)
     try:
+        if owner_pid is not None:
+            _watch(owner_pid, proc.pid)
         _wait_until_serving(proc, server, timeout_s)
     except BaseException:
         _kill_group(proc.pid)
@@ -239,36 +242,20 @@ def start_server(
     return server
 
 
-#: the watchdog: polls its owner and the server once a second; when the owner is gone it
-#: ends the server's process group (SIGTERM, SIGKILL after 10 s); exits with the server
-_WATCHDOG = """
-import os, signal, sys, time
-owner, group = int(sys.argv[1]), int(sys.argv[2])
-def alive(pid, group=False):
-    try:
-        (os.killpg if group else os.kill)(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-while alive(group, True):
-    if not alive(owner):
-        os.killpg(group, signal.SIGTERM)
-        for _ in range(100):
-            if not alive(group, True):
-                sys.exit(0)
-            time.sleep(0.1)
-        os.killpg(group, signal.SIGKILL)
-        sys.exit(0)
-    time.sleep(1.0)
-"""
-
-
 def _watch(owner_pid: int, group: int) -> subprocess.Popen[bytes]:
-    """Start the watchdog of the server's process ``group`` for ``owner_pid``."""
+    """Start the watchdog (``spark/local_server_watchdog.py``) that ends the server's
+    process ``group`` once ``owner_pid`` (as it is now: pid and start time) is gone."""
+    started = start_time(owner_pid)
+    if started is None:
+        raise LocalServerError(f"owner pid {owner_pid}: no such process")
     return subprocess.Popen(
-        [sys.executable, "-c", _WATCHDOG, str(owner_pid), str(group)],
+        [
+            sys.executable,
+            "-m",
+            "streamstate.spark.local_server_watchdog",
+            Owner(owner_pid, started).encode(),
+            str(group),
+        ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -324,31 +311,13 @@ def _write_state(server: LocalServer, home: str | os.PathLike[str] | None = None
 
 
 def _kill_group(pid: int, grace_s: float = 10.0) -> None:
-    """SIGTERM the server's process group, SIGKILL what is left after ``grace_s``."""
-    try:
-        pgid = os.getpgid(pid)
-    except ProcessLookupError:
+    """End the server's process group (its id is the server's pid: it was started in a
+    session of its own): SIGTERM, SIGKILL what is left after ``grace_s``. The group is
+    ended even when its leader (the start script) is gone and the JVM is not; a live pid
+    that leads no group is someone else's (the pid was reused) and is left alone."""
+    if not group_alive(pid):
         return
-    if pgid != pid:
-        # not a group leader we started (pid reused): end only that process, never a group
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
+    end_group(pid, grace_s)
 
 
 def stop_server(home: str | os.PathLike[str] | None = None) -> LocalServer | None:
@@ -357,9 +326,8 @@ def stop_server(home: str | os.PathLike[str] | None = None) -> LocalServer | Non
     state = _read_state(home)
     if state is None:
         return None
-    stopped = state if _alive(state.pid) else None
-    if stopped is not None:
-        _kill_group(state.pid)
+    stopped = state if _alive(state.pid) or group_alive(state.pid) else None
+    _kill_group(state.pid)
     with contextlib.suppress(FileNotFoundError):
         _state_path(home).unlink()
     return stopped
