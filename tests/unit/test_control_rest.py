@@ -270,3 +270,42 @@ def test_a_finished_job_serves_its_stop_outcome_until_it_is_read():
     handle.outcome_read(tid)
     waiter.join(60)
     assert ended.is_set()
+
+
+def test_a_wildcard_bind_advertises_a_routable_address_and_guards_every_read(tmp_path, capfd):
+    """``rest.bind-address: 0.0.0.0``: the job prints and registers an address another
+    machine can use (this host's name's address, never 0.0.0.0), says it is reachable
+    from other machines, and every read needs the token except the data-free dashboard
+    page; ``rest.address`` overrides what is advertised."""
+    import socket
+
+    gate = Gate(2)
+    client = start(
+        tmp_path,
+        gate,
+        **{
+            "rest.bind-address": "0.0.0.0",
+            "rest.token": "s3cret",
+            "queryable-state.enable": "false",
+        },
+    )
+    try:
+        gate.wait()
+        rec = record_of(client.get_job_id())
+        host = socket.gethostbyname(socket.gethostname())
+        assert rec.address.startswith(f"http://{host}:") and "0.0.0.0" not in rec.address
+        assert f"{rec.address}/ (bound to 0.0.0.0, reachable from other machines" in (
+            capfd.readouterr().err
+        )
+        assert http(f"{rec.address}/jobs/overview")[0] == 401
+        assert http(f"{rec.address}/jobs/overview", token="s3cret")[0] == 200
+        status, page = http(f"{rec.address}/?token=s3cret")
+        assert status == 200 and "dashboard.js" in page
+    finally:
+        gate.release()
+        client.cancel()
+        client.get_job_execution_result().result(60)
+    from streamstate.control.addresses import advertised_host
+
+    assert advertised_host("0.0.0.0", "driver.example") == "driver.example"
+    assert advertised_host("10.1.2.3") == "10.1.2.3"

@@ -13,15 +13,13 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from streamstate.control.addresses import LOOPBACK, advertised_host
 from streamstate.errors import ConfigurationError
 from streamstate.runtime.queryable.server import QueryServer
 
 __all__ = ["QueryableSettings", "attach_queryable", "detach_queryable"]
 
 log = logging.getLogger("streamstate")
-
-#: bind addresses reachable from this machine only (as the REST server's)
-LOOPBACK = ("127.", "localhost", "::1")
 
 
 @dataclass(frozen=True)
@@ -52,7 +50,8 @@ class QueryableSettings:
 
 
 def attach_queryable(job_id: str, token: str, conf: Mapping[str, str]) -> str | None:
-    """Serve ``job_id``'s queryable state; its ``host:port`` (None when off)."""
+    """Serve ``job_id``'s queryable state; the ``host:port`` clients reach it on (None when
+    off): the bind address, or this machine's address for a wildcard bind."""
     settings = QueryableSettings.of(conf)
     if not settings.enabled:
         return None
@@ -67,7 +66,8 @@ def attach_queryable(job_id: str, token: str, conf: Mapping[str, str]) -> str | 
             f"free one) or set queryable-state.enable: false"
         ) from e
     server.register(job_id, token)
-    return server.address
+    host = advertised_host(settings.bind_address)
+    return f"[{host}]:{server.port}" if ":" in host else f"{host}:{server.port}"
 
 
 def detach_queryable(job_id: str) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamstate.control.addresses import LOOPBACK, advertised_host, reach_note
 from streamstate.control.registry import JobRecord
 from streamstate.errors import ConfigurationError
 
@@ -36,7 +37,6 @@ log = logging.getLogger("streamstate")
 FINISHED_KEPT = 20
 #: how long a finished job's process keeps serving unread savepoint/stop outcomes
 OUTCOME_GRACE_S = 30.0
-LOOPBACK = ("127.", "localhost", "::1")
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class RestSettings:
     port: int = 0
     bind_address: str = "127.0.0.1"
     token: str | None = None
+    #: the address the job prints and registers (Flink's ``rest.address``); None: derived
+    address: str | None = None
 
     @staticmethod
     def of(conf: Mapping[str, str]) -> RestSettings:
@@ -59,7 +61,8 @@ class RestSettings:
             ) from e
         bind = str(conf.get("rest.bind-address", "127.0.0.1")).strip() or "127.0.0.1"
         token = conf.get("rest.token")
-        s = RestSettings(enabled, port, bind, str(token) if token else None)
+        address = str(conf.get("rest.address", "")).strip() or None
+        s = RestSettings(enabled, port, bind, str(token) if token else None, address)
         if enabled and not s.loopback and s.token is None:
             raise ConfigurationError(
                 f"rest.bind-address is {bind!r}, reachable from other machines, but no "
@@ -162,7 +165,8 @@ class ControlServer:
                 f"{e}; choose another rest.port (0 picks a free one) or set rest.enabled: false"
             ) from e
         self._sock.listen(64)
-        host, port = self._sock.getsockname()[:2]
+        port = self._sock.getsockname()[1]
+        host = advertised_host(settings.bind_address, settings.address)
         shown = f"[{host}]" if ":" in host else host
         self.address = f"http://{shown}:{port}"
         config = uvicorn.Config(
@@ -271,7 +275,8 @@ def attach_job(executor: Any, configuration: Mapping[str, str]) -> JobHandle | N
     except OSError as e:
         log.warning("could not write the job registry file %s: %s", record.path(), e)
     print(
-        f"streamstate: job {executor.job_name!r} ({handle.job_id}): {server.address}/"
+        f"streamstate: job {executor.job_name!r} ({handle.job_id}): {server.address}/ "
+        f"({reach_note(settings.bind_address)})"
         + (f" (queryable state: {queryable})" if queryable else ""),
         file=sys.stderr,
         flush=True,

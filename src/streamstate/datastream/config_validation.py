@@ -210,6 +210,7 @@ KNOWN_KEYS: dict[str, Validator] = {
     "rest.enabled": _bool,
     "rest.port": _int(0),
     "rest.bind-address": _any,
+    "rest.address": _any,
     "rest.token": _any,
     "execution.progress": _choice("auto", "live", "lines", "none"),
     # the query server for queryable state (runtime/queryable/)

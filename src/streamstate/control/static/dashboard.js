@@ -4,8 +4,24 @@ const REFRESH_MS = 1000;
 let timer = null;
 let selectedCheckpoint = null;
 
+// A server bound to a non-loopback address needs the job's token on every read: opened as
+// /?token=T, the page keeps T for this tab and takes it out of the address bar.
+const TOKEN = (() => {
+  const url = new URL(location.href);
+  const given = url.searchParams.get("token");
+  if (given) {
+    sessionStorage.setItem("streamstate-token", given);
+    url.searchParams.delete("token");
+    history.replaceState(null, "", url.pathname + url.search + url.hash);
+  }
+  return sessionStorage.getItem("streamstate-token");
+})();
+
 async function api(path) {
-  const r = await fetch(path, { headers: { Accept: "application/json" } });
+  const headers = { Accept: "application/json" };
+  if (TOKEN) headers.Authorization = "Bearer " + TOKEN;
+  const r = await fetch(path, { headers });
+  if (r.status === 401) throw new Error("this server needs the job's token: open it as /?token=TOKEN (rest.token)");
   if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
   return r.json();
 }
