@@ -20,6 +20,7 @@ __all__ = [
     "KeySerializationError",
     "OutputTypeError",
     "QueryableStateError",
+    "RescaleError",
     "ServerBusyError",
     "SourceNotResumableError",
     "StateAccessError",
@@ -210,6 +211,12 @@ class UnsignedCheckpointError(CorruptCheckpointError):
 class FileSinkRestoreError(CorruptCheckpointError):
     """A FileSink restore misses a pending or in-progress file the checkpoint names, and its
     part was never committed in the sink's directory (deleted, or another directory)."""
+
+
+class RescaleError(StreamStateError, ValueError):
+    """A rescale request cannot be applied: a parallelism outside ``1..max parallelism``,
+    an unknown operator uid, chained operators asked for different parallelisms, or a
+    job without checkpointing; names the problem and the fix."""
 
 
 class DuplicateOutputError(CheckpointError):

@@ -102,6 +102,18 @@ class JobClient:
             )
         )
 
+    def rescale(
+        self, parallelism: int | None = None, operators: dict[str, int] | None = None
+    ) -> CompletableFuture:
+        """Change the parallelism while the job runs, at the next epoch boundary (what
+        Flink's adaptive scheduler does on new resource requirements, without a restart):
+        ``parallelism`` for the whole job, ``operators`` per uid. Keyed state moves by
+        key-group ranges, operator state and source splits are redistributed as on a
+        restore. The future's result is uid -> parallelism once applied. Raises
+        :class:`~streamstate.errors.RescaleError` for a request that cannot apply (beyond
+        the max parallelism, an unknown uid, no checkpointing)."""
+        return CompletableFuture(self._executor.rescale(parallelism, operators))
+
     def get_accumulators(self) -> CompletableFuture:
         """A completed future of the job's accumulators so far, as the
         ``JobExecutionResult`` will have them: record counts per operator, epochs,

@@ -21,6 +21,7 @@ from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.job_state import source_uid
 from streamstate.runtime.protocol import SubtaskAck
 from streamstate.runtime.replay import PROPERTY as REPLAY_PROPERTY
+from streamstate.runtime.rescale import RescaleAtBoundary
 from streamstate.runtime.savepoints import SavepointRequests
 from streamstate.runtime.sliced_read import reads_in_slices
 
@@ -64,6 +65,7 @@ class EpochLoop:
         self._deferred_discard: list[int] = []
         self._listeners: bool | None = None
         self.savepoints = SavepointRequests()
+        self.rescales = job.rescales
         #: a stop-with-savepoint completed: the loop ends after its epoch
         self.stop_requested = False
         #: sink uid -> the last epoch whose output it committed (runtime/replay.py)
@@ -102,7 +104,8 @@ class EpochLoop:
                 return
             pending = self._take_savepoint(now)
             if pending is None and self.checkpointing:
-                if final or self.coordinator.should_trigger(now):
+                # a rescale restores the checkpoint of its boundary (runtime/rescale.py)
+                if final or self.coordinator.should_trigger(now) or self.rescales.due():
                     pending = self.coordinator.trigger(now)
             started = time.monotonic()
             read = self._run_one_epoch(pending, now)
@@ -112,6 +115,15 @@ class EpochLoop:
                 self._final_checkpoint("every bounded source is finished")
                 self._notify_last_checkpoint()
                 return
+            latest = self.coordinator.latest_completed
+            if (
+                pending is not None
+                and latest is not None
+                and latest.checkpoint_id == pending.checkpoint_id
+                and not pending.is_savepoint
+                and self.rescales.due()
+            ):
+                raise RescaleAtBoundary(self.rescales.take())
             interval = self.settings.epoch_interval_s
             if interval > 0 and read < self.full_budget:
                 # slow sources: an epoch at most every interval, so epochs do not shrink to

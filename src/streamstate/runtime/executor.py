@@ -33,6 +33,7 @@ from streamstate.errors import (
     CorruptCheckpointError,
     DuplicateOutputError,
     JobExecutionError,
+    RescaleError,
 )
 from streamstate.runtime.checkpoint import signing
 from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator, continue_ids_after
@@ -63,6 +64,14 @@ from streamstate.runtime.queryable.service import (
 )
 from streamstate.runtime.replay import PROPERTY as REPLAY_PROPERTY
 from streamstate.runtime.replay import ReplayHistory, ReplayPlan, replay_stamp
+from streamstate.runtime.rescale import (
+    PlanScaler,
+    RescaleAtBoundary,
+    RescaleRequest,
+    RescaleRequests,
+    parallelism_by_uid,
+    target_parallelism,
+)
 from streamstate.runtime.restart import RestartStrategy
 from streamstate.runtime.savepoints import SavepointRequest
 from streamstate.runtime.settings import JobSettings
@@ -89,6 +98,11 @@ class EpochRunner(ABC):
     def interrupt(self) -> None:  # noqa: B027 - optional: most runners finish their epoch
         """Cancel the epoch running now, from another thread (a second Ctrl-C): its
         ``run_epoch`` then raises. Runners that cannot cut an epoch short do nothing."""
+
+    def restage(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
+        """The plan's parallelism changed between two epochs (runtime/rescale.py): use
+        ``specs`` from the next epoch on. Runners that keep nothing else start again."""
+        self.start(job_id, plan, specs)
 
     def describe(self) -> str:
         return type(self).__name__
@@ -145,6 +159,9 @@ class JobExecutor:
             settings.queryable_cache_entries,
             self.metrics.stats,
         )
+        #: rescale requests waiting for the next epoch boundary (runtime/rescale.py)
+        self.rescales = RescaleRequests()
+        self.scaler = PlanScaler(plan)
         self.loop = EpochLoop(self)
 
     # -- public view ------------------------------------------------------------------------
@@ -198,6 +215,77 @@ class JobExecutor:
         request = SavepointRequest(target)
         self.loop.savepoints.put(request)
         return request.future
+
+    def rescale(
+        self, parallelism: int | None = None, operators: dict[str, int] | None = None
+    ) -> concurrent.futures.Future[dict[str, int]]:
+        """Change the job's parallelism (``parallelism``: every stage but user
+        SourceFunctions'; ``operators``: uid -> parallelism) at the next epoch boundary,
+        without stopping it; the future holds uid -> parallelism once applied.
+
+        Raises :class:`RescaleError` at once for a request that cannot apply. Thread-safe."""
+        request = RescaleRequest(parallelism, tuple(sorted((operators or {}).items())))
+        if not self.checkpointing or self.settings.batch:
+            raise RescaleError(
+                "rescaling a running job needs checkpointing in STREAMING mode (the rescale "
+                "restores the checkpoint taken at its epoch boundary): call "
+                "env.enable_checkpointing(interval), or restart from a savepoint at the new "
+                "parallelism"
+            )
+        if parallelism is None and not request.operators:
+            raise RescaleError("name a parallelism for the job or for at least one operator")
+        target_parallelism(self.plan, request)
+        self.rescales.put(request)
+        return request.future
+
+    def _rescale(self, requests: list[RescaleRequest]) -> None:
+        """At the boundary after the rescale's checkpoint: set the new parallelism and
+        restore that checkpoint into it, as a restore at the new parallelism would, under
+        a new attempt (no worker reuses an instance built for other key-group ranges)."""
+        md = self.coordinator.latest_completed
+        assert md is not None  # the loop raises RescaleAtBoundary after it completed
+        before = parallelism_by_uid(self.plan)
+        after = before
+        applied = []
+        for r in requests:
+            try:
+                targets = target_parallelism(self.plan, r)
+            except RescaleError as e:
+                r.future.set_exception(e)
+                continue
+            after = self.scaler.apply(targets)
+            applied.append(r)
+        if after != before:
+            path = self.storage.checkpoint_location(md.checkpoint_id)
+            epoch = int(md.properties.get("epoch", 0))
+            self.state.attempt += 1
+            self.history.stamp = replay_stamp(
+                self.plan, self.settings.epoch_records, self.settings.epoch_interval_s
+            )
+            self._plan_replay(epoch, self.history, epoch)
+            self.queryable.operators = queryable_operators(self.plan, self.settings)
+            self.state.reset()
+            self._restore(md, path)
+            try:
+                self.storage.discard_epoch_attempts_before(self.state.attempt)
+            except OSError as e:
+                log.debug("could not delete the previous attempt's epoch versions: %s", e)
+            self.runner.restage(
+                self.job_id,
+                self.plan,
+                build_task_specs(self.plan, self.job_id, self.storage, self.settings),
+            )
+            self.metrics.bump("rescales")
+            changed = {u: (before[u], p) for u, p in after.items() if before[u] != p}
+            log.info(
+                "job %s rescaled at epoch %d from checkpoint %d: %s",
+                self.job_id,
+                epoch,
+                md.checkpoint_id,
+                ", ".join(f"{u} {a}->{b}" for u, (a, b) in sorted(changed.items())),
+            )
+        for r in applied:
+            r.future.set_result(dict(after))
 
     # -- setup and restore ------------------------------------------------------------------
     def _make_committers(self) -> None:
@@ -407,6 +495,7 @@ class JobExecutor:
             self.queryable.retract_epoch(f"job {self.job_id} ended")
             self.queryable.close()
             self.loop.savepoints.close(f"job {self.job_id} ended")
+            self.rescales.close(f"job {self.job_id} ended")
             self._cleanup_epoch_versions()
             self.storage.release_job()
 
@@ -434,6 +523,8 @@ class JobExecutor:
                 try:
                     self.loop.run()
                     break
+                except RescaleAtBoundary as boundary:
+                    self._rescale(boundary.requests)
                 except (JobCancelled, KeyboardInterrupt):
                     cancelled = True
                     log.info("job %s cancelled at epoch %d", self.job_id, self.state.epoch)

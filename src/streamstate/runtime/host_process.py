@@ -167,7 +167,7 @@ class _Host:
         with self.lock:
             try:
                 blob: bytes = b""
-                if (job_id, stage) not in task._SPECS:
+                if task.spec_key(job_id, stage, meta) not in task._SPECS:
                     conn.send(("spec?",))
                     blob = conn.recv_bytes()
                 try:

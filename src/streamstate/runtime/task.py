@@ -119,12 +119,21 @@ def _close_job_instances(job_id: str) -> None:
 on_job_end("subtask instances", _close_job_instances)
 
 
-def _spec(spec_blob: Any) -> StageTaskSpec:
-    """Unpickle the stage spec once per worker process (``spec_blob`` = (job, stage, bytes))."""
+def spec_key(job_id: str, stage_id: int, stages_meta: dict[int, tuple[int, int]]) -> Any:
+    """What a cached stage spec is valid for: the job's stage at these parallelisms (a
+    rescaled job ships new specs: runtime/rescale.py)."""
+    return (job_id, stage_id, tuple(sorted(stages_meta.items())))
+
+
+def _spec(spec_blob: Any, stages_meta: dict[int, tuple[int, int]]) -> StageTaskSpec:
+    """Unpickle the stage spec once per worker process and plan parallelism
+    (``spec_blob`` = (job, stage, bytes))."""
     job_id, stage_id, blob = spec_blob
-    key = (job_id, stage_id)
+    key = spec_key(job_id, stage_id, stages_meta)
     spec = _SPECS.get(key)
     if spec is None:
+        for k in [k for k in _SPECS if k[:2] == (job_id, stage_id)]:
+            del _SPECS[k]  # the stage's spec at its previous parallelism
         if not isinstance(blob, (bytes, bytearray)):
             blob = blob.value  # a Spark broadcast
         spec = pickle.loads(blob)
@@ -247,7 +256,7 @@ def run_stage_partition(
     shuffle writers. Leaf stages yield their (and forwarded) acks to ``DRIVER``.
     ``executor``: the Spark executor running the task (goes into the ack).
     """
-    spec = _spec(spec_blob)
+    spec = _spec(spec_blob, stages_meta)
     check_shared(spec.storage)  # this machine sees the driver's state directory
     st = spec.stage
     sub = epoch_spec.subtasks[index]

@@ -170,9 +170,18 @@ class SparkEpochRunner(EpochRunner):
         if not keep:
             silence_task_failure_logs(self.spark)
         bind_job_session(self.spark)
-        sc = self.spark.sparkContext
         self._job_id = job_id
         self._broadcasts = []
+        self._ship_specs(job_id, specs)
+
+    def restage(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
+        """The plan was rescaled: ship its new stage specs (the old broadcasts go)."""
+        _destroy(self._broadcasts)
+        self._broadcasts = []
+        self._ship_specs(job_id, specs)
+
+    def _ship_specs(self, job_id: str, specs: dict[int, bytes]) -> None:
+        sc = self.spark.sparkContext
         for sid, blob in specs.items():
             if len(blob) <= _INLINE_SPEC_BYTES:
                 # travels inside the stage's task closure: a broadcast costs the driver a
