@@ -1,6 +1,7 @@
 """A new user's first hour, as subprocesses on Spark: how much a short job prints on
-success, failure and Ctrl-C (counted), a real SIGINT, an exception class of the job script
-across the worker boundary, and a user's own SparkSession without ``PYSPARK_PYTHON``."""
+success, failure and Ctrl-C (counted), a real SIGINT, a bad restore path, an exception
+class of the job script across the worker boundary, a user's own SparkSession without
+``PYSPARK_PYTHON``, and one whose Spark console progress bar is on."""
 
 from __future__ import annotations
 
@@ -150,6 +151,28 @@ def test_a_failing_job_prints_at_most_10_lines_naming_the_users_frame(tmp_path):
     assert extra[-1].startswith("streamstate run: JobExecutionError: job 'fails'")
 
 
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--from-checkpoint", "{missing}", "{job}", "a"], "CorruptCheckpointError: no valid"),
+        (["{job}", "a", "--from-checkpoint", "{missing}"], "comes after the job file"),
+    ],
+)
+def test_a_bad_restore_is_one_line_and_nothing_else(tmp_path, options, said):
+    """`streamstate run --from-checkpoint /missing job.py`: the error line alone (no job
+    address, no FAILED progress line); the option after the job file: refused, one line."""
+    job = _script(tmp_path, "job.py", COUNT_JOB)
+    missing = tmp_path / "missing"
+    argv = [o.format(job=job, missing=missing) for o in options]
+    proc = subprocess.run(
+        [STREAMSTATE, "run", *argv], capture_output=True, text=True, timeout=600, env=_env()
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("streamstate run: ") and said in line and str(missing) in line
+
+
 def test_an_exception_class_of_the_job_script_keeps_its_type(tmp_path):
     job = _script(tmp_path, "job.py", FAILING_JOB)
     for command in ([sys.executable, job, "catch"], [STREAMSTATE, "run", "-q", job, "catch"]):
@@ -291,3 +314,50 @@ def _a_checkpoint(tmp_path: Path) -> str:
     assert proc.returncode == 0, proc.stderr
     (chk_dir,) = chk.glob("*/chk-*")
     return str(chk_dir)
+
+
+CONSOLE_PROGRESS_JOB = """
+import os
+import sys
+import time
+from pyspark.sql import SparkSession
+from streamstate.common import Types
+from streamstate.datastream import StreamExecutionEnvironment
+
+os.environ["PYSPARK_PYTHON"] = sys.executable
+# the pyspark shell's default: Spark draws '[Stage 1:>  (0 + 2) / 2]' on stderr
+spark = (
+    SparkSession.builder.master("local[2]")
+    .config("spark.ui.enabled", "false")
+    .config("spark.ui.showConsoleProgress", "true")
+    .getOrCreate()
+)
+spark.sparkContext.setLogLevel("ERROR")
+
+
+def slow(word):
+    time.sleep(1.5)  # an epoch's stage runs past the bar's first 0.5 s
+    return word.upper()
+
+
+env = StreamExecutionEnvironment.get_execution_environment(spark=spark)
+env.get_configuration().set_string("execution.progress", "lines")
+env.from_collection(["a", "b"], Types.STRING()).map(slow).print()
+env.execute("slow")
+print("JOB ENDED", file=sys.stderr, flush=True)
+spark.sparkContext.parallelize(["c", "d"], 2).map(slow).collect()  # the session's own job
+"""
+
+
+def test_sparks_console_progress_is_off_while_the_jobs_progress_shows(tmp_path):
+    """A user's own session with Spark's console progress bar on: no Spark bar while the
+    job runs (its own progress line shows), and the session's bar is back after it."""
+    job = _script(tmp_path, "job.py", CONSOLE_PROGRESS_JOB)
+    proc = subprocess.run(
+        [sys.executable, job], capture_output=True, text=True, timeout=600, env=_env()
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    during, after = proc.stderr.split("JOB ENDED\n")
+    assert "slow: FINISHED epoch " in during
+    assert "[Stage " not in during, during
+    assert "[Stage " in after, after  # the session's own Spark job: its bar again

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from streamstate.common.job_status import JobStatus
 from streamstate.errors import ConfigurationError
 from streamstate.runtime.job_status import (
+    PROGRESS_KEY,
     EpochStats,
     FailureInfo,
     JobObserver,
@@ -26,7 +27,6 @@ from streamstate.runtime.job_status import (
 
 __all__ = ["PROGRESS_KEY", "PROGRESS_MODES", "ProgressObserver", "progress_observer"]
 
-PROGRESS_KEY = "execution.progress"
 PROGRESS_MODES = ("auto", "live", "lines", "none")
 #: seconds between two lines in ``lines`` mode
 LINE_INTERVAL_S = 1.0

@@ -33,11 +33,17 @@ __all__ = [
     "FailureInfo",
     "JobLifecycle",
     "JobObserver",
+    "PROGRESS_KEY",
     "RestoredCheckpoint",
     "StageEpochStats",
 ]
 
 log = logging.getLogger("streamstate")
+
+#: the job's own progress on the terminal (``auto``, ``live``, ``lines``, ``none``): the
+#: observer of control/progress.py; Spark's console bar stays off while it shows
+#: (spark/console_progress.py)
+PROGRESS_KEY = "execution.progress"
 
 _S = JobStatus
 _TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {

@@ -35,6 +35,7 @@ import os
 import pickle
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial, reduce
 from typing import Any
@@ -47,6 +48,7 @@ from streamstate.runtime.protocol import DRIVER, EpochSpec, SubtaskAck
 from streamstate.runtime.queryable.query_host import stop_query_host
 from streamstate.runtime.subtask_host import run_hosted, stop_hosts
 from streamstate.runtime.task import run_stage_partition
+from streamstate.spark.console_progress import suspend_console_progress
 from streamstate.spark.placement import executor_location
 from streamstate.spark.python_deps import ConnectFiles, ship_python_dependencies
 from streamstate.spark.routing import route_of
@@ -147,6 +149,8 @@ class DataFrameEpochRunner(EpochRunner):
         self._artifacts: str | None = None
         #: stage id -> its tick rows' DataFrame (built once per job)
         self._ticks: dict[int, Any] = {}
+        #: gives a classic session its Spark console progress bar back when the job ends
+        self._resume_console_progress: Callable[[], None] | None = None
 
     def describe(self) -> str:
         if self.spark is None:
@@ -161,6 +165,8 @@ class DataFrameEpochRunner(EpochRunner):
             self.spark = get_or_create_spark(self.configuration)
         bind_job_session(self.spark)
         connect = is_connect_session(self.spark)
+        if not connect:  # a Connect server's bar is on the server's terminal
+            self._resume_console_progress = suspend_console_progress(self.spark, self.configuration)
         files = ConnectFiles(self.spark) if connect else self.spark.sparkContext
         ship_python_dependencies(files, self.configuration)
         self._job_id = job_id
@@ -257,6 +263,9 @@ class DataFrameEpochRunner(EpochRunner):
         self._job_id = None
         self._ticks = {}
         bind_job_session(None)
+        if self._resume_console_progress is not None:
+            self._resume_console_progress()
+            self._resume_console_progress = None
 
 
 def _stop_hosts_job(spark: Any, job_id: str) -> None:

@@ -19,6 +19,7 @@ import pickle
 import re
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -34,6 +35,7 @@ from streamstate.runtime.queryable.query_host import stop_query_host
 from streamstate.runtime.subtask_host import DEFAULT_IDLE_TIMEOUT_S, run_hosted, stop_hosts
 from streamstate.runtime.task import run_stage_partition
 from streamstate.runtime.tracebacks import in_main_file, user_frames
+from streamstate.spark.console_progress import suspend_console_progress
 from streamstate.spark.placement import (
     executor_location,
     located_input,
@@ -149,6 +151,8 @@ class SparkEpochRunner(EpochRunner):
         self.locations: dict[tuple[int, int], str] = {}
         #: an epoch's Spark job is running (what interrupt() may cancel)
         self._epoch_running = False
+        #: gives the session its Spark console progress bar back when the job ends
+        self._resume_console_progress: Callable[[], None] | None = None
 
     def describe(self) -> str:
         return f"Spark ({self.spark.sparkContext.master})" if self.spark else "Spark"
@@ -169,6 +173,7 @@ class SparkEpochRunner(EpochRunner):
         ).strip().lower() in ("true", "1", "yes")
         if not keep:
             silence_task_failure_logs(self.spark)
+        self._resume_console_progress = suspend_console_progress(self.spark, self.configuration)
         bind_job_session(self.spark)
         self._job_id = job_id
         self._broadcasts = []
@@ -283,6 +288,9 @@ class SparkEpochRunner(EpochRunner):
         self._job_id = None
         self._broadcasts = []
         bind_job_session(None)
+        if self._resume_console_progress is not None:
+            self._resume_console_progress()
+            self._resume_console_progress = None
 
 
 #: background threads stopping finished jobs' hosts (``join_host_stoppers`` waits for them)
