@@ -350,7 +350,9 @@ def render(entries: list[Entry]) -> str:
         "## PyFlink modules not supported",
         "",
         "Importing one of these (`streamstate.table`, "
-        "`streamstate.datastream.connectors.kafka`, ...) raises `UnsupportedFeatureError`.",
+        "`streamstate.datastream.connectors.kafka`, ...) raises `UnsupportedModuleError`: "
+        "an `UnsupportedFeatureError` and a `ModuleNotFoundError`, so the usual "
+        "`try: import ... except ImportError:` fallback works.",
         "",
         "| module | why | what to do instead |",
         "|---|---|---|",
