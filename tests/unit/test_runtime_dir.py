@@ -115,3 +115,33 @@ def test_a_process_that_exits_removes_what_it_claimed(tmp):
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TMPDIR": str(tmp)})
     assert not os.path.exists(done)
     assert not (tmp / f"streamstate-{os.getuid()}").exists()
+
+
+def test_scratch_directories_go_with_their_process_or_at_the_next_sweep(tmp):
+    """Staged rows, shipped zips and job specs live in claimed scratch directories: the
+    process's exit removes its own; one a killed process left is swept by the next."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, sys\n"
+        "from streamstate.runtime import runtime_dir as rd\n"
+        "path = rd.scratch_dir('out')\n"
+        "open(os.path.join(path, 'part-00000.rows'), 'w').close()\n"
+        "print(path, flush=True)\n"
+        "if sys.argv[1] == 'killed':\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    run = [sys.executable, "-c", code]
+    exited = subprocess.run([*run, "exits"], capture_output=True, text=True, env=env)
+    assert exited.stdout.strip() and not os.path.exists(exited.stdout.strip())
+    assert not (tmp / f"streamstate-{os.getuid()}").exists()
+    killed = subprocess.run([*run, "killed"], capture_output=True, text=True, env=env)
+    left = killed.stdout.strip()
+    assert os.path.isfile(os.path.join(left, "part-00000.rows"))
+    assert oct(os.stat(left).st_mode & 0o777) == "0o700"
+    mine = rd.scratch_dir("pydeps")  # the next process's first scratch dir sweeps
+    assert not os.path.exists(left) and os.path.isdir(mine)
+    rd.release_claims()
+    assert not (tmp / f"streamstate-{os.getuid()}").exists()

@@ -10,8 +10,10 @@ group or other permission bits). Anything else is refused with
 :class:`UnsafeDirectoryError`: another user could have planted sockets or files in it.
 
 What is ours is removed when it is over: an application's directory when its owner ends
-(the zygote removes it), a job's epoch state at the job's end, and the runtime directory
-itself once it is empty (:func:`remove_empty`). Creating a subdirectory therefore retries
+(the zygote removes it), a job's epoch state at the job's end, a process's scratch
+directories (``scratch/<kind>-*``: staged rows, shipped Python files, large job specs) when
+that process exits or, killed, at the next sweep (:func:`scratch_dir`), and the runtime
+directory itself once it is empty (:func:`remove_empty`). Creating a subdirectory therefore retries
 when a concurrent cleanup removed the runtime directory in between.
 """
 
@@ -34,6 +36,7 @@ __all__ = [
     "release_claims",
     "remove_empty",
     "runtime_dir",
+    "scratch_dir",
     "sweep",
 ]
 
@@ -93,6 +96,29 @@ def private_dir(*parts: str) -> str:
         except FileNotFoundError:
             if attempt == 4:  # removed under our feet five times: not a race any more
                 raise
+    raise AssertionError("unreachable")
+
+
+#: the parent of every process's scratch directories
+SCRATCH = "scratch"
+
+
+def scratch_dir(kind: str) -> str:
+    """A new private directory of this process, ``<runtime dir>/scratch/<kind>-*``, for
+    files it needs until it exits (staged rows a DataFrame reads lazily, zips shipped to
+    the workers): claimed, so it is removed when this process exits and, should it be
+    killed, by the next process's sweep, which this call runs first."""
+    for attempt in range(5):
+        parent = private_dir(SCRATCH)
+        sweep(parent)
+        try:
+            path = tempfile.mkdtemp(prefix=f"{kind}-", dir=parent)
+        except FileNotFoundError:  # a concurrent cleanup removed the empty parent
+            if attempt == 4:
+                raise
+            continue
+        claim(path)
+        return path
     raise AssertionError("unreachable")
 
 

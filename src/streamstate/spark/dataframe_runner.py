@@ -33,7 +33,6 @@ import atexit
 import logging
 import os
 import pickle
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -46,6 +45,7 @@ from streamstate.runtime.gc_pause import gc_paused
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import DRIVER, EpochSpec, SubtaskAck
 from streamstate.runtime.queryable.query_host import stop_query_host
+from streamstate.runtime.runtime_dir import scratch_dir
 from streamstate.runtime.subtask_host import run_hosted, stop_hosts
 from streamstate.runtime.task import run_stage_partition
 from streamstate.spark.console_progress import suspend_console_progress
@@ -181,7 +181,9 @@ class DataFrameEpochRunner(EpochRunner):
     def _upload(self, job_id: str, sid: int, blob: bytes) -> _FileSpec:
         """Ship a large spec once per job as a file artifact of the session."""
         if self._artifacts is None:
-            self._artifacts = tempfile.mkdtemp(prefix="streamstate-specs-")
+            # kept until this process exits: a classic session's executors fetch added
+            # files from the driver whenever one starts
+            self._artifacts = scratch_dir("specs")
         name = f"streamstate-{job_id}-{sid}.spec"
         path = os.path.join(self._artifacts, name)
         with open(path, "wb") as f:

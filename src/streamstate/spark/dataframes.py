@@ -14,10 +14,7 @@ API, converting between Arrow and Python rows with pyspark's own Connect convers
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 import uuid
 from functools import partial
 from typing import Any
@@ -32,6 +29,7 @@ from streamstate.connectors.staged import (
 )
 from streamstate.errors import ConfigurationError
 from streamstate.runtime.graph import TransformationKind
+from streamstate.runtime.runtime_dir import scratch_dir
 from streamstate.spark.schema import from_spark, record_converter, record_schema
 from streamstate.spark.session import is_connect_session
 
@@ -127,9 +125,10 @@ def active_spark(spark: Any = None) -> Any:
 
 
 def default_staging_dir(kind: str) -> str:
-    """A new local directory for staged rows (fits local masters; on a cluster pass a
-    directory every worker can read)."""
-    return tempfile.mkdtemp(prefix=f"streamstate-{kind}-")
+    """A new local directory for staged rows, private to this process and removed when it
+    exits (``runtime_dir.scratch_dir``; fits local masters; on a cluster pass a directory
+    every worker can read)."""
+    return scratch_dir(kind)
 
 
 def _nested_values(row: Any) -> tuple[Any, ...]:
@@ -170,10 +169,9 @@ def stage_dataframe(df: Any, staging_dir: str | None = None) -> list[StagedSplit
     """Write every partition of ``df`` into its own staged rows file (one Spark job);
     the splits ``[path, rows]`` in partition order."""
     if staging_dir is None:
-        staging_dir = default_staging_dir("df")
         # re-staged by every from_dataframe() call (also for a restore): a local temp
         # directory only this process uses, removed when it ends
-        atexit.register(shutil.rmtree, staging_dir, True)
+        staging_dir = default_staging_dir("df")
     base = staging_dir.rstrip("/")
     base = f"{base}/{uuid.uuid4().hex}"
     if "://" not in base:
@@ -247,7 +245,6 @@ def stream_to_dataframe(
     check_bounded(ds._t, ds._env, "to_dataframe()")
     if staging_dir is None:
         staging_dir = default_staging_dir("out")
-        atexit.register(shutil.rmtree, staging_dir, True)
     sink = _StagedOutput(staging_dir.rstrip("/"))
     ds.sink_to(sink)
     ds._env.execute(job_name)

@@ -22,17 +22,15 @@ hands them to Spark, once per SparkContext:
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from typing import Any
 
 from streamstate.errors import ConfigurationError
+from streamstate.runtime.runtime_dir import scratch_dir
 
 __all__ = [
     "ARCHIVES_KEY",
@@ -56,11 +54,10 @@ def _entries(raw: str | None) -> list[str]:
 
 def _work_dir() -> str:
     """This process's directory for zipped files and installed requirements (removed at
-    exit)."""
+    exit: ``runtime_dir.scratch_dir``)."""
     global _WORK_DIR
-    if _WORK_DIR is None:
-        _WORK_DIR = tempfile.mkdtemp(prefix="streamstate-pydeps-")
-        atexit.register(shutil.rmtree, _WORK_DIR, ignore_errors=True)
+    if _WORK_DIR is None or not os.path.isdir(_WORK_DIR):
+        _WORK_DIR = scratch_dir("pydeps")
     return _WORK_DIR
 
 
