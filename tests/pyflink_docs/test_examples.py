@@ -1,8 +1,8 @@
 """PyFlink's example programs (``pyflink/examples/datastream`` in the pinned
 ``apache-flink`` wheel, read by ``tests/support/pyflink_examples.py``; nothing of them is
 committed here), unchanged but for the imports, against what Flink prints
-(``expected.py``, computed without streamstate). Most run on the in-process runner; a
-few on Spark local[2]."""
+(``expected.py``, computed without streamstate). Each runs on the in-process runner and on
+a Spark Connect session (``sc://127.0.0.1``, the test server); two on Spark local[2] too."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ from tests.pyflink_docs.expected import f32, java_tuple, running, sessions, slid
 
 HINT = "Printing result to stdout. Use --output to specify output path."
 HI = [1, 2, 3, 4, 5, 8, 9, 15]  # the timestamps of the windowing examples' ('hi', t)
+#: each example runs in process and on the test session's Spark Connect server (the
+#: DataFrame runner): the same output expected from both
+BOTH_RUNNERS = pytest.mark.parametrize("runner", ["local", "connect"])
 
 
 def _float_state_sums(pairs: list[tuple[str, float]]) -> dict[str, float]:
@@ -62,7 +65,8 @@ def test_event_time_timer_with_ttl_on_spark(run_program: Run, runner: str) -> No
     assert sorted(out) == _event_time_timer_expected()
 
 
-def test_state_access(run_program: Run) -> None:
+@BOTH_RUNNERS
+def test_state_access(run_program: Run, runner: str) -> None:
     # Types.FLOAT() input and state (float32), a 1 s TTL; the function yields the sum of
     # the float32 state and the float32 input before the state rounds it
     data = [
@@ -81,13 +85,14 @@ def test_state_access(run_program: Run) -> None:
         current = state.get(k, 0) + f32(v)
         state[k] = f32(current)
         expected.append(str((k, current)))
-    out = run_program("state_access")
+    out = run_program("state_access", runner=runner)
     assert sorted(out) == sorted(expected)
     for key in ("Alice", "Bob"):  # per key, in input order
         assert [x for x in out if key in x] == [x for x in expected if key in x]
 
 
-def test_basic_operations(run_program: Run) -> None:
+@BOTH_RUNNERS
+def test_basic_operations(run_program: Run, runner: str) -> None:
     infos = {
         1: {"name": "Flink", "tel": 123, "addr": {"country": "Germany", "city": "Berlin"}},
         2: {"name": "hello", "tel": 135, "addr": {"country": "China", "city": "Shanghai"}},
@@ -104,11 +109,12 @@ def test_basic_operations(run_program: Run) -> None:
         bumped(1),
         *(str(p) for p in running(by_country, lambda a, b: a + b)),
     ]
-    assert run_program("basic_operations") == expected
+    assert run_program("basic_operations", runner=runner) == expected
 
 
-def test_process_json_data(run_program: Run) -> None:
-    out = run_program("process_json_data")
+@BOTH_RUNNERS
+def test_process_json_data(run_program: Run, runner: str) -> None:
+    out = run_program("process_json_data", runner=runner)
     assert sorted(out) == sorted(
         [
             str(
@@ -148,13 +154,21 @@ def test_word_count_in_batch_mode_on_spark(run_program: Run, runner: str) -> Non
     assert sorted(out[3:]) == sorted(java_tuple(w, n) for w, n in counts.items())
 
 
-def test_word_count_with_input_and_output_files(run_program: Run, tmp_path: Path) -> None:
+@BOTH_RUNNERS
+def test_word_count_with_input_and_output_files(
+    run_program: Run, tmp_path: Path, runner: str
+) -> None:
     # --input/--output: a bounded FileSource and a row-format FileSink (simple string
     # encoder: Java's toString of the Tuple2) into Flink's default dated bucket directory
     lines = ["to be or not", "to be", "that is the question"]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
     out = run_program(
-        "word_count", "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out")
+        "word_count",
+        "--input",
+        str(tmp_path / "in.txt"),
+        "--output",
+        str(tmp_path / "out"),
+        runner=runner,
     )
     assert out == []
     parts = sorted((tmp_path / "out").rglob("prefix-*.ext"))
@@ -168,28 +182,33 @@ def _windows(rows: list[tuple[int, int, int]]) -> list[str]:
     return [java_tuple("hi", s, e, n) for s, e, n in rows]
 
 
-def test_tumbling_time_window(run_program: Run) -> None:
-    out = run_program("windowing.tumbling_time_window")
+@BOTH_RUNNERS
+def test_tumbling_time_window(run_program: Run, runner: str) -> None:
+    out = run_program("windowing.tumbling_time_window", runner=runner)
     assert out == [HINT, *_windows(tumbling(HI, 5))]
 
 
-def test_sliding_time_window(run_program: Run) -> None:
-    out = run_program("windowing.sliding_time_window")
+@BOTH_RUNNERS
+def test_sliding_time_window(run_program: Run, runner: str) -> None:
+    out = run_program("windowing.sliding_time_window", runner=runner)
     assert out == [HINT, *_windows(sliding(HI, 5, 2))]
 
 
-def test_session_with_gap_window(run_program: Run) -> None:
-    out = run_program("windowing.session_with_gap_window")
+@BOTH_RUNNERS
+def test_session_with_gap_window(run_program: Run, runner: str) -> None:
+    out = run_program("windowing.session_with_gap_window", runner=runner)
     assert out == [HINT, *_windows(sessions([1, 2, 3, 4, 8, 9, 15], lambda t: 5))]
 
 
-def test_session_with_dynamic_gap_window(run_program: Run) -> None:
-    out = run_program("windowing.session_with_dynamic_gap_window")
+@BOTH_RUNNERS
+def test_session_with_dynamic_gap_window(run_program: Run, runner: str) -> None:
+    out = run_program("windowing.session_with_dynamic_gap_window", runner=runner)
     # the gap of an element is its own timestamp value (element[1])
     assert out == [HINT, *_windows(sessions([1, 2, 3, 4, 8, 9, 15], lambda t: t))]
 
 
-def test_tumbling_count_window(run_program: Run) -> None:
+@BOTH_RUNNERS
+def test_tumbling_count_window(run_program: Run, runner: str) -> None:
     data = [(1, "hi"), (2, "hello"), (3, "hi"), (4, "hello"), (5, "hi"), (6, "hello"), (6, "hello")]
     per_key: dict[str, list[int]] = {}
     for v, k in data:
@@ -200,7 +219,7 @@ def test_tumbling_count_window(run_program: Run) -> None:
         for k, vs in per_key.items()
         for i in range(0, len(vs) - len(vs) % 2, 2)
     ]
-    out = run_program("windowing.tumbling_count_window")
+    out = run_program("windowing.tumbling_count_window", runner=runner)
     assert out[0] == HINT and sorted(out[1:]) == sorted(expected)
 
 
