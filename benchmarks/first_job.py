@@ -16,9 +16,9 @@ the interpreter's start):
 * ``rest``: the end of input, the final checkpoint, stopping the job;
 * ``exit``: from ``execute()`` returning to the process gone (JVM shutdown), measured
   outside;
-* ``cpu``: CPU seconds (user + system) of the run's process tree as the benchmark reaps
-  it (the driver JVM and Python workers; not the detached subtask hosts): on a loaded
-  machine wall times mostly measure the load, CPU seconds much less so.
+* ``cpu``: CPU seconds (user + system) of what the benchmark reaps: the ``streamstate``
+  Python driver only (PySpark does not wait for its JVM, so the JVM's, its Python
+  workers' and the subtask hosts' seconds are not in it).
 
 Variants change one thing against ``default`` (what streamstate does for sessions it
 builds): ``spark-ui`` (Spark's web UI on, as before issue 26), ``no-hosts`` (subtasks in
