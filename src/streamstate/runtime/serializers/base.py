@@ -15,17 +15,27 @@ import io
 import pickle
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from streamstate.common.serializer import TypeSerializer, TypeSerializerSnapshot
 
 __all__ = [
+    "MigratesBytes",
     "PickleSerializer",
     "TypeSerializer",
     "TypeSerializerSnapshot",
 ]
 
 PICKLE_PROTOCOL = 5
+
+
+@runtime_checkable
+class MigratesBytes(Protocol):
+    """A serializer that can rewrite another serializer's bytes into its own without
+    building the objects (records: rows, dataclasses); a store of bytes (RocksDB) asks it
+    first when it migrates state, and builds objects only where it answers ``None``."""
+
+    def migrate_bytes(self, data: bytes, old: TypeSerializer) -> bytes | None: ...
 
 
 _dumps = pickle.dumps

@@ -30,6 +30,7 @@ from streamstate.errors import (
     StateDescriptorConflictError,
     StateMigrationError,
 )
+from streamstate.runtime.checkpoint.changelog import ChangelogStateHandle
 from streamstate.runtime.checkpoint.handles import KeyGroupsStateHandle
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import TypeSerializer
@@ -232,9 +233,8 @@ def restore_handles(
     """Read the key groups of ``key_group_range`` from full (heap-format) ``handles``,
     reading only their byte ranges; ``resolve`` is the backend's :func:`resolve_states`."""
     for handle in handles:
-        expand = getattr(handle, "expand", None)  # a changelog: its base, then its deltas
-        if expand is not None:
-            base, deltas = expand()
+        if isinstance(handle, ChangelogStateHandle):  # its full base, then its deltas
+            base, deltas = handle.expand()
             restore_handles([base], key_group_range, resolve)
             if base.intersects(key_group_range):
                 for d in deltas:

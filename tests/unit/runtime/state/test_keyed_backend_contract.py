@@ -47,10 +47,12 @@ from streamstate.runtime.keygroups import (
     KeyGroupRange,
     compute_key_group_for_serialized_key,
 )
-from streamstate.runtime.serializers.base import PickleSerializer
 from streamstate.runtime.state.base import KeyedSnapshot, KeyedStateBackend
-from streamstate.runtime.state.heap.backend import HeapKeyedStateBackend
-from streamstate.runtime.state.registry import create_keyed_backend
+from streamstate.runtime.state.registry import (
+    create_keyed_backend,
+    registration,
+    registration_of,
+)
 from tests.support.backends import (
     ALL,
     KEYS,
@@ -584,17 +586,14 @@ def test_corrupt_delta_bytes(made: Made) -> None:
 # ------------------------------------------------------------------------ registry, lifecycle
 
 
-def test_registry() -> None:
-    b = create_keyed_backend(
-        "hashmap",
-        operator_name="op",
-        key_group_range=KeyGroupRange(0, 127),
-        max_parallelism=128,
-        key_serializer=PickleSerializer(),
-    )
-    assert isinstance(b, HeapKeyedStateBackend)
-    with pytest.raises(ConfigurationError, match="hashmap"):
-        create_keyed_backend("rocksdb-nope")
+def test_registry(made: Made) -> None:
+    # the registered name makes the registered class, whatever the case of the name
+    b = made.backend()
+    assert type(b) is registration(made.name).factory
+    assert registration(made.name.upper()) is registration(made.name)
+    assert registration_of(b).name == made.name
+    with pytest.raises(ConfigurationError, match=made.name):  # the error lists the names
+        create_keyed_backend(made.name + "-nope")
 
 
 def test_dispose(made: Made) -> None:

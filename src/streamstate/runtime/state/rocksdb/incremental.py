@@ -84,9 +84,9 @@ def pack_files(directory: str, names: list[str]) -> bytes:
     for name in sorted(names):
         with open(os.path.join(directory, name), "rb") as f:
             data = f.read()
-        nb = name.encode()
-        parts.append(_ENTRY.pack(len(nb), len(data)))
-        parts.append(nb)
+        name_bytes = name.encode()
+        parts.append(_ENTRY.pack(len(name_bytes), len(data)))
+        parts.append(name_bytes)
         parts.append(data)
     return b"".join(parts)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from streamstate.runtime.serializers.base import MigratesBytes
 from streamstate.runtime.state.format.serializers import StateSerializers
 from streamstate.runtime.state.migration import (
     migrate_holder,
@@ -39,7 +40,11 @@ def migrate_column(backend: Any, col: Any, new: StateSerializers) -> int:
     kind = col.kind
     value_out = new.value.serialize
     # records (rows, dataclasses) rewrite bytes to bytes, without building objects
-    rewrite = getattr(new.value, "migrate_bytes", None) if kind not in ("list", "map") else None
+    rewrite = (
+        new.value.migrate_bytes
+        if isinstance(new.value, MigratesBytes) and kind not in ("list", "map")
+        else None
+    )
     count = 0
     for cf in (col.cf, col.ns_cf):
         if cf is None:
@@ -48,11 +53,11 @@ def migrate_column(backend: Any, col: Any, new: StateSerializers) -> int:
         for rk, v in col.scan(b"", None, cf):
             try:
                 if kind == "map":
-                    kb = col.prefix_of(rk)
-                    uk = old.user_key.deserialize(rk[len(kb) : len(rk) - 4])  # type: ignore[union-attr]  # map state always has a user-key serializer
-                    ((nk, nv),) = convert({uk: old.value.deserialize(v)}).items()
-                    ukb = new.user_key.serialize(nk)  # type: ignore[union-attr]  # map state always has a user-key serializer
-                    nrk = kb + ukb + _U32.pack(len(ukb))
+                    prefix = col.prefix_of(rk)
+                    user_key = old.user_key.deserialize(rk[len(prefix) : len(rk) - 4])  # type: ignore[union-attr]  # map state always has a user-key serializer
+                    ((nk, nv),) = convert({user_key: old.value.deserialize(v)}).items()
+                    user_key_bytes = new.user_key.serialize(nk)  # type: ignore[union-attr]  # map state always has a user-key serializer
+                    nrk = prefix + user_key_bytes + _U32.pack(len(user_key_bytes))
                     if nrk != rk:
                         batch.append((rk, None))
                     batch.append((nrk, value_out(nv)))

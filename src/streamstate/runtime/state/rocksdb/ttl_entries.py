@@ -71,14 +71,15 @@ class RocksDBStateEntries(StateEntryTransformer):
         assert sers.user_key is not None
         groups: dict[bytes, dict[Any, Any]] = {}
         for rk, v in col.scan(lo, hi, cf):
-            kb = col.prefix_of(rk)
-            g = groups.get(kb)
-            if g is None:
-                g = groups[kb] = {}
-            g[sers.user_key.deserialize(rk[len(kb) : len(rk) - 4])] = sers.value.deserialize(v)
-        for kb, d in groups.items():
-            key, ns = who(kb)
-            yield kb, key, ns, d
+            prefix = col.prefix_of(rk)
+            entries = groups.get(prefix)
+            if entries is None:
+                entries = groups[prefix] = {}
+            user_key = sers.user_key.deserialize(rk[len(prefix) : len(rk) - 4])
+            entries[user_key] = sers.value.deserialize(v)
+        for prefix, entries in groups.items():
+            key, ns = who(prefix)
+            yield prefix, key, ns, entries
 
     def transform_all(self, fn: Callable[[Any], Any]) -> int:
         return self.transform_all_with(lambda _i: fn, 0)
@@ -97,7 +98,7 @@ class RocksDBStateEntries(StateEntryTransformer):
                 continue
             for kgi in range(col.size):
                 batch: list[tuple[bytes, bytes | None]] = []
-                for kb, key, ns, stored in self._group(kgi, cf):
+                for stored_key, key, ns, stored in self._group(kgi, cf):
                     seen += 1
                     if refresh_every and seen % refresh_every == 0:
                         fn = fn_for(seen)
@@ -105,9 +106,9 @@ class RocksDBStateEntries(StateEntryTransformer):
                     if new is stored:
                         continue
                     if new is None:
-                        col.delete(batch, kb, cf)
+                        col.delete(batch, stored_key, cf)
                     else:
-                        col.write(batch, kb, new, cf)
+                        col.write(batch, stored_key, new, cf)
                     col.dirty_of(ns)[key] = kgi
                     changed += 1
                 if batch:

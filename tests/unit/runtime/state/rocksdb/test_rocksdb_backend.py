@@ -16,7 +16,6 @@ from streamstate.datastream.state import (
 from streamstate.errors import StateSerializationError
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import PickleSerializer
-from streamstate.runtime.state.registry import create_keyed_backend
 from streamstate.runtime.state.rocksdb import access as raccess
 from streamstate.runtime.state.rocksdb.backend import (
     RocksDBKeyedStateBackend,
@@ -132,18 +131,6 @@ def test_local_dir_that_is_a_file_names_the_path(tmp_path: Any) -> None:
     f.write_text("x")
     with pytest.raises(RocksDBStorageError, match="a-file"):
         RocksDBKeyedStateBackend("op", KeyGroupRange(0, 1), 2, PickleSerializer(), str(f))
-
-
-def test_registered_as_rocksdb(rocks: Made) -> None:
-    b = create_keyed_backend(
-        "rocksdb",
-        operator_name="op",
-        key_group_range=KeyGroupRange(0, 127),
-        max_parallelism=128,
-        key_serializer=PickleSerializer(),
-    )
-    rocks.made.append(b)
-    assert isinstance(b, RocksDBKeyedStateBackend)
 
 
 _WRITE_FAILS = """
