@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from streamstate.common.serializer import migrate_value
 from streamstate.errors import StateMigrationError
@@ -162,13 +162,20 @@ def migrate_holder(
         record_migration(backend, holder.name, n, old, new)
 
 
-def drain_migrated(*owners: dict[str, Any]) -> dict[str, int]:
+class CountsMigrations(Protocol):
+    """What keyed backends and operator state stores share: entries migrated per state
+    since the last :func:`drain_migrated`."""
+
+    migrated_entries: dict[str, int]
+
+
+def drain_migrated(*owners: dict[str, CountsMigrations]) -> dict[str, int]:
     """``"<uid>.<state>" -> entries`` migrated by the keyed backends / operator state
     stores of ``owners`` (uid -> backend or store) since the last call (then reset)."""
     out: dict[str, int] = {}
     for by_uid in owners:
         for uid, owner in by_uid.items():
-            counts = getattr(owner, "migrated_entries", None)
+            counts = owner.migrated_entries
             if counts:
                 for state, n in counts.items():
                     out[f"{uid}.{state}"] = out.get(f"{uid}.{state}", 0) + n

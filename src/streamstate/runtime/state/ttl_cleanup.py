@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from streamstate.api.state import StateDescriptor, StateTtlConfig
 
 if TYPE_CHECKING:
-    from streamstate.runtime.state.base import KeyedStateBackend
+    from streamstate.runtime.state.base import KeyedStateBackend, StateEntryTransformer
 
 __all__ = ["TtlCleanupWarning", "expired_entry_filter", "install_cleanups"]
 
@@ -79,7 +79,12 @@ class _IncrementalCleanup:
     __slots__ = ("entries", "size", "kind", "ttl", "now", "floor", "round_start", "round_min")
 
     def __init__(
-        self, entries: Any, size: int, kind: str, ttl: int, now: Callable[[], int]
+        self,
+        entries: StateEntryTransformer,
+        size: int,
+        kind: str,
+        ttl: int,
+        now: Callable[[], int],
     ) -> None:
         self.entries = entries
         self.size = size
@@ -97,7 +102,7 @@ class _IncrementalCleanup:
         if floor is not None and t < floor + self.ttl:
             return
         entries = self.entries
-        rounds = getattr(entries, "rounds", -1)
+        rounds = entries.rounds
         if self.round_start is None:
             self.round_start = t
         seen_min = [float("inf")]
