@@ -39,6 +39,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from streamstate.control import views
+from streamstate.control.rescale_route import current_requirements, requested_parallelism
 from streamstate.control.state_route import query_state
 from streamstate.errors import StreamStateError
 
@@ -229,6 +230,19 @@ def build_app(server: Any) -> Starlette:
             }
         )
 
+    async def resource_requirements(request: Request) -> Response:
+        handle, denied = job_or_404(request)
+        if denied is not None:
+            return denied
+        if request.method == "PUT":
+            try:
+                operators = requested_parallelism(await _body(request))
+                handle.executor.rescale(operators=operators)
+            except ValueError as e:  # a bad body, a RescaleError
+                return _error(400, str(e))
+            return JSONResponse({}, status_code=202)
+        return JSONResponse(current_requirements(handle.executor))
+
     async def state(request: Request) -> Response:
         jid = request.path_params["jid"]
         handle = server.job(jid)
@@ -266,6 +280,7 @@ def build_app(server: Any) -> Starlette:
         Route("/jobs/{jid}/savepoints/{tid}", savepoint_status),
         Route("/jobs/{jid}/stop", stop, methods=["POST"]),
         Route("/jobs/{jid}/state/{name}", state),
+        Route("/jobs/{jid}/resource-requirements", resource_requirements, methods=["GET", "PUT"]),
         Route("/metrics", metrics),
     ]
     return Starlette(routes=routes)
