@@ -82,11 +82,13 @@ class RescaleAt(JobObserver):
             self.futures.append(self.client.rescale(p))
 
 
-def keyed_job(tmp_path: Path, backend: str, fail_epoch: int) -> tuple[Any, CollectSink]:
+def keyed_job(
+    tmp_path: Path, backend: str, fail_epoch: int, spark: Any = None, max_records: int = 10
+) -> tuple[Any, CollectSink]:
     conf = {"state.backend.type": backend}
     if backend == "rocksdb":
         conf["state.backend.rocksdb.localdir"] = fast_local_dir()
-    env = envs.make_env(2, max_records=10, conf=conf)
+    env = envs.make_env(2, spark=spark, max_records=max_records, conf=conf)
     env.enable_checkpointing(1)
     cc = env.get_checkpoint_config()
     cc.set_checkpoint_storage_dir(str(tmp_path / "chk"))
@@ -114,8 +116,12 @@ def keyed_job(tmp_path: Path, backend: str, fail_epoch: int) -> tuple[Any, Colle
     return env, sink
 
 
-def run(tmp_path: Path, backend: str, schedule: dict[int, int], fail_epoch: int = -1) -> Any:
-    env, sink = keyed_job(tmp_path, backend, fail_epoch)
+def run(
+    tmp_path: Path, backend: str, schedule: dict[int, int], fail_epoch: int = -1, **kw: Any
+) -> Any:
+    """Run the job, rescaling it after the epochs of ``schedule``; (output, result, the
+    applied parallelisms, its last checkpoint). ``kw``: ``spark``, ``max_records``."""
+    env, sink = keyed_job(tmp_path, backend, fail_epoch, **kw)
     rescaler = RescaleAt(schedule)
     env.add_job_observer(rescaler)
     client = env.execute_async("elastic")
