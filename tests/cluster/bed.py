@@ -461,7 +461,7 @@ class Bed:
         """The addresses of the workers the master has ALIVE."""
         try:
             state = self.master_state()
-        except OSError:
+        except (OSError, ValueError):  # not up yet, or an empty answer while it starts
             return []
         workers = state.get("workers", [])
         assert isinstance(workers, list)
@@ -473,7 +473,7 @@ class Bed:
         address = self.machines[name].address
         try:
             workers = self.master_state().get("workers", [])
-        except OSError:
+        except (OSError, ValueError):  # not up yet, or an empty answer while it starts
             return 0
         assert isinstance(workers, list)
         alive = [w for w in workers if w.get("host") == address and w.get("state") == "ALIVE"]

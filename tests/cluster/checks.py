@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["machine_paths_in_store"]
+__all__ = ["committed_lines", "machine_paths_in_store"]
 
 #: how a machine-local path shows in anything written for others to read
 LOCAL_MARKERS = (b"file://", b"/tmp/", b"/home/streamstate")
@@ -24,3 +24,13 @@ def machine_paths_in_store(bed: Any, prefix: str) -> list[str]:
             if at >= 0:
                 found.append(f"{key}: {data[max(0, at - 60) : at + 60]!r}")
     return found
+
+
+def committed_lines(fs: Any, prefix: str) -> list[str]:
+    """The lines of every visible object under ``prefix`` (a FileSink's committed output;
+    hidden ``.``-names are in-progress or pending parts), sorted."""
+    lines: list[str] = []
+    for path in sorted(fs.find(prefix)):
+        if not path.rsplit("/", 1)[-1].startswith("."):
+            lines += fs.cat_file(path).decode().splitlines()
+    return sorted(lines)

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.bed import ROOT, Bed
-from tests.cluster.checks import machine_paths_in_store
+from tests.cluster.checks import committed_lines, machine_paths_in_store
 from tests.faults.crash_job import expected_lines
 
 JOB = os.path.join(ROOT, "tests", "cluster", "fault_job.py")
@@ -80,14 +80,6 @@ def gate_holder(fs: Any, run: str, value: int) -> str | None:
 
 def release(fs: Any, run: str, value: int) -> None:
     fs.pipe_file(f"bed/{run}/gates/{value}.released", b"")
-
-
-def committed_lines(fs: Any, out: str) -> list[str]:
-    lines: list[str] = []
-    for path in sorted(fs.find(out)):
-        if not path.rsplit("/", 1)[-1].startswith("."):
-            lines += fs.cat_file(path).decode().splitlines()
-    return sorted(lines)
 
 
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
