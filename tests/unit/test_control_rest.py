@@ -299,6 +299,9 @@ def test_a_wildcard_bind_advertises_a_routable_address_and_guards_every_read(tmp
         )
         assert http(f"{rec.address}/jobs/overview")[0] == 401
         assert http(f"{rec.address}/jobs/overview", token="s3cret")[0] == 200
+        _, conf = http(f"{rec.address}/jobs/{rec.job_id}/config", token="s3cret")
+        # the token is never shown (reads of a loopback bind are open to the machine)
+        assert conf["execution-config"]["user-config"]["rest.token"] == "******"
         status, page = http(f"{rec.address}/?token=s3cret")
         assert status == 200 and "dashboard.js" in page
     finally:

@@ -143,7 +143,7 @@ def build_app(server: Any) -> Starlette:
             {
                 "jid": handle.job_id,
                 "name": handle.executor.job_name,
-                "execution-config": {"user-config": handle.configuration},
+                "execution-config": {"user-config": views.hide_secrets(handle.configuration)},
             }
         )
 

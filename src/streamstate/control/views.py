@@ -10,12 +10,14 @@ Readers run on the server thread while the driver loop writes; they take copies
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 __all__ = [
+    "hide_secrets",
     "checkpoint_details",
     "checkpoints",
     "exceptions",
@@ -26,6 +28,21 @@ __all__ = [
 ]
 
 TERMINAL = frozenset({"FINISHED", "CANCELED", "FAILED"})
+
+
+#: parts of a configuration key whose value is a secret (Flink's sensitive-key markers)
+SECRET_MARKERS = ("password", "secret", "token", "apikey", "auth-params", "service-key")
+HIDDEN = "******"
+
+
+def hide_secrets(configuration: Mapping[str, str]) -> dict[str, str]:
+    """``configuration`` with the values of secret keys (``rest.token``, ``s3.secret-key``,
+    ...) replaced by :data:`HIDDEN`: the configuration view is readable by anyone on the
+    machine with a loopback bind, and the token would let them steer the job."""
+    return {
+        key: HIDDEN if any(m in key.lower() for m in SECRET_MARKERS) else value
+        for key, value in configuration.items()
+    }
 
 
 def _times(job: Any) -> tuple[int, int, int]:
