@@ -32,6 +32,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
@@ -211,11 +212,14 @@ def build_app(server: Any) -> Starlette:
             return _error(404, f"no savepoint trigger {request.path_params['tid']}")
         if not future.done():
             return JSONResponse({"status": {"id": "IN_PROGRESS"}})
-        handle.outcome_read(request.path_params["tid"])
+        # marked read only once the answer is sent: a stopped job's process ends as soon
+        # as its outcomes were read, and must not cut this answer short
+        read = BackgroundTask(handle.outcome_read, request.path_params["tid"])
         err = future.exception()
         if err is None:
             return JSONResponse(
-                {"status": {"id": "COMPLETED"}, "operation": {"location": future.result()}}
+                {"status": {"id": "COMPLETED"}, "operation": {"location": future.result()}},
+                background=read,
             )
         return JSONResponse(
             {
@@ -227,7 +231,8 @@ def build_app(server: Any) -> Starlette:
                         "stack-trace": "".join(traceback.format_exception(err)),
                     }
                 },
-            }
+            },
+            background=read,
         )
 
     async def resource_requirements(request: Request) -> Response:

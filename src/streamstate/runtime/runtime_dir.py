@@ -147,6 +147,8 @@ OWNER_FILE = ".owner"
 
 #: what this process claimed (removed when it exits, :func:`release_claims`)
 _CLAIMED: set[str] = set()
+#: the process :data:`_CLAIMED` belongs to (a forked child inherits the set, not the claims)
+_CLAIMED_BY: int | None = None
 
 
 def claim(path: str) -> None:
@@ -155,10 +157,13 @@ def claim(path: str) -> None:
     (a SIGKILLed driver's job state does not stay for ever)."""
     from streamstate.runtime.host_owner import start_time
 
-    if not _CLAIMED:
+    global _CLAIMED_BY
+    pid = os.getpid()
+    if _CLAIMED_BY != pid:
+        _CLAIMED.clear()  # inherited through a fork: the parent's, not ours to remove
+        _CLAIMED_BY = pid
         atexit.register(release_claims)
     _CLAIMED.add(path)
-    pid = os.getpid()
     tmp = os.path.join(path, f"{OWNER_FILE}.{pid}.tmp")
     with open(tmp, "w") as f:
         f.write(f"{pid}-{start_time(pid) or 0}")
@@ -168,6 +173,9 @@ def claim(path: str) -> None:
 def release_claims() -> None:
     """Remove what this process claimed, and the runtime directory when that leaves it
     empty (at exit; a test session calls it before it checks what is left)."""
+    if _CLAIMED_BY != os.getpid():
+        _CLAIMED.clear()  # a forked child's exit: what it inherited is its parent's
+        return
     for path in sorted(_CLAIMED):
         shutil.rmtree(path, ignore_errors=True)
         remove_empty(os.path.dirname(path))
@@ -196,6 +204,8 @@ def sweep(parent: str) -> list[str]:
         if not owner.alive():
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
+    if removed:
+        remove_empty(parent)  # the sweeper may make nothing of its own in it
     return removed
 
 
