@@ -8,6 +8,7 @@
 #   make lint         ruff + mypy + import-linter layers (enforced; ruff format is reported only)
 #   make bench        the keyed-count benchmark (installs the "bench" extra)
 #   make bench-peers  the same workload on Spark's stateful APIs and on PyFlink
+#   make bench-docs   regenerate docs/benchmarks.md from benchmarks/results/*.json
 
 PY ?= python3
 VENV ?= .venv
@@ -16,7 +17,7 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-unit test-cluster lint bench bench-install bench-peers clean
+.PHONY: help venv demo test test-unit test-cluster lint bench bench-install bench-peers bench-docs clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -77,6 +78,9 @@ bench-pyflink bench-spark-peers:
 endif
 
 bench-peers: bench bench-spark-peers bench-pyflink
+
+bench-docs: venv
+	$(BIN)/python -m benchmarks.report
 
 clean:
 	rm -rf build dist .pytest_cache .ruff_cache .mypy_cache src/*.egg-info
