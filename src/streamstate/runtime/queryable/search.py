@@ -35,6 +35,7 @@ from streamstate.runtime.checkpoint.handles import (
     KeyGroupsStateHandle,
 )
 from streamstate.runtime.protocol import Lineage
+from streamstate.runtime.serializers.base import fixed_width
 from streamstate.runtime.serializers.ttl import is_ttl_snapshot
 from streamstate.runtime.state import ttl
 from streamstate.runtime.state.format.keyed import FORMAT_NAME, FORMAT_VERSION
@@ -167,7 +168,7 @@ class FileSearch:
         """Forget the files and plans of lineages other than ``live`` (the newest
         snapshot's): a request pinned to an older one parses what it needs again."""
         deltas = {_file_key(d) for lin in live for d in lin.deltas}
-        bases = {_file_key(b.stream) for lin in live for b in lin.base if hasattr(b, "stream")}
+        bases = {_file_key(b.stream) for lin in live for b in lin.base if _searchable_base(b)}
         lineages = {id(lin) for lin in live}
         with self._lock:
             for k in [k for k in self._deltas if k not in deltas]:
@@ -242,7 +243,7 @@ class FileSearch:
         with_ttl = is_ttl_snapshot(first.get("value_serializer"))
         value_width = 0
         if kind in _VALUE_KINDS and not with_ttl:
-            value_width = getattr(sers.value, "fixed_width", 0) or 0
+            value_width = fixed_width(sers.value)
         return SearchPlan(
             name, kind, width, sers, value_width, with_ttl, tuple(deltas), tuple(bases)
         )

@@ -418,13 +418,13 @@ class QueryableStateService:
         groups = []
         for k in keys:
             try:
-                kb = op.key_serializer.serialize(k)
+                key_bytes = op.key_serializer.serialize(k)
             except Exception as e:  # a key the job's key serializer rejects
                 raise WrongKeyTypeError(
                     f"key {k!r} cannot be serialized with the key serializer of operator "
                     f"{op.uid!r} ({op.key_serializer.name}): {e}"
                 ) from e
-            groups.append(compute_key_group_for_serialized_key(kb, op.max_parallelism))
+            groups.append(compute_key_group_for_serialized_key(key_bytes, op.max_parallelism))
         cache = self.caches[as_of]
         for _ in range(MAX_REPINS):
             snap = self.snapshot(as_of)

@@ -20,10 +20,12 @@ from typing import Any, Protocol, runtime_checkable
 from streamstate.common.serializer import TypeSerializer, TypeSerializerSnapshot
 
 __all__ = [
+    "FixedWidthBytes",
     "MigratesBytes",
     "PickleSerializer",
     "TypeSerializer",
     "TypeSerializerSnapshot",
+    "fixed_width",
 ]
 
 PICKLE_PROTOCOL = 5
@@ -36,6 +38,25 @@ class MigratesBytes(Protocol):
     first when it migrates state, and builds objects only where it answers ``None``."""
 
     def migrate_bytes(self, data: bytes, old: TypeSerializer) -> bytes | None: ...
+
+
+@runtime_checkable
+class FixedWidthBytes(Protocol):
+    """A serializer that writes every value in the same number of bytes
+    (``serialize_many``: the values back to back), so the i-th value of a blob is read,
+    or a key's bytes found, without decoding the rest (queryable state searches the
+    state-version files by them: ``format/keyed_index.py``)."""
+
+    #: bytes of every value
+    fixed_width: int
+    #: equal values serialize to equal bytes and unequal ones to unequal bytes (not so for
+    #: floats: ``0.0 == -0.0``, ``nan != nan``), so a key is found by its bytes
+    canonical_bytes: bool
+
+
+def fixed_width(serializer: Any) -> int:
+    """The width of every value ``serializer`` writes, 0 when they differ in width."""
+    return serializer.fixed_width if isinstance(serializer, FixedWidthBytes) else 0
 
 
 _dumps = pickle.dumps

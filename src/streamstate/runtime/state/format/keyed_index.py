@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from streamstate.errors import CorruptCheckpointError
+from streamstate.runtime.serializers.base import FixedWidthBytes
 from streamstate.runtime.state.format.keyed import (
     _BLOCK,
     _DELTA_BLOCK,
@@ -99,9 +100,9 @@ def searchable_keys(key_serializer: Any) -> int:
     """The width of ``key_serializer``'s keys when :func:`find_key` can find them by their
     bytes (every key the same number of bytes, written back to back, equal keys as equal
     bytes), else 0."""
-    if not getattr(key_serializer, "canonical_bytes", False):
+    if not (isinstance(key_serializer, FixedWidthBytes) and key_serializer.canonical_bytes):
         return 0
-    return int(getattr(key_serializer, "fixed_width", 0) or 0)
+    return key_serializer.fixed_width
 
 
 #: searches of a block's keys after which they are indexed (a dict of their bytes): building
