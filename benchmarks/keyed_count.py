@@ -60,8 +60,15 @@ RUNNER = ["rdd"]
 
 
 def run_streamstate(
-    spark: Any, data: list[Any], epochs: int, checkpoint: bool
+    spark: Any,
+    data: list[Any],
+    epochs: int,
+    checkpoint: bool,
+    parallelism: int = 2,
+    checkpoint_dir: str | None = None,
 ) -> tuple[float, dict[str, Any]]:
+    """The keyed count over ``data`` in ``epochs`` epochs; records/s and the accumulators.
+    ``checkpoint_dir``: the checkpoint storage (default: the in-memory one)."""
     conf = Configuration()
     conf.set_string("execution.runner", RUNNER[0])
     readers = SOURCE_PARALLELISM[0]
@@ -70,9 +77,11 @@ def run_streamstate(
     conf.set_string("execution.runner.spark.subtask-hosts", SUBTASK_HOSTS[0])
     conf.set_string("state.backend.type", STATE_BACKEND[0])
     env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
-    env.set_parallelism(2)
+    env.set_parallelism(parallelism)
     if checkpoint:
         env.enable_checkpointing(1)  # due at every epoch boundary: a checkpoint per epoch
+        if checkpoint_dir is not None:
+            env.get_checkpoint_config().set_checkpoint_storage_dir(checkpoint_dir)
     env.from_collection(data).set_parallelism(readers).key_by(lambda v: v[0]).process(
         CountPerKey()
     ).uid("count").add_sink(DiscardingSink())

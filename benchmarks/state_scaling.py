@@ -66,14 +66,24 @@ class CountPerKey(KeyedProcessFunction):
 
 class KeyOf:
     """Record ``i`` -> its key: epoch ``e`` touches keys ``e*touched ... e*touched+touched-1``
-    (strided over the key space)."""
+    (strided over the key space). With ``preload``, records ``0 .. preload-1`` come first,
+    keys ``k0, k1, ...`` in turn (the state built in the stream itself: ``preload`` is a
+    whole number of epochs of at least ``keys`` records, see :func:`preload_records`)."""
 
-    def __init__(self, records: int, touched: int, keys: int) -> None:
+    def __init__(self, records: int, touched: int, keys: int, preload: int = 0) -> None:
         self.records, self.touched, self.keys = records, touched, keys
+        self.preload = preload
 
     def __call__(self, i: int) -> str:
-        e, j = divmod(i, self.records)
+        if i < self.preload:
+            return f"k{i % self.keys}"
+        e, j = divmod(i - self.preload, self.records)
         return f"k{((e * self.touched + j % self.touched) * STRIDE) % self.keys}"
+
+
+def preload_records(keys: int, records: int) -> int:
+    """The records that build ``keys`` keys of state: whole epochs of ``records``."""
+    return -(-keys // records) * records
 
 
 class EpochClock:
@@ -103,12 +113,13 @@ class Recorder(JobObserver):
         pass
 
 
-def backend_conf(backend: str, local_dir: str) -> dict[str, str]:
+def backend_conf(backend: str, local_dir: str | None) -> dict[str, str]:
+    """``local_dir``: RocksDB's directory (``None``: the default, the executor's own)."""
     if backend == "rocksdb":
         return {
             "state.backend.type": "rocksdb",
             "state.backend.incremental": "true",
-            "state.backend.rocksdb.localdir": local_dir,
+            **({"state.backend.rocksdb.localdir": local_dir} if local_dir else {}),
         }
     return {"state.backend.type": "hashmap"}
 
@@ -125,14 +136,29 @@ def bootstrap(spark: Any, keys: int, path: str) -> str:
     )
 
 
-def run(spark: Any, args: Any, keys: int, savepoint: str, work: str) -> dict[str, Any]:
+def run(
+    spark: Any,
+    args: Any,
+    keys: int,
+    savepoint: str | None,
+    work: str,
+    parallelism: int = 2,
+    checkpoints: str | None = None,
+) -> dict[str, Any]:
+    """One measured job. ``savepoint``: the state to restore; ``None``: the job builds it
+    first, in epochs of ``args.records`` records read by one source subtask (one record
+    per key), and only the ``args.epochs`` epochs after those are measured. ``checkpoints``:
+    the checkpoint directory (default: ``<work>/checkpoints``, RocksDB's files in ``work``
+    too)."""
+    preload = preload_records(keys, args.records) if savepoint is None else 0
+    readers = 1 if preload else 2
     conf = Configuration()
     for k, v in {
-        # per source subtask (from_sequence runs at parallelism 2)
-        "execution.epoch.max-records": str(args.records // 2),
-        "execution.state-recovery.path": savepoint,
-        "execution.checkpointing.dir": f"file://{work}/checkpoints",
-        **backend_conf(args.backend, f"{work}/rocksdb"),
+        # per source subtask
+        "execution.epoch.max-records": str(args.records // readers),
+        **({"execution.state-recovery.path": savepoint} if savepoint else {}),
+        "execution.checkpointing.dir": checkpoints or f"file://{work}/checkpoints",
+        **backend_conf(args.backend, None if checkpoints else f"{work}/rocksdb"),
         **({"state.changelog.enabled": "true"} if args.changelog else {}),
     }.items():
         conf.set_string(k, v)
@@ -140,13 +166,14 @@ def run(spark: Any, args: Any, keys: int, savepoint: str, work: str) -> dict[str
     clock = EpochClock()
     recorder = Recorder(clock)
     env.set_clock(clock).add_job_observer(recorder)
-    env.set_parallelism(2).set_max_parallelism(MAX_PARALLELISM)
+    env.set_parallelism(parallelism).set_max_parallelism(MAX_PARALLELISM)
     if args.checkpoint_every:  # 0: no checkpoints (the overhead's baseline)
         env.enable_checkpointing(args.checkpoint_every * 1000)
-    total = args.epochs * args.records
-    key_of = KeyOf(args.records, args.touched, keys)
+    total = preload + args.epochs * args.records
+    key_of = KeyOf(args.records, args.touched, keys, preload)
     (
         env.from_sequence(0, total - 1)
+        .set_parallelism(readers)
         .map(key_of, output_type=Types.STRING())
         .key_by(lambda k: k)
         .process(CountPerKey())
@@ -158,7 +185,8 @@ def run(spark: Any, args: Any, keys: int, savepoint: str, work: str) -> dict[str
     wall = time.perf_counter() - t0
     acc = result.get_all_accumulator_results()
     assert acc["records-in.count"] == total, acc
-    later = recorder.epochs[1:]  # the first epoch restores the savepoint
+    # the first epoch restores the savepoint; with a preload, the epochs after it count
+    later = recorder.epochs[-args.epochs :] if preload else recorder.epochs[1:]
     with_cp = [s.duration_ms for s in later if s.checkpoint_id is not None]
     without = [s.duration_ms for s in later if s.checkpoint_id is None]
     durations = sorted(s.duration_ms for s in later)

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,8 +37,9 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 OUTPUT_DDL = "key string, count long"
 
 
-def peer_spark_conf() -> dict[str, str]:
-    """Spark confs the peer functions need (the caller builds the session with them).
+def peer_spark_conf(parallelism: int = 2) -> dict[str, str]:
+    """Spark confs the peer functions need (the caller builds the session with them);
+    ``parallelism``: the stateful operator's partitions.
 
     The caller should also use ``master("local[2]")`` for parallelism 2, and make sure the
     Python workers run an interpreter with pandas/pyarrow/protobuf: PySpark takes the worker
@@ -50,7 +51,7 @@ def peer_spark_conf() -> dict[str, str]:
         # Python workers must use this interpreter (it has pandas/pyarrow/protobuf).
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
-        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.shuffle.partitions": str(parallelism),
         # transformWithState / transformWithStateInPandas require RocksDB; we use it for
         # applyInPandasWithState as well so all three peers share the same state backend.
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
@@ -87,20 +88,29 @@ class Workload:
 
 def make_workload(records: int, keys: int, batches: int, root: str) -> Workload:
     """Write ``batches`` Parquet files holding records ``(f"k{i % keys}", 1)``, in order."""
+    if records <= 0 or keys <= 0 or batches <= 0:
+        raise ValueError("records, keys and batches must be positive")
+    bounds = [records * b // batches for b in range(batches + 1)]
+    data_dir = write_batches(
+        ([f"k{i % keys}" for i in range(bounds[b], bounds[b + 1])] for b in range(batches)),
+        root,
+    )
+    return Workload(records, keys, batches, data_dir)
+
+
+def write_batches(key_batches: Iterable[list[str]], root: str) -> str:
+    """One Parquet file of rows ``(key, 1)`` per list of keys, in order (one micro-batch
+    each with ``maxFilesPerTrigger=1``), under ``<root>/input``; that directory."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if records <= 0 or keys <= 0 or batches <= 0:
-        raise ValueError("records, keys and batches must be positive")
     data_dir = os.path.join(root, "input")
     os.makedirs(data_dir)
-    bounds = [records * b // batches for b in range(batches + 1)]
-    for b in range(batches):
-        lo, hi = bounds[b], bounds[b + 1]
+    for b, batch in enumerate(key_batches):
         table = pa.table(
             {
-                "key": pa.array([f"k{i % keys}" for i in range(lo, hi)], type=pa.string()),
-                "value": pa.array([1] * (hi - lo), type=pa.int64()),
+                "key": pa.array(batch, type=pa.string()),
+                "value": pa.array([1] * len(batch), type=pa.int64()),
             }
         )
         # Zero-padded names: the file source orders files by modification time, then path.
@@ -108,7 +118,7 @@ def make_workload(records: int, keys: int, batches: int, root: str) -> Workload:
         pq.write_table(table, path)
         mtime = 1_600_000_000 + b
         os.utime(path, (mtime, mtime))
-    return Workload(records, keys, batches, data_dir)
+    return data_dir
 
 
 # ------------------------------------------------------------------ stateful functions
@@ -178,70 +188,121 @@ def _apply_in_pandas_count_fn() -> Callable[..., Any]:
 # ---------------------------------------------------------------------- runner
 
 
-def _run(spark: Any, records: int, batches: int, keys: int, api: str) -> float:
-    """Run one peer end to end; return records/second; raise if the result is wrong."""
-    root = tempfile.mkdtemp(prefix=f"streamstate-peer-{api}-")
+def _start_query(
+    spark: Any, data_dir: str, checkpoint: str, api: str, sink: str, query_name: str
+) -> Any:
+    """The peer's streaming query over the Parquet files of ``data_dir`` (one per
+    micro-batch), output mode Update into ``sink`` (``memory``: the view ``query_name``;
+    ``noop``: discarded), run to the end of the files (``availableNow``)."""
+    source = (
+        spark.readStream.schema("key string, value long")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(data_dir)
+    )
+    grouped = source.groupBy("key")
+    if api == "transformWithStateInPandas":
+        result = grouped.transformWithStateInPandas(
+            statefulProcessor=_tws_pandas_processor(),
+            outputStructType=OUTPUT_DDL,
+            outputMode="Update",
+            timeMode="None",
+        )
+    elif api == "transformWithState":
+        result = grouped.transformWithState(
+            statefulProcessor=_tws_row_processor(),
+            outputStructType=OUTPUT_DDL,
+            outputMode="Update",
+            timeMode="None",
+        )
+    elif api == "applyInPandasWithState":
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        result = grouped.applyInPandasWithState(
+            _apply_in_pandas_count_fn(),
+            outputStructType=OUTPUT_DDL,
+            stateStructType="count long",
+            outputMode="Update",
+            timeoutConf=GroupStateTimeout.NoTimeout,
+        )
+    else:
+        raise ValueError(f"unknown api {api!r}")
+    writer = result.writeStream.format(sink).outputMode("update")
+    if sink == "memory":
+        writer = writer.queryName(query_name)
+    return writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+
+
+def _data_batches(query: Any, api: str, batches: int, rows: int) -> list[dict[str, Any]]:
+    """The progress of the query's non-empty micro-batches; raises unless there were
+    ``batches`` of them over ``rows`` rows in all."""
+    if query.exception() is not None:
+        raise RuntimeError(f"{api}: query failed: {query.exception()}")
+    data_batches = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
+    rows_in = sum(p["numInputRows"] for p in data_batches)
+    if len(data_batches) != batches or rows_in != rows:
+        raise AssertionError(
+            f"{api}: expected {batches} micro-batches / {rows} rows, "
+            f"got {len(data_batches)} / {rows_in}"
+        )
+    return data_batches
+
+
+def _run(
+    spark: Any, records: int, batches: int, keys: int, api: str, work_dir: str | None = None
+) -> float:
+    """Run one peer end to end; return records/second; raise if the result is wrong.
+    Its input files and checkpoint go to a new directory under ``work_dir`` (default: the
+    temp dir; on a cluster, a path that the driver and every executor see)."""
+    root = tempfile.mkdtemp(prefix=f"streamstate-peer-{api}-", dir=work_dir)
     query_name = f"peer_{api}_{uuid.uuid4().hex[:8]}"
     try:
         wl = make_workload(records, keys, batches, root)
-        checkpoint = os.path.join(root, "checkpoint")
-
         start = time.perf_counter()
-        source = (
-            spark.readStream.schema("key string, value long")
-            .option("maxFilesPerTrigger", 1)
-            .parquet(wl.data_dir)
-        )
-        grouped = source.groupBy("key")
-        if api == "transformWithStateInPandas":
-            result = grouped.transformWithStateInPandas(
-                statefulProcessor=_tws_pandas_processor(),
-                outputStructType=OUTPUT_DDL,
-                outputMode="Update",
-                timeMode="None",
-            )
-        elif api == "transformWithState":
-            result = grouped.transformWithState(
-                statefulProcessor=_tws_row_processor(),
-                outputStructType=OUTPUT_DDL,
-                outputMode="Update",
-                timeMode="None",
-            )
-        elif api == "applyInPandasWithState":
-            from pyspark.sql.streaming.state import GroupStateTimeout
-
-            result = grouped.applyInPandasWithState(
-                _apply_in_pandas_count_fn(),
-                outputStructType=OUTPUT_DDL,
-                stateStructType="count long",
-                outputMode="Update",
-                timeoutConf=GroupStateTimeout.NoTimeout,
-            )
-        else:
-            raise ValueError(f"unknown api {api!r}")
-        query = (
-            result.writeStream.format("memory")
-            .queryName(query_name)
-            .outputMode("update")
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
+        query = _start_query(
+            spark, wl.data_dir, os.path.join(root, "checkpoint"), api, "memory", query_name
         )
         query.awaitTermination()
         elapsed = time.perf_counter() - start
-
-        if query.exception() is not None:
-            raise RuntimeError(f"{api}: query failed: {query.exception()}")
-        data_batches = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
-        rows_in = sum(p["numInputRows"] for p in data_batches)
-        if len(data_batches) != batches or rows_in != records:
-            raise AssertionError(
-                f"{api}: expected {batches} micro-batches / {records} rows, "
-                f"got {len(data_batches)} / {rows_in}"
-            )
+        _data_batches(query, api, batches, records)
         _verify(spark, query_name, wl, api)
         spark.catalog.dropTempView(query_name)
         return records / elapsed
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_batches(
+    spark: Any,
+    key_batches: list[list[str]],
+    api: str = "transformWithState",
+    work_dir: str | None = None,
+) -> list[dict[str, Any]]:
+    """A running count over the given micro-batches of keys (one row ``(key, 1)`` per key
+    named), output discarded (``noop`` sink); per micro-batch: its ``rows``, its
+    ``ms`` (the trigger's execution, as Spark reports it) and the state's ``state_rows``
+    after it. Raises unless every batch ran and the state ends with one row per distinct
+    key. Input and checkpoint under a new directory in ``work_dir`` (see :func:`_run`)."""
+    root = tempfile.mkdtemp(prefix=f"streamstate-peer-{api}-", dir=work_dir)
+    try:
+        data_dir = write_batches(key_batches, root)
+        query = _start_query(
+            spark, data_dir, os.path.join(root, "checkpoint"), api, "noop", "unused"
+        )
+        query.awaitTermination()
+        rows = sum(len(b) for b in key_batches)
+        progress = _data_batches(query, api, len(key_batches), rows)
+        out = [
+            {
+                "rows": p["numInputRows"],
+                "ms": p["durationMs"]["triggerExecution"],
+                "state_rows": sum(op["numRowsTotal"] for op in p["stateOperators"]),
+            }
+            for p in progress
+        ]
+        keys = len({k for b in key_batches for k in b})
+        if out[-1]["state_rows"] != keys:
+            raise AssertionError(f"{api}: {out[-1]['state_rows']} keys in state, expected {keys}")
+        return out
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -264,22 +325,24 @@ def _verify(spark: Any, query_name: str, wl: Workload, api: str) -> None:
 
 
 def run_transform_with_state_in_pandas(
-    spark: Any, records: int, batches: int, keys: int = 10_000
+    spark: Any, records: int, batches: int, keys: int = 10_000, work_dir: str | None = None
 ) -> float:
     """transformWithStateInPandas (StatefulProcessor + ValueState, pandas API); records/s."""
-    return _run(spark, records, batches, keys, "transformWithStateInPandas")
+    return _run(spark, records, batches, keys, "transformWithStateInPandas", work_dir)
 
 
-def run_transform_with_state(spark: Any, records: int, batches: int, keys: int = 10_000) -> float:
+def run_transform_with_state(
+    spark: Any, records: int, batches: int, keys: int = 10_000, work_dir: str | None = None
+) -> float:
     """Row-based transformWithState (Spark 4.1+; StatefulProcessor + ValueState); records/s."""
-    return _run(spark, records, batches, keys, "transformWithState")
+    return _run(spark, records, batches, keys, "transformWithState", work_dir)
 
 
 def run_apply_in_pandas_with_state(
-    spark: Any, records: int, batches: int, keys: int = 10_000
+    spark: Any, records: int, batches: int, keys: int = 10_000, work_dir: str | None = None
 ) -> float:
     """applyInPandasWithState (GroupState); records/s."""
-    return _run(spark, records, batches, keys, "applyInPandasWithState")
+    return _run(spark, records, batches, keys, "applyInPandasWithState", work_dir)
 
 
 PEERS: dict[str, Callable[..., float]] = {

@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["cluster_session", "main"]
@@ -22,8 +23,9 @@ __all__ = ["cluster_session", "main"]
 EXECUTOR_MEMORY = "512m"
 
 
-def cluster_session(master: str) -> Any:
-    """A SparkSession on the bed's master, its driver on this machine's address."""
+def cluster_session(master: str, conf: Mapping[str, str] | None = None) -> Any:
+    """A SparkSession on the bed's master, its driver on this machine's address; ``conf``:
+    more Spark settings."""
     from pyspark.sql import SparkSession
 
     address = os.environ["SPARK_LOCAL_IP"]
@@ -39,6 +41,8 @@ def cluster_session(master: str) -> Any:
         .config("spark.python.worker.reuse", "true")
         .config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", ""))
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
