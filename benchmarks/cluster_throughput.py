@@ -40,6 +40,9 @@ import sys
 import time
 from typing import Any
 
+from benchmarks.report import render_table
+from benchmarks.results import Sitting, Table, ratio, record, records_per_s
+
 MOUNT = "/tmp/s3"
 PEER = "transformWithState"
 PARALLELISM = 3
@@ -219,35 +222,55 @@ def measure(argv: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def tables(rows: list[dict[str, Any]]) -> str:
-    """The K1 and state-scaling tables (markdown), streamstate / Spark per row."""
-    out = [
-        "| backend | epochs | streamstate (records/s) | Spark transformWithState (records/s) "
-        "| ratio | load |",
-        "|---|---:|---:|---:|---:|---|",
-    ]
+def tables(rows: list[dict[str, Any]]) -> list[Table]:
+    """The K1 and state-scaling tables; ratio: streamstate's speed over Spark's."""
     k1 = [r for r in rows if r["workload"] == "K1"]
-    for mine, peer in zip(k1[::2], k1[1::2], strict=True):
-        out.append(
-            f"| {mine['backend']} | {mine['epochs']} | {mine['records_per_s']:,} | "
-            f"{peer['records_per_s']:,} | {mine['records_per_s'] / peer['records_per_s']:.2f} | "
-            f"{mine['load']}-{peer['load']} |"
-        )
-    out += [
-        "",
-        "| keys | streamstate median (p90) ms | Spark transformWithState median (p90) ms "
-        "| ratio | load |",
-        "|---:|---:|---:|---:|---|",
-    ]
     scaling = [r for r in rows if r["workload"] == "scaling"]
-    for mine, peer in zip(scaling[::2], scaling[1::2], strict=True):
-        out.append(
-            f"| {mine['keys']:,} | {mine['median_epoch_ms']} ({mine['p90_epoch_ms']}) | "
-            f"{peer['median_epoch_ms']} ({peer['p90_epoch_ms']}) | "
-            f"{peer['median_epoch_ms'] / mine['median_epoch_ms']:.2f} | "
-            f"{mine['load']}-{peer['load']} |"
-        )
-    return "\n".join(out)
+    return [
+        Table(
+            (
+                "streamstate backend",
+                "epochs",
+                "streamstate (records/s)",
+                f"Spark {PEER} (records/s)",
+                "ratio",
+                "load average",
+            ),
+            tuple(
+                (
+                    mine["backend"],
+                    str(mine["epochs"]),
+                    records_per_s(mine["records_per_s"]),
+                    records_per_s(peer["records_per_s"]),
+                    ratio(mine["records_per_s"] / peer["records_per_s"]),
+                    f"{mine['load']}, {peer['load']}",
+                )
+                for mine, peer in zip(k1[::2], k1[1::2], strict=True)
+            ),
+            "K1: the keyed count on 3 worker machines, checkpoint every epoch / micro-batch",
+        ),
+        Table(
+            (
+                "keys",
+                "streamstate median (p90) ms",
+                f"Spark {PEER} median (p90) ms",
+                "ratio",
+                "load average",
+            ),
+            tuple(
+                (
+                    f"{mine['keys']:,}",
+                    f"{mine['median_epoch_ms']} ({mine['p90_epoch_ms']})",
+                    f"{peer['median_epoch_ms']} ({peer['p90_epoch_ms']})",
+                    ratio(peer["median_epoch_ms"] / mine["median_epoch_ms"]),
+                    f"{mine['load']}, {peer['load']}",
+                )
+                for mine, peer in zip(scaling[::2], scaling[1::2], strict=True)
+            ),
+            "State scaling: epoch time after the state is built, both RocksDB, "
+            "checkpoint every epoch / micro-batch",
+        ),
+    ]
 
 
 def _workload_options(p: argparse.ArgumentParser) -> None:
@@ -277,15 +300,22 @@ def main(argv: list[str] | None = None) -> None:
     )
     _workload_options(p)
     p.add_argument("--json", help="write the rows to this file")
+    p.add_argument("--result", action="store_true", help="record the run in benchmarks/results")
     args = p.parse_args(argv)
-    forwarded = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "json"]
-    load = _load()
+    sitting = Sitting.begin("benchmarks.cluster_throughput", argv)
+    forwarded = [
+        f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("json", "result")
+    ]
     rows = measure(forwarded)
-    print(f"\nload average (1 min) at the start: {load}, at the end: {_load()}\n")
-    print(tables(rows))
+    run = sitting.run(tables(rows))
+    print(f"\nload average (1 min): {run.load_average} (start-end)")
+    for table in run.tables:
+        print("\n" + "\n".join(render_table(table)))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "start_load": load, "rows": rows}, f, indent=1)
+            json.dump({"args": vars(args), "rows": rows}, f, indent=1)
+    if args.result:
+        record("cluster_throughput", run)
 
 
 if __name__ == "__main__":
