@@ -140,16 +140,16 @@ def test_automatic_mode_is_batch_on_bounded_inputs() -> None:
 
 
 def test_batch_writes_no_state_versions(monkeypatch: pytest.MonkeyPatch) -> None:
-    from streamstate.runtime import task
+    from streamstate.runtime.worker import commit
 
     commits: list[Any] = []
-    real = task.commit_keyed_state
+    real = commit.commit_keyed_state
 
     def counted(*args: Any, **kwargs: Any) -> Any:  # a spy: the real commit still runs
         commits.append(args[3].epoch)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(task, "commit_keyed_state", counted)
+    monkeypatch.setattr(commit, "commit_keyed_state", counted)
 
     def run(mode: RuntimeExecutionMode) -> list[Any]:
         commits.clear()

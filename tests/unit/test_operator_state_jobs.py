@@ -354,7 +354,7 @@ def test_large_operator_state_versions_go_through_epoch_files(tmp_path, monkeypa
         written.extend(type(v.handle).__name__ for v in versions.values() if v.handle is not None)
         return versions, chk
 
-    monkeypatch.setattr("streamstate.runtime.task.commit_operator_state", spy)
+    monkeypatch.setattr("streamstate.runtime.worker.commit.commit_operator_state", spy)
     rebuild_every_epoch(monkeypatch)
     out = tmp_path / "big"
     out.mkdir()

@@ -2,7 +2,7 @@
 
 See ``subtask_host.py`` (the worker side) for the design. A **host** serves one
 ``(job, stage, subtask)``: one epoch at a time, with its own instance cache
-(``task._INSTANCES``), until the job's runner stops it, it idled ``idle_timeout_s``, or
+(``worker/host.py``), until the job's runner stops it, it idled ``idle_timeout_s``, or
 its application ended. The **zygote** is one process per application, machine and
 installation with the runtime imported (:data:`PREWARM`): forking a host from it costs
 milliseconds instead of an interpreter start and the imports (a few hundred ms per host
@@ -83,13 +83,11 @@ class _Host:
         self.last = time.monotonic()
 
     def serve(self) -> None:
-        from streamstate.runtime import task
         from streamstate.runtime.queryable.query_host import ensure_query_host
+        from streamstate.runtime.worker.host import HOST
 
         # acks of subtasks with keyed state name this machine's query host (started then)
-        task.QUERY_HOST[:] = [
-            functools.partial(ensure_query_host, idle_timeout_s=self.idle_timeout_s)
-        ]
+        HOST.state_server = functools.partial(ensure_query_host, idle_timeout_s=self.idle_timeout_s)
         listener = Listener(self.path, family="AF_UNIX", authkey=authkey(self.job_id))
         os.chmod(self.path, 0o600)
         threading.Thread(target=self._watchdog, daemon=True).start()
@@ -127,14 +125,13 @@ class _Host:
         """Exit; ``job_ended``: what this process keeps for the job goes too (job_end.py),
         not only what it keeps for the subtask (an idle host's local copies may still serve
         the subtask's rebuild on this machine)."""
-        from streamstate.runtime import task
+        from streamstate.runtime.worker.host import HOST
 
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
         if job_ended:
             end_job(self.job_id)
-        for inst in list(task._INSTANCES.values()):
-            inst.close()  # stops source threads, disposes RocksDB databases
+        HOST.close_instances()  # stops source threads, disposes RocksDB databases
         os._exit(0)
 
     def _connection(self, conn: Connection) -> None:
@@ -163,11 +160,12 @@ class _Host:
         executor: str | None = None,
     ) -> None:
         from streamstate.runtime import task
+        from streamstate.runtime.worker.host import HOST
 
         with self.lock:
             try:
                 blob: bytes = b""
-                if task.spec_key(job_id, stage, meta) not in task._SPECS:
+                if not HOST.has_spec(job_id, stage, meta):
                     conn.send(("spec?",))
                     blob = conn.recv_bytes()
                 try:

@@ -29,11 +29,9 @@ class LocalEpochRunner(EpochRunner):
 
     def run_epoch(self, plan: ExecutionPlan, epoch_specs: dict[int, EpochSpec]) -> list[SubtaskAck]:
         if self.drop_cache_each_epoch:
-            from streamstate.runtime import task
+            from streamstate.runtime.worker.host import HOST
 
-            for inst in task._INSTANCES.values():
-                inst.close()
-            task._INSTANCES.clear()
+            HOST.close_instances()
         meta = {s.id: (s.parallelism, s.max_parallelism) for s in plan.stages}
         inbox: dict[int, list[list[Any]]] = {
             s.id: [[] for _ in range(s.parallelism)] for s in plan.stages

@@ -71,7 +71,7 @@ _INLINE_SPEC_BYTES = 64 * 1024
 
 class _FileSpec:
     """A stage spec shipped as a session file artifact; ``value`` reads it in the worker
-    (what ``task._spec`` and the subtask host read from a non-bytes spec)."""
+    (what ``WorkerHost.stage_spec`` and the subtask host read from a non-bytes spec)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -242,7 +242,7 @@ class DataFrameEpochRunner(EpochRunner):
         finally:
             for frame in persisted:
                 frame.unpersist()
-        # each row is a pickled (ACK, pickled SubtaskAck) payload (task._emit)
+        # each row is a pickled (ACK, pickled SubtaskAck) payload (worker/ack.emit)
         acks = [pickle.loads(pickle.loads(b)[1]) for b in table.column("payload").to_pylist()]
         hostless = {s.id for s in plan.stages if _hostless(s)}
         if hostless:  # nothing to find in place: not counted as hits or misses

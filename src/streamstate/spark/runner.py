@@ -244,7 +244,7 @@ class SparkEpochRunner(EpochRunner):
         )
         self._epoch_running = True
         try:
-            acks = [pickle.loads(b) for b in final.collect()]  # acks are pickled (task._emit)
+            acks = [pickle.loads(b) for b in final.collect()]  # acks are pickled (worker/ack.emit)
         except Exception as e:  # noqa: BLE001
             raise translate_spark_error(e) from None
         finally:

@@ -160,6 +160,8 @@ class StreamOperator:
     second_input_first = False
     #: True for operators that generate watermarks (assign_timestamps_and_watermarks)
     generates_watermarks = False
+    #: its operator state store may hold broadcast state (the broadcast side of ``connect``)
+    allows_broadcast_state = False
     #: class default, never mutated: an operator gets its own dict on its first side output
     side_outputs: dict[str, tuple[list[Any], list[Any]]] = {}
     #: tag ids with a consumer, set by the task: yielded ``(OutputTag, value)`` pairs are
