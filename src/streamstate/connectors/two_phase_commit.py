@@ -4,7 +4,7 @@ A subclass implements Flink's hooks (snake_case): ``begin_transaction``,
 ``invoke(transaction, value, context)``, ``pre_commit``, ``commit``, ``abort``,
 and optionally ``recover_and_commit`` / ``recover_and_abort``.
 
-How the hooks run (see ``docs/architecture.md``, *Sources and sinks contracts*,
+How the hooks run (see ``docs/connectors.md``, *Sources and sinks contracts*,
 "TwoPhaseCommitSinkFunction"):
 
 * Worker, every epoch of every subtask: ``begin_transaction()`` before the

@@ -340,7 +340,7 @@ class DataStream(StreamMethods):
         ``type_info``, else of the stream's declared type, else inferred by Spark. Records
         of committed epochs only, staged by the subtasks under ``staging_path`` (default a
         temp dir removed at process exit; on a cluster, one every worker reads) and read
-        lazily by Spark tasks (docs/architecture.md, *Spark in and out*)."""
+        lazily by Spark tasks (docs/connectors.md, *Spark in and out*)."""
         from streamstate.spark.dataframes import stream_to_dataframe
 
         name = job_execution_name or "to_dataframe"

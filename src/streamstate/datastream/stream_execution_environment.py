@@ -170,7 +170,7 @@ class StreamExecutionEnvironment(SparkSourcesMixin, EnvironmentMethods):
         return self._state_backend
 
     def enable_changelog_state_backend(self, enabled: bool) -> StreamExecutionEnvironment:
-        """Checkpoints write what changed (``state.changelog.enabled``; docs/architecture.md)."""
+        """Checkpoints write what changed (``state.changelog.enabled``; docs/checkpoints.md)."""
         self._configuration.set_string("state.changelog.enabled", str(bool(enabled)).lower())
         return self
 

@@ -3,7 +3,7 @@
 :class:`Source` is what ``env.from_source`` takes: ``FileSource`` and
 ``NumberSequenceSource`` are Sources, and ``Source(runtime_source)`` wraps any
 replayable runtime source (a ``streamstate.connectors.base.Source``: positions kept in
-checkpoints, see docs/architecture.md, *Sources and sinks contracts*). :class:`Sink` is
+checkpoints, see docs/connectors.md, *Sources and sinks contracts*). :class:`Sink` is
 what ``ds.sink_to`` takes; a sink that implements :class:`SupportsPreprocessing` gets
 its :class:`StreamTransformer` applied to the stream first, as in PyFlink.
 """

@@ -141,7 +141,7 @@ class StreamOperator:
     ``sink_result()`` is what a sink hands to its driver-side committer at the
     end of every epoch (None for non-sinks).
 
-    Time (see docs/architecture.md, "Event time"): on a timestamped stream the
+    Time (see docs/time.md, "Event time"): on a timestamped stream the
     task calls ``process_batch_ts(batch, timestamps)`` instead of
     ``process_batch``; the timestamps are a list parallel to the batch (an entry
     may be None). At the end of every epoch the task calls
