@@ -291,6 +291,30 @@ def test_zero_tolerable_failures_fails_on_first(storage):
     assert coord.should_fail_job()
 
 
+def test_expired_checkpoint_files_stay_until_full_versions_are_written(storage, tmp_path):
+    coord, clock = coordinator(storage, timeout_ms=500, tolerable_failures=1)
+    p = coord.trigger()
+    storage.write_state(p.checkpoint_id, "op/0", b"a state-version base")
+    clock.now = 501
+    assert coord.is_expired(p)
+    coord.expire(p, clock.now, uncommitted=(3, 4))  # tolerated: no raise
+    assert p.status is CheckpointStatus.ABORTED and coord.consecutive_failures == 1
+    # the subtasks' lineages still read its files until they write full versions
+    assert (tmp_path / JOB / "chk-1").exists()
+    coord.discard_deferred()
+    assert not (tmp_path / JOB / "chk-1").exists()
+
+
+def test_expiry_beyond_the_tolerable_failures_names_the_uncommitted_epochs(storage):
+    coord, clock = coordinator(storage, timeout_ms=500)
+    p = coord.trigger()
+    clock.now = 501
+    with pytest.raises(
+        CheckpointError, match=r"checkpoint 1 expired .* epochs 3\.\.4 is not committed"
+    ):
+        coord.expire(p, clock.now, uncommitted=(3, 4))
+
+
 # -- retention ---------------------------------------------------------------------------------
 
 

@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from streamstate.common.job_status import JobStatus
-from streamstate.errors import CheckpointError
 from streamstate.runtime.checkpoint.coordinator import PendingCheckpoint
 from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.job_state import source_uid
@@ -61,8 +60,6 @@ class EpochLoop:
         self.unbounded = any(not st.source.bounded for st in self.plan.sources)
         #: checkpoint notifications for the subtasks, delivered with the next epoch
         self.notifications: list[tuple[str, int]] = []
-        #: ids of aborted checkpoints whose files are still state-version bases
-        self._deferred_discard: list[int] = []
         self._listeners: bool | None = None
         self.savepoints = SavepointRequests()
         self.rescales = job.rescales
@@ -229,12 +226,8 @@ class EpochLoop:
         by_subtask = self._absorb(epoch, acks, notify_only)
         if finished and all(finished.values()):
             state.end_of_input_sent = True
-        for cid in self._deferred_discard:
-            if not (full or (pending is not None and savepoint is None)):
-                break
-            self.storage.discard_checkpoint(cid)
         if full or (pending is not None and savepoint is None):
-            self._deferred_discard = []
+            self.coordinator.discard_deferred()  # no version is based on them any more
             state.last_full_epoch = epoch
         state.epoch = epoch
         if pending is not None:
@@ -297,33 +290,12 @@ class EpochLoop:
                 self._commit_all(epoch)  # the epoch's output does not wait for a savepoint
             return
         if self.coordinator.is_expired(pending, now):
-            # The subtasks' lineages already point at this checkpoint's files: keep them until
-            # the next epoch has written full versions, then delete them.
-            self.coordinator.abort(
-                pending,
-                "checkpoint timeout expired",
-                discard=pending.is_savepoint,  # a savepoint is no state-version base
-                now_ms=now,
-            )
             self.notifications.append(("aborted", pending.checkpoint_id))
             if pending.is_savepoint:
                 self.savepoints.failed(pending.checkpoint_id, "its timeout expired")
-            else:
-                self._deferred_discard.append(pending.checkpoint_id)
-            self.state.last_full_epoch = -(10**9)
+            self.state.last_full_epoch = -(10**9)  # the next epoch writes full versions
             self.metrics.bump("checkpoints_failed")
-            if self.coordinator.should_fail_job():
-                raise CheckpointError(
-                    f"checkpoint {pending.checkpoint_id} expired (timeout "
-                    f"{self.coordinator.timeout_ms} ms) and {self.coordinator.consecutive_failures} "
-                    f"checkpoints in a row failed, more than "
-                    f"execution.checkpointing.tolerable-failed-checkpoints "
-                    f"({self.coordinator.tolerable_failures}) allows. The output of epochs "
-                    f"{self.state.committed_epoch + 1}..{epoch} is not committed: it is kept "
-                    f"(pending sink results, in-progress files) for a restore from the last "
-                    f"completed checkpoint. Raise the checkpoint timeout or the tolerable "
-                    f"failures if checkpoints are slow"
-                )
+            self.coordinator.expire(pending, now, (self.state.committed_epoch + 1, epoch))
             return
         acknowledge_checkpoint(pending, self.plan, acks)
         self.coordinator.complete(

@@ -191,6 +191,9 @@ class CheckpointCoordinator:
         self._retained: dict[int, PendingCheckpoint] = {}
         self.consecutive_failures = 0
         self.latest_completed: CheckpointMetadata | None = None
+        #: expired checkpoints whose files are still state-version bases: deleted once
+        #: every subtask wrote a full version again (:meth:`discard_deferred`)
+        self._deferred_discard: list[int] = []
         self.stats = stats if stats is not None else CheckpointStatsTracker()
 
     @classmethod
@@ -387,6 +390,39 @@ class CheckpointCoordinator:
 
     def is_expired(self, pending: PendingCheckpoint, now_ms: int | None = None) -> bool:
         return pending.is_expired(self._now(now_ms), self.timeout_ms)
+
+    def expire(self, pending: PendingCheckpoint, now_ms: int, uncommitted: tuple[int, int]) -> None:
+        """Abort ``pending``, whose epoch ended after its timeout, as a failure.
+
+        Its subtasks' lineages already point at a checkpoint's files: they are kept until
+        the next full versions are written (:meth:`discard_deferred`); a savepoint's go at
+        once (no version is based on them). Raises :class:`CheckpointError` when more
+        checkpoints failed in a row than tolerated; ``uncommitted`` = the first and last
+        epoch whose output then waits for a restore.
+        """
+        self.abort(
+            pending, "checkpoint timeout expired", discard=pending.is_savepoint, now_ms=now_ms
+        )
+        if not pending.is_savepoint:
+            self._deferred_discard.append(pending.checkpoint_id)
+        if self.should_fail_job():
+            first, last = uncommitted
+            raise CheckpointError(
+                f"checkpoint {pending.checkpoint_id} expired (timeout {self.timeout_ms} ms) "
+                f"and {self.consecutive_failures} checkpoints in a row failed, more than "
+                f"execution.checkpointing.tolerable-failed-checkpoints "
+                f"({self.tolerable_failures}) allows. The output of epochs {first}..{last} "
+                f"is not committed: it is kept (pending sink results, in-progress files) for "
+                f"a restore from the last completed checkpoint. Raise the checkpoint timeout "
+                f"or the tolerable failures if checkpoints are slow"
+            )
+
+    def discard_deferred(self) -> None:
+        """Every subtask wrote a full version (or a checkpoint): delete the files of the
+        expired checkpoints that were state-version bases until then."""
+        for checkpoint_id in self._deferred_discard:
+            self.storage.discard_checkpoint(checkpoint_id)
+        self._deferred_discard = []
 
     def abort_expired(self, now_ms: int | None = None) -> list[PendingCheckpoint]:
         """Abort every pending checkpoint older than the timeout; returns them."""
