@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from rocksdict import Rdict, WriteOptions
+from rocksdict import Rdict, WriteBatch, WriteOptions
 
 from streamstate.errors import (
     StateAccessError,
@@ -46,6 +46,7 @@ from streamstate.runtime.state.base import KeyedStateBackend, StateEntryTransfor
 from streamstate.runtime.state.format.namespaces import NamespaceSerializer
 from streamstate.runtime.state.format.serializers import StateSerializers
 from streamstate.runtime.state.registry import register_keyed_backend
+from streamstate.runtime.state.rocksdb.buffered import BufferedColumnFamily
 from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX, ColumnFamilies, StateColumn
 from streamstate.runtime.state.rocksdb.database import (
     RocksDBStorageError,
@@ -124,17 +125,34 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[StateColumn]):
             f"({type(e).__name__}: {e}); check free space and permissions of that directory"
         )
 
-    def write(self, cf: Any, batch: list[tuple[bytes, bytes | None]]) -> None:
+    def write(self, cf: BufferedColumnFamily, batch: list[tuple[bytes, bytes | None]]) -> None:
         """Write ``(key, value or None for delete)`` pairs into the column family ``cf``."""
-        put, delete = cf.put, cf.delete
+        cf.write_many(batch)
+
+    def write_batch(self, cf_name: str, batch: list[tuple[bytes, bytes | None]]) -> None:
+        """Write ``(key, value or None for delete)`` pairs into the column family named
+        ``cf_name`` as one RocksDB write batch."""
         try:
+            db = self.opened_database()
+            handle = db.get_column_family_handle(cf_name)
+            write_batch = WriteBatch(raw_mode=True)
+            put, delete = write_batch.put, write_batch.delete
             for k, v in batch:
                 if v is None:
-                    delete(k)
+                    delete(k, handle)
                 else:
-                    put(k, v)
+                    put(k, v, handle)
+            db.write(write_batch, self._write_options)
         except Exception as e:
             raise self.io_error("write", e) from e
+
+    def flush_buffers(self) -> None:
+        """Write every column family's buffered entries to RocksDB (before anything that
+        reads the database's files: see ``buffered.py``)."""
+        for column in self._stores.values():
+            for cf in (column.cf, column.ns_cf):
+                if cf is not None:
+                    cf.flush()
 
     def opened_database(self) -> Rdict:
         """The open database: a backend made with ``defer_open`` (queryable state's serving
@@ -147,8 +165,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[StateColumn]):
         return self.db
 
     # ------------------------------------------------------------------- stores
-    def _column_family(self, cf_name: str, state_name: str) -> Any:
-        """Open (restored) or create the column family ``cf_name``."""
+    def _column_family(self, cf_name: str, state_name: str) -> BufferedColumnFamily:
+        """Open (restored) or create the column family ``cf_name``, behind its buffer."""
         self._check_alive()
         try:
             if cf_name in self.cf_names:  # opened from a checkpoint
@@ -161,7 +179,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[StateColumn]):
                 cf.set_options(self.raw_options)
         except Exception as e:
             raise self.io_error(f"create the column family of state {state_name!r}", e) from e
-        return cf
+        return BufferedColumnFamily(cf, cf_name, self.write_batch)
 
     def _new_store(self, name: str, kind: str, serializers: StateSerializers) -> StateColumn:
         if name.endswith(NS_CF_SUFFIX):
@@ -266,6 +284,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[StateColumn]):
             for access in column.accesses:
                 access.release()
             column.accesses.clear()
+            for cf in (column.cf, column.ns_cf):
+                if cf is not None:
+                    cf.discard()
             column.cf = column.ns_cf = None
         self.snapshot_cleanups.clear()
         self.key_selection_listeners.clear()

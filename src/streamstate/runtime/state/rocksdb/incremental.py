@@ -173,6 +173,7 @@ def snapshot_incremental(
     if not hasattr(storage, "write_shared_state"):
         return None
     backend.run_snapshot_cleanups()
+    backend.flush_buffers()  # the files must hold every write (buffered.py)
     kind = "e" if epoch_version else "c"
     local_id = f"{scope}-{backend.instance_id}-{kind}{checkpoint_id}"
     root = _local_root(backend)

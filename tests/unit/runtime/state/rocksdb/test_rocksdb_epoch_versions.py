@@ -99,6 +99,7 @@ def test_folding_deletes_only_files_no_version_needs(
     for epoch in range(1, 8):
         put(b, KEYS[epoch * 100 : epoch * 100 + 400], epoch)
         if epoch == 5:
+            b.flush_buffers()
             b.db.compact_range(None, None)  # rewrites the files: old ones drop out
         v = commit(storage, b, epoch)
         storage.discard_epoch_state(versions.fold(ack(epoch, v)))

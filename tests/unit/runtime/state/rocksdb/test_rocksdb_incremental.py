@@ -185,7 +185,8 @@ def test_shared_files_are_reference_counted_across_retained_checkpoints(
     generations = [h1]
     for cid in range(2, 6):
         put(b, KEYS, cid)  # rewrite everything: compaction drops old files
-        b.store("v").cf.compact_range(None, None)
+        b.flush_buffers()
+        b.store("v").cf.raw.compact_range(None, None)
         h = b.snapshot_incremental(storage, cid, "op-0")
         complete(coord, {0: h})
         generations.append(h)
@@ -260,7 +261,8 @@ def test_killed_upload_leaves_no_complete_checkpoint_and_no_orphans(
 
     monkeypatch.setattr(storage, "write_shared_state", dying)
     put(b, KEYS[:50], 2)
-    b.store("v").cf.flush()
+    b.flush_buffers()
+    b.store("v").cf.raw.flush()  # the memtable to an SST file
     put(b, KEYS[50:100], 2)  # two new SST files for checkpoint 2
     with pytest.raises(SystemExit):
         b.snapshot_incremental(storage, 2, "op-0")
