@@ -26,7 +26,7 @@ from typing import Any
 __all__ = ["DEFAULT_LIMIT", "BufferedColumnFamily"]
 
 #: entries a column family's layer keeps before it flushes and forgets them
-DEFAULT_LIMIT = 65_536
+DEFAULT_LIMIT = 131_072
 
 
 class BufferedColumnFamily:
