@@ -392,3 +392,50 @@ def test_invalid_settings(storage):
         coordinator(storage, timeout_ms=0)
     with pytest.raises(ConfigurationError):
         coordinator(storage, max_concurrent=0)
+
+
+# -- the verdict at the end of a barrier epoch -------------------------------------------------
+
+
+def _no_contents():
+    raise AssertionError("an aborted checkpoint stores no contents")
+
+
+def test_a_savepoint_whose_files_failed_is_aborted_without_counting(storage, tmp_path):
+    from streamstate.runtime.checkpoint.savepoint import SavepointTarget
+    from streamstate.runtime.graph import ExecutionPlan
+    from streamstate.runtime.protocol import SubtaskAck
+
+    coord, clock = coordinator(storage)
+    target = SavepointTarget.create(str(tmp_path / "savepoints"), JOB)
+    p = coord.trigger(is_savepoint=True, target=target)
+    acks = {
+        (0, 0): SubtaskAck(0, 0, (0, 1), savepoint_error="disk full"),
+        (0, 1): SubtaskAck(0, 1, (0, 1), savepoint_error="no space"),
+    }
+    verdict = coord.conclude(
+        p, ExecutionPlan([]), acks, _no_contents, job_id=JOB, uncommitted=(1, 1), now_ms=1
+    )
+    assert not verdict.completed and verdict.is_savepoint and not verdict.expired
+    assert verdict.failure == "disk full; no space" and verdict.job_failure is None
+    assert p.status is CheckpointStatus.ABORTED and coord.consecutive_failures == 0
+
+
+@pytest.mark.parametrize("tolerable", [0, 1])
+def test_an_expired_checkpoint_fails_the_job_only_beyond_the_tolerable_failures(
+    storage, tolerable
+):
+    from streamstate.runtime.graph import ExecutionPlan
+
+    coord, clock = coordinator(storage, timeout_ms=500, tolerable_failures=tolerable)
+    p = coord.trigger()
+    clock.now = 501
+    verdict = coord.conclude(
+        p, ExecutionPlan([]), {}, _no_contents, job_id=JOB, uncommitted=(3, 4), now_ms=clock.now
+    )
+    assert verdict.expired and not verdict.completed and coord.consecutive_failures == 1
+    if tolerable:
+        assert verdict.job_failure is None
+    else:
+        assert isinstance(verdict.job_failure, CheckpointError)
+        assert "epochs 3..4 is not committed" in str(verdict.job_failure)

@@ -123,7 +123,7 @@ class JobClient:
         acc: dict[str, Any] = {}
         for _ in range(3):  # the job's thread may add an entry while we copy
             try:
-                acc = self._executor.metrics.accumulators(self._executor.job_id, None)
+                acc = self._executor.parts.metrics.accumulators(self._executor.job_id, None)
                 break
             except RuntimeError:
                 continue

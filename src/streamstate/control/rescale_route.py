@@ -29,7 +29,7 @@ def current_requirements(executor: Any) -> dict[str, Any]:
             "parallelism": {"lowerBound": 1, "upperBound": st.parallelism},
             "wholeJob": rescalable(st),
         }
-        for st in executor.plan.stages
+        for st in executor.parts.plan.stages
         for n in st.nodes.values()
     }
 

@@ -49,7 +49,7 @@ def _times(job: Any) -> tuple[int, int, int]:
     """(start, end or -1, duration) in ms. Start and end are the job clock's; a running
     job's duration is wall time since it was attached: the server never reads the job's
     clock (a test clock such as TickingClock advances at every reading)."""
-    ts: dict[str, int] = dict(job.executor.lifecycle.timestamps)
+    ts: dict[str, int] = dict(job.executor.parts.lifecycle.timestamps)
     start = ts.get("CREATED", 0)
     status = job.executor.status.name
     if status in TERMINAL:
@@ -69,16 +69,16 @@ def job_overview(job: Any) -> dict[str, Any]:
         "start-time": start,
         "end-time": end,
         "duration": duration,
-        "epochs": ex.metrics.stats.get("epochs", 0),
-        "restarts": ex.metrics.stats.get("restarts", 0),
-        "tasks": {"total": sum(st.parallelism for st in ex.plan.stages)},
+        "epochs": ex.parts.metrics.stats.get("epochs", 0),
+        "restarts": ex.parts.metrics.stats.get("restarts", 0),
+        "tasks": {"total": sum(st.parallelism for st in ex.parts.plan.stages)},
     }
 
 
 def _vertices(ex: Any) -> list[dict[str, Any]]:
-    counts = dict(ex.metrics.counts)
+    counts = dict(ex.parts.metrics.counts)
     out = []
-    for st in ex.plan.stages:
+    for st in ex.parts.plan.stages:
         ops = [
             {
                 "uid": n.uid,
@@ -113,7 +113,7 @@ def job_details(job: Any) -> dict[str, Any]:
     ex = job.executor
     start, end, duration = _times(job)
     vertices = _vertices(ex)
-    epochs = list(ex.metrics.epochs)
+    epochs = list(ex.parts.metrics.epochs)
     return {
         "jid": ex.job_id,
         "name": ex.job_name,
@@ -122,8 +122,8 @@ def job_details(job: Any) -> dict[str, Any]:
         "end-time": end,
         "duration": duration,
         "now": int(time.time() * 1000),
-        "timestamps": dict(ex.lifecycle.timestamps),
-        "runner": ex.runner.describe(),
+        "timestamps": dict(ex.parts.lifecycle.timestamps),
+        "runner": ex.parts.runner.describe(),
         "vertices": vertices,
         "plan": {
             "jid": ex.job_id,
@@ -138,9 +138,9 @@ def job_details(job: Any) -> dict[str, Any]:
                 for v in vertices
             ],
         },
-        "stats": dict(ex.metrics.stats),
-        "placement": placement(ex.metrics),
-        "records": dict(ex.metrics.counts),
+        "stats": dict(ex.parts.metrics.stats),
+        "placement": placement(ex.parts.metrics),
+        "records": dict(ex.parts.metrics.counts),
         "epochs": [asdict(e) for e in epochs[-job.epochs_shown :]],
     }
 
@@ -168,18 +168,18 @@ def placement(metrics: Any) -> dict[str, Any]:
 
 def checkpoints(job: Any) -> dict[str, Any]:
     """``/jobs/<id>/checkpoints``: counts, latest completed/savepoint/failed/restored, history."""
-    return dict(job.executor.coordinator.stats.summary())
+    return dict(job.executor.parts.coordinator.stats.summary())
 
 
 def checkpoint_details(job: Any, checkpoint_id: int) -> dict[str, Any] | None:
     """``/jobs/<id>/checkpoints/details/<n>``; None when the history does not hold it."""
-    s = job.executor.coordinator.stats.get(checkpoint_id)
+    s = job.executor.parts.coordinator.stats.get(checkpoint_id)
     return None if s is None else s.to_dict()
 
 
 def exceptions(job: Any) -> dict[str, Any]:
     """``/jobs/<id>/exceptions``: every failure (newest first) with the worker's traceback."""
-    failures = list(job.executor.metrics.failures)
+    failures = list(job.executor.parts.metrics.failures)
     entries = [
         {
             "exceptionName": f.exception_type,
@@ -242,22 +242,22 @@ def prometheus_metrics(jobs: list[Any]) -> list[Metric]:
     for job in jobs:
         ex = job.executor
         lv = [ex.job_id, ex.job_name]
-        for name, value in _user_samples(ex.metrics.user_metrics()):
+        for name, value in _user_samples(ex.parts.metrics.user_metrics()):
             user.add_metric([*lv, name], value)
-        stats = dict(ex.metrics.stats)
+        stats = dict(ex.parts.metrics.stats)
         epochs.add_metric(lv, stats.get("epochs", 0))
         restarts.add_metric(lv, stats.get("restarts", 0))
-        for uid, n in sorted(dict(ex.metrics.counts).items()):
+        for uid, n in sorted(dict(ex.parts.metrics.counts).items()):
             records.add_metric([*lv, uid], n)
-        counts = dict(ex.coordinator.stats.counts)
+        counts = dict(ex.parts.coordinator.stats.counts)
         for status in ("completed", "failed"):
             ckpts.add_metric([*lv, status], counts.get(status, 0))
         running.add_metric(lv, 1 if ex.status.name == "RUNNING" else 0)
-        latest = ex.coordinator.stats.latest_completed
+        latest = ex.parts.coordinator.stats.latest_completed
         if latest is not None and latest.duration_ms is not None:
             last_dur.add_metric(lv, latest.duration_ms / 1000.0)
             last_size.add_metric(lv, latest.state_size)
-        recent = list(ex.metrics.epochs)[-1:]
+        recent = list(ex.parts.metrics.epochs)[-1:]
         if recent:
             epoch_dur.add_metric(lv, recent[0].duration_ms / 1000.0)
     return [epochs, restarts, records, ckpts, running, last_dur, last_size, epoch_dur, user]

@@ -370,7 +370,7 @@ def _build_executor(env: StreamExecutionEnvironment, job_name: str | None) -> An
     try:
         executor.load_restore_point()
     except BaseException:
-        executor.storage.release_job()
+        executor.parts.storage.release_job()
         raise
     return executor
 

@@ -1,10 +1,13 @@
-"""The epoch loop: plan an epoch, run it, fold its acks back, complete its checkpoint.
+"""The epoch loop: plan an epoch, run it, fold its acks back, act on its checkpoint.
 
 :class:`EpochLoop` is the part of the driver that runs while a job is healthy (Flink's
-scheduler and checkpoint triggering); the :class:`~streamstate.runtime.executor.JobExecutor`
-around it owns the job's lifecycle, failures and restores. Each epoch is one call of
-``runner.run_epoch``; a checkpoint is triggered at an epoch boundary and completes at
-the end of the epoch that carries its barrier, or is aborted.
+scheduler); the :class:`~streamstate.runtime.executor.JobExecutor` around it owns the
+job's lifecycle, failures and restores; both work on the job's
+:class:`~streamstate.runtime.job_parts.JobParts`. Each epoch is one call of
+``runner.run_epoch``. The checkpoint coordinator decides every checkpoint's fate: the loop
+asks it whether one is due at an epoch boundary, runs the epoch with its barrier, and acts
+on its :class:`~streamstate.runtime.checkpoint.coordinator.CheckpointVerdict`
+(notifications, savepoint requests, committing the sinks).
 """
 
 from __future__ import annotations
@@ -12,11 +15,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from streamstate.common.job_status import JobStatus
-from streamstate.runtime.checkpoint.coordinator import PendingCheckpoint
-from streamstate.runtime.graph import ExecutionPlan, Stage
+from streamstate.runtime.checkpoint.coordinator import (
+    CheckpointContents,
+    CheckpointVerdict,
+    PendingCheckpoint,
+)
+from streamstate.runtime.graph import Stage
+from streamstate.runtime.job_parts import JobParts
 from streamstate.runtime.job_state import source_uid
 from streamstate.runtime.protocol import SubtaskAck
 from streamstate.runtime.replay import PROPERTY as REPLAY_PROPERTY
@@ -26,43 +35,33 @@ from streamstate.runtime.sliced_read import reads_in_slices
 
 log = logging.getLogger("streamstate")
 
-if TYPE_CHECKING:
-    from streamstate.runtime.executor import JobExecutor
-
-__all__ = ["EpochLoop", "JobCancelled", "acknowledge_checkpoint"]
+__all__ = ["EpochLoop", "JobCancelled"]
 
 
 class JobCancelled(Exception):
     """Raised inside the loop when ``cancel()`` was requested; the job stops at an epoch boundary."""
 
 
-class EpochLoop:
-    """Runs a job's epochs; shares the job's state, metrics, coordinator and committers."""
+@dataclass(frozen=True)
+class EpochRun:
+    """What one epoch did: how many records its sources read, and what became of the
+    checkpoint it carried (None: it carried none)."""
 
-    def __init__(self, job: JobExecutor) -> None:
-        self.job_id = job.job_id
-        self.job_name = job.job_name
-        self.plan = job.plan
-        self.settings = job.settings
-        self.clock = job.clock
-        self.checkpointing = job.checkpointing
-        self.runner = job.runner
-        self.storage = job.storage
-        self.coordinator = job.coordinator
-        self.lifecycle = job.lifecycle
-        self.cancel_requested = job.cancel_requested
-        self.state = job.state
-        self.metrics = job.metrics
-        self.committers = job.committers
-        self.queryable = job.queryable
-        self.history = job.history
+    records_read: int
+    checkpoint: CheckpointVerdict | None = None
+
+
+class EpochLoop:
+    """Runs a job's epochs on the job's parts (state, metrics, coordinator, committers)."""
+
+    def __init__(self, parts: JobParts) -> None:
+        self.parts = parts
         #: an unbounded source may cut an epoch short (runtime/replay.py)
-        self.unbounded = any(not st.source.bounded for st in self.plan.sources)
+        self.unbounded = any(not st.source.bounded for st in parts.plan.sources)
         #: checkpoint notifications for the subtasks, delivered with the next epoch
         self.notifications: list[tuple[str, int]] = []
         self._listeners: bool | None = None
         self.savepoints = SavepointRequests()
-        self.rescales = job.rescales
         #: a stop-with-savepoint completed: the loop ends after its epoch
         self.stop_requested = False
         #: sink uid -> the last epoch whose output it committed (runtime/replay.py)
@@ -76,19 +75,20 @@ class EpochLoop:
     def run(self) -> None:
         """Run epochs until every bounded source is done (and committed), the epoch limit
         is reached, or a cancel is requested (raises :class:`JobCancelled`)."""
-        state = self.state
+        job = self.parts
+        state = job.state
         while True:
-            if self.cancel_requested.is_set():
-                if self.lifecycle.status is JobStatus.RUNNING:
-                    self.lifecycle.transition(JobStatus.CANCELLING)
+            if job.cancel_requested.is_set():
+                if job.lifecycle.status is JobStatus.RUNNING:
+                    job.lifecycle.transition(JobStatus.CANCELLING)
                 raise JobCancelled()
-            now = self.clock()
-            for st in self.plan.sources:
+            now = job.clock()
+            for st in job.plan.sources:
                 uid = source_uid(st)
                 state.source_states[uid] = st.source.discover(state.source_states[uid], now)
             final = state.all_sources_finished()
-            if final and (state.end_of_input_sent or not self.plan.needs_end_of_input()):
-                if not self.checkpointing:
+            if final and (state.end_of_input_sent or not job.plan.needs_end_of_input()):
+                if not job.checkpointing:
                     self._commit_all(state.epoch)
                     return
                 if state.epoch > 0 and state.committed_epoch >= state.epoch:
@@ -96,56 +96,56 @@ class EpochLoop:
                     # checkpoint that completed: no input-free epoch for a final one
                     self._notify_last_checkpoint()
                     return
-            if self.settings.max_epochs and state.epoch >= self.settings.max_epochs:
+            if job.settings.max_epochs and state.epoch >= job.settings.max_epochs:
                 self._final_checkpoint("execution.epoch.max-epochs reached")
                 return
             pending = self._take_savepoint(now)
-            if pending is None and self.checkpointing:
+            if pending is None and job.checkpointing:
                 # a rescale restores the checkpoint of its boundary (runtime/rescale.py)
-                if final or self.coordinator.should_trigger(now) or self.rescales.due():
-                    pending = self.coordinator.trigger(now)
+                if final or job.coordinator.should_trigger(now) or job.rescales.due():
+                    pending = job.coordinator.trigger(now)
             started = time.monotonic()
-            read = self._run_one_epoch(pending, now)
+            ran = self._run_one_epoch(pending, now)
             if self.stop_requested:
                 return  # stop-with-savepoint: the savepoint completed, the job ends
             if final:
                 self._final_checkpoint("every bounded source is finished")
                 self._notify_last_checkpoint()
                 return
-            latest = self.coordinator.latest_completed
+            verdict = ran.checkpoint
             if (
-                pending is not None
-                and latest is not None
-                and latest.checkpoint_id == pending.checkpoint_id
-                and not pending.is_savepoint
-                and self.rescales.due()
+                verdict is not None
+                and verdict.completed
+                and not verdict.is_savepoint
+                and job.rescales.due()
             ):
-                raise RescaleAtBoundary(self.rescales.take())
-            interval = self.settings.epoch_interval_s
-            if interval > 0 and read < self.full_budget:
+                raise RescaleAtBoundary(job.rescales.take())
+            interval = job.settings.epoch_interval_s
+            if interval > 0 and ran.records_read < self.full_budget:
                 # slow sources: an epoch at most every interval, so epochs do not shrink to
                 # a few records each (a full epoch, max-records per source subtask, goes on)
-                self.cancel_requested.wait(max(0.0, started + interval - time.monotonic()))
-            elif read == 0 and self.settings.idle_wait_s > 0:
+                job.cancel_requested.wait(max(0.0, started + interval - time.monotonic()))
+            elif ran.records_read == 0 and job.settings.idle_wait_s > 0:
                 # unbounded sources with nothing new: don't spin Spark jobs back to back
-                self.cancel_requested.wait(self.settings.idle_wait_s)
+                job.cancel_requested.wait(job.settings.idle_wait_s)
 
     def _notify_last_checkpoint(self) -> None:
         if self.notifications and self._listens_to_checkpoints():
             # deliver the last checkpoint's notify_checkpoint_complete: one input-free epoch
-            self._run_one_epoch(None, self.clock(), notify_only=True)
+            self._run_one_epoch(None, self.parts.clock(), notify_only=True)
 
     @property
     def full_budget(self) -> int:
         """Records an epoch reads when every source subtask fills its budget."""
-        return self.settings.epoch_records * sum(st.parallelism for st in self.plan.sources)
+        sources = self.parts.plan.sources
+        return self.parts.settings.epoch_records * sum(st.parallelism for st in sources)
 
     def _take_savepoint(self, now: int) -> PendingCheckpoint | None:
         """A requested savepoint, triggered for the coming epoch (None: none asked for)."""
         request = self.savepoints.take()
         if request is None:
             return None
-        pending = self.coordinator.trigger(now, is_savepoint=True, target=request.target)
+        pending = self.parts.coordinator.trigger(now, is_savepoint=True, target=request.target)
         self.savepoints.started(pending.checkpoint_id, request)
         return pending
 
@@ -155,21 +155,22 @@ class EpochLoop:
         expired), input-free epochs carrying a new barrier are run until one completes; each
         failure counts against the tolerable checkpoint failures, beyond which the job fails
         with :class:`CheckpointError` and its uncommitted output is kept for a restore."""
-        if not self.checkpointing:
+        job = self.parts
+        if not job.checkpointing:
             return
-        while self.state.committed_epoch < self.state.epoch:
-            if self.cancel_requested.is_set():
+        while job.state.committed_epoch < job.state.epoch:
+            if job.cancel_requested.is_set():
                 raise JobCancelled()
             log.warning(
                 "job %s: %s, but epochs %d..%d are not covered by a completed checkpoint: "
                 "taking a final checkpoint",
-                self.job_id,
+                job.job_id,
                 why,
-                self.state.committed_epoch + 1,
-                self.state.epoch,
+                job.state.committed_epoch + 1,
+                job.state.epoch,
             )
-            now = self.clock()
-            self._run_one_epoch(self.coordinator.trigger(now), now, notify_only=True, ending=True)
+            now = job.clock()
+            self._run_one_epoch(job.coordinator.trigger(now), now, notify_only=True, ending=True)
 
     def _run_one_epoch(
         self,
@@ -177,30 +178,18 @@ class EpochLoop:
         started_ms: int,
         notify_only: bool = False,
         ending: bool = False,
-    ) -> int:
-        """Run epoch ``epoch + 1``; returns how many records the sources read.
+    ) -> EpochRun:
+        """Run epoch ``epoch + 1`` (with ``pending``'s barrier, if any).
 
         ``notify_only``: the sources read nothing (the epoch only delivers notifications).
         """
         t0 = time.perf_counter()
-        state = self.state
+        job = self.parts
+        state = job.state
         epoch = state.epoch + 1
-        full = pending is None and (epoch - state.last_full_epoch) >= self.settings.full_every
-        finished = {
-            st.id: reads_to_end(
-                st,
-                state.source_states[source_uid(st)],
-                notify_only,
-                self.settings.epoch_records,
-                self.settings.epoch_interval_s > 0,
-            )
-            for st in self.plan.sources
-        }
+        full = pending is None and (epoch - state.last_full_epoch) >= job.settings.full_every
+        finished = self._sources_finishing(pending, notify_only)
         savepoint = pending.target if pending is not None and pending.is_savepoint else None
-        if self.settings.batch:
-            finished = dict.fromkeys(finished, True)  # BATCH: this epoch reads all input
-        if savepoint is not None and savepoint.advance_to_end_of_event_time:
-            finished = dict.fromkeys(finished, True)  # the final watermark fires every timer
         especs = state.epoch_specs(
             epoch,
             pending.checkpoint_id if pending and savepoint is None else None,
@@ -215,10 +204,10 @@ class EpochLoop:
         )
         delivered = len(self.notifications)
         try:
-            acks = self.runner.run_epoch(self.plan, especs)
+            acks = job.runner.run_epoch(job.plan, especs)
         except BaseException as e:
             if pending is not None:
-                self.coordinator.abort(pending, "the epoch carrying its barrier failed")
+                job.coordinator.abort(pending, "the epoch carrying its barrier failed")
                 self.notifications.append(("aborted", pending.checkpoint_id))
                 self.savepoints.failed(pending.checkpoint_id, f"its epoch failed: {e}")
             raise
@@ -227,138 +216,142 @@ class EpochLoop:
         if finished and all(finished.values()):
             state.end_of_input_sent = True
         if full or (pending is not None and savepoint is None):
-            self.coordinator.discard_deferred()  # no version is based on them any more
+            job.coordinator.discard_deferred()  # no version is based on them any more
             state.last_full_epoch = epoch
         state.epoch = epoch
+        verdict = None
         if pending is not None:
-            self._complete_checkpoint(pending, epoch, by_subtask)
-        elif not self.checkpointing:
+            verdict = self._conclude_checkpoint(pending, epoch, by_subtask)
+        elif not job.checkpointing:
             self._commit_all(epoch)
-        stats = self.metrics.epoch_finished(
+        stats = job.metrics.epoch_finished(
             epoch,
             state.attempt,
             started_ms,
             (time.perf_counter() - t0) * 1000.0,
             pending.checkpoint_id if pending else None,
             by_subtask.values(),
-            [source_uid(st) for st in self.plan.sources],
+            [source_uid(st) for st in job.plan.sources],
         )
-        self.lifecycle.notify("on_epoch", stats)
+        job.lifecycle.notify("on_epoch", stats)
         if not notify_only:
-            self.history.epoch_read(epoch, stats.source_records, self.full_budget, self.unbounded)
-        return stats.source_records
+            job.history.epoch_read(epoch, stats.source_records, self.full_budget, self.unbounded)
+        return EpochRun(stats.source_records, verdict)
+
+    def _sources_finishing(
+        self, pending: PendingCheckpoint | None, notify_only: bool
+    ) -> dict[int, bool]:
+        """Source stage id -> whether the coming epoch reads that source to its end."""
+        job = self.parts
+        if job.settings.batch:
+            return {st.id: True for st in job.plan.sources}  # BATCH: one epoch reads all
+        savepoint = pending.target if pending is not None and pending.is_savepoint else None
+        if savepoint is not None and savepoint.advance_to_end_of_event_time:
+            return {st.id: True for st in job.plan.sources}  # the final watermark fires all
+        return {
+            st.id: reads_to_end(
+                st,
+                job.state.source_states[source_uid(st)],
+                notify_only,
+                job.settings.epoch_records,
+                job.settings.epoch_interval_s > 0,
+            )
+            for st in job.plan.sources
+        }
 
     def _absorb(
         self, epoch: int, acks: Iterable[SubtaskAck], notify_only: bool = False
     ) -> dict[tuple[int, int], SubtaskAck]:
         """Fold the acks into the job state, metrics and sink committers; returns them by
         (stage, subtask)."""
-        by, superseded = self.state.absorb(epoch, acks, notify_only)
+        job = self.parts
+        by, superseded = job.state.absorb(epoch, acks, notify_only)
         # published before the superseded files go, so a lookup moves on to files that exist
-        self.queryable.epoch_folded(epoch, self.state.attempt, self.state.versions.keyed, by)
+        job.queryable.epoch_folded(epoch, job.state.attempt, job.state.versions.keyed, by)
         for a in by.values():
-            self.metrics.absorb(a.stage, a)
-        for st in self.plan.stages:
+            job.metrics.absorb(a.stage, a)
+        for st in job.plan.stages:
             for n in st.nodes.values():
-                if n.uid in self.committers:
+                if n.uid in job.committers:
                     results = [by[(st.id, i)].sinks.get(n.uid) for i in range(st.parallelism)]
-                    committer = self.committers[n.uid]
+                    committer = job.committers[n.uid]
                     committer.prepare(epoch, results)
                     if epoch <= self.discard_through.get(n.uid, 0):
                         committer.abort(epoch - 1)  # committed before the fallback
                     elif any(results):
                         self._output_epoch[n.uid] = epoch
         if superseded:
-            self.storage.discard_epoch_state(superseded)
+            job.storage.discard_epoch_state(superseded)
         return by
 
-    def _complete_checkpoint(
+    def _conclude_checkpoint(
         self,
         pending: PendingCheckpoint,
         epoch: int,
         acks: dict[tuple[int, int], SubtaskAck],
-    ) -> None:
-        now = self.clock()
-        errors = [a.savepoint_error for a in acks.values() if a.savepoint_error]
-        if pending.is_savepoint and errors:
-            self.coordinator.abort(
-                pending, "its files could not be written", count_as_failure=False, now_ms=now
-            )
-            self.notifications.append(("aborted", pending.checkpoint_id))
-            self.savepoints.failed(pending.checkpoint_id, "; ".join(sorted(errors)))
-            if not self.checkpointing:
-                self._commit_all(epoch)  # the epoch's output does not wait for a savepoint
-            return
-        if self.coordinator.is_expired(pending, now):
-            self.notifications.append(("aborted", pending.checkpoint_id))
-            if pending.is_savepoint:
-                self.savepoints.failed(pending.checkpoint_id, "its timeout expired")
-            self.state.last_full_epoch = -(10**9)  # the next epoch writes full versions
-            self.metrics.bump("checkpoints_failed")
-            self.coordinator.expire(pending, now, (self.state.committed_epoch + 1, epoch))
-            return
-        acknowledge_checkpoint(pending, self.plan, acks)
-        self.coordinator.complete(
+    ) -> CheckpointVerdict:
+        """Ask the coordinator what became of ``pending``, and act on its verdict."""
+        job = self.parts
+        verdict = job.coordinator.conclude(
             pending,
-            job_id=self.job_id,
-            source_offsets=self.state.source_offsets(),
-            sink_state={uid: c.snapshot(epoch) for uid, c in self.committers.items()},
-            properties={
-                "epoch": epoch,
-                "attempt": self.state.attempt,
-                "job_name": self.job_name,
-                "watermarks": self.state.watermark_property(),
-                "queryable": self.queryable.registrations(),
-                REPLAY_PROPERTY: self.history.to_property(),
-            },
-            now_ms=now,
+            job.plan,
+            acks,
+            lambda: self._checkpoint_contents(epoch),
+            job_id=job.job_id,
+            uncommitted=(job.state.committed_epoch + 1, epoch),
+            now_ms=job.clock(),
         )
-        self.notifications.append(("complete", pending.checkpoint_id))
-        if not pending.is_savepoint:
-            self.queryable.checkpoint_completed(self.coordinator.latest_completed, self.state)
-        self.metrics.bump("savepoints" if pending.is_savepoint else "checkpoints")
-        self.state.committed_epoch = epoch
+        checkpoint_id = verdict.checkpoint_id
+        if not verdict.completed:
+            self.notifications.append(("aborted", checkpoint_id))
+            if verdict.is_savepoint:
+                self.savepoints.failed(checkpoint_id, verdict.failure or "")
+            if verdict.expired:
+                job.state.last_full_epoch = -(10**9)  # its files were bases: write full ones
+                job.metrics.bump("checkpoints_failed")
+            elif not job.checkpointing:
+                self._commit_all(epoch)  # the epoch's output does not wait for a savepoint
+            if verdict.job_failure is not None:
+                raise verdict.job_failure
+            return verdict
+        self.notifications.append(("complete", checkpoint_id))
+        if not verdict.is_savepoint:
+            job.queryable.checkpoint_completed(verdict.metadata, job.state)
+        job.metrics.bump("savepoints" if verdict.is_savepoint else "checkpoints")
+        job.state.committed_epoch = epoch
         self._commit_all(epoch)
-        request = self.savepoints.completed(pending.checkpoint_id)
+        request = self.savepoints.completed(checkpoint_id)
         if request is not None and request.target.stop:
             self.stop_requested = True
+        return verdict
+
+    def _checkpoint_contents(self, epoch: int) -> CheckpointContents:
+        """What the checkpoint of ``epoch`` stores besides operator state."""
+        job = self.parts
+        return CheckpointContents(
+            source_offsets=job.state.source_offsets(),
+            sink_state={uid: c.snapshot(epoch) for uid, c in job.committers.items()},
+            properties={
+                "epoch": epoch,
+                "attempt": job.state.attempt,
+                "job_name": job.job_name,
+                "watermarks": job.state.watermark_property(),
+                "queryable": job.queryable.registrations(),
+                REPLAY_PROPERTY: job.history.to_property(),
+            },
+        )
 
     def _listens_to_checkpoints(self) -> bool:
         """Whether any operator wants checkpoint notifications (built here, never opened)."""
         if self._listeners is None:
-            self._listeners = self.plan.listens_to_checkpoints()
+            self._listeners = self.parts.plan.listens_to_checkpoints()
         return self._listeners
 
     def _commit_all(self, epoch: int) -> None:
-        for uid, c in self.committers.items():
+        for uid, c in self.parts.committers.items():
             c.commit(epoch)
             if uid in self._output_epoch:
                 self.committed_output[uid] = self._output_epoch[uid]
-
-
-def acknowledge_checkpoint(
-    pending: PendingCheckpoint, plan: ExecutionPlan, acks: dict[tuple[int, int], SubtaskAck]
-) -> None:
-    """Every subtask of every operator that has checkpoint state acknowledges it (with
-    empty state where that subtask has none), so the coordinator can check that none is
-    missing."""
-    stateful = {uid for a in acks.values() for uid in (*a.checkpoint, *a.op_checkpoint)}
-    for st in plan.stages:
-        for n in st.nodes.values():
-            if n.uid not in stateful:
-                continue
-            for i in range(st.parallelism):
-                a = acks[(st.id, i)]
-                kh = a.checkpoint.get(n.uid)
-                oh = a.op_checkpoint.get(n.uid)
-                pending.acknowledge(
-                    n.uid,
-                    i,
-                    st.parallelism,
-                    st.max_parallelism,
-                    keyed=(kh,) if kh is not None else (),
-                    operator=(oh,) if oh is not None else (),
-                )
 
 
 def reads_to_end(

@@ -19,9 +19,7 @@ import logging
 import threading
 import time
 import uuid
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
 
 import cloudpickle
 
@@ -46,9 +44,11 @@ from streamstate.runtime.checkpoint.storage import (
     newer_checkpoints,
 )
 from streamstate.runtime.epoch_loop import EpochLoop, JobCancelled
+from streamstate.runtime.epoch_runner import EpochRunner
 from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.interrupts import CtrlC, ctrl_c_stops
 from streamstate.runtime.job_metrics import JobMetrics
+from streamstate.runtime.job_parts import JobParts
 from streamstate.runtime.job_state import JobState
 from streamstate.runtime.job_status import (
     FailureInfo,
@@ -56,7 +56,7 @@ from streamstate.runtime.job_status import (
     JobObserver,
     RestoredCheckpoint,
 )
-from streamstate.runtime.protocol import EpochSpec, StageTaskSpec, SubtaskAck
+from streamstate.runtime.protocol import StageTaskSpec
 from streamstate.runtime.queryable.service import (
     QueryableStateService,
     checkpoint_lineages,
@@ -76,36 +76,9 @@ from streamstate.runtime.restart import RestartStrategy
 from streamstate.runtime.savepoints import SavepointRequest
 from streamstate.runtime.settings import JobSettings
 
-__all__ = ["EpochRunner", "JobCancelled", "JobExecutor", "build_task_specs"]
+__all__ = ["JobCancelled", "JobExecutor", "build_task_specs"]
 
 log = logging.getLogger("streamstate")
-
-
-class EpochRunner(ABC):
-    """Runs every stage of a plan once per epoch and returns all acks."""
-
-    @abstractmethod
-    def start(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None: ...
-
-    @abstractmethod
-    def run_epoch(
-        self, plan: ExecutionPlan, epoch_specs: dict[int, EpochSpec]
-    ) -> list[SubtaskAck]: ...
-
-    @abstractmethod
-    def stop(self) -> None: ...
-
-    def interrupt(self) -> None:  # noqa: B027 - optional: most runners finish their epoch
-        """Cancel the epoch running now, from another thread (a second Ctrl-C): its
-        ``run_epoch`` then raises. Runners that cannot cut an epoch short do nothing."""
-
-    def restage(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
-        """The plan's parallelism changed between two epochs (runtime/rescale.py): use
-        ``specs`` from the next epoch on. Runners that keep nothing else start again."""
-        self.start(job_id, plan, specs)
-
-    def describe(self) -> str:
-        return type(self).__name__
 
 
 class JobExecutor:
@@ -120,69 +93,76 @@ class JobExecutor:
         runner: EpochRunner,
         observers: Sequence[JobObserver] = (),
     ) -> None:
-        self.plan = plan
-        self.settings = settings
-        self.job_name = settings.job_name
-        self.clock = settings.clock
-        self.runner = runner
-        self.restart = restart
-        self.job_id = uuid.uuid4().hex[:16]
-        self.checkpointing = settings.checkpoint.enabled
+        job_id = uuid.uuid4().hex[:16]
         # the stores' endpoint and credentials, before the first store is touched (the
         # executors install the same from their stage specs)
         settings.storage_options.install()
-        self.storage = storage
-        self.storage.initialize_job(self.job_id)
-        self.coordinator = CheckpointCoordinator.from_settings(
-            settings.checkpoint, storage, clock=settings.clock
+        storage.initialize_job(job_id)
+        metrics = JobMetrics()
+        #: the job's parts, shared with the epoch loop
+        self.parts = JobParts(
+            job_id=job_id,
+            plan=plan,
+            settings=settings,
+            runner=runner,
+            storage=storage,
+            coordinator=CheckpointCoordinator.from_settings(
+                settings.checkpoint, storage, clock=settings.clock
+            ),
+            lifecycle=JobLifecycle(job_id, settings.clock, tuple(observers)),
+            cancel_requested=threading.Event(),
+            state=JobState(plan),
+            metrics=metrics,
+            committers={},
+            queryable=QueryableStateService(
+                job_id,
+                queryable_operators(plan, settings),
+                settings.queryable_cache_entries,
+                metrics.stats,
+            ),
+            history=ReplayHistory(
+                replay_stamp(plan, settings.epoch_records, settings.epoch_interval_s)
+            ),
+            rescales=RescaleRequests(),
         )
-        self.lifecycle = JobLifecycle(self.job_id, settings.clock, tuple(observers))
-        self.cancel_requested = threading.Event()
+        self.restart = restart
         #: the running epoch was cut short on purpose (Ctrl-C twice): its failure is a cancel
         self.interrupted = threading.Event()
         self._ctrl_c: CtrlC | None = None
-        self.state = JobState(plan)
-        self.metrics = JobMetrics()
-        #: sink operator uid -> its driver-side committer
-        self.committers: dict[str, Any] = {}
         self.restored_from: str | None = None
         #: ``settings.recovery_path`` loaded by :meth:`load_restore_point` (None: not yet)
         self._restore_point: tuple[CheckpointMetadata, str] | None = None
-        #: how this job's epochs were cut: may a restore skip committed output?
-        self.history = ReplayHistory(
-            replay_stamp(plan, settings.epoch_records, settings.epoch_interval_s)
-        )
-        #: published epoch/checkpoint snapshots for queryable state (runtime/queryable/)
-        self.queryable = QueryableStateService(
-            self.job_id,
-            queryable_operators(plan, settings),
-            settings.queryable_cache_entries,
-            self.metrics.stats,
-        )
-        #: rescale requests waiting for the next epoch boundary (runtime/rescale.py)
-        self.rescales = RescaleRequests()
         self.scaler = PlanScaler(plan)
-        self.loop = EpochLoop(self)
+        self.loop = EpochLoop(self.parts)
 
     # -- public view ------------------------------------------------------------------------
     @property
+    def job_id(self) -> str:
+        return self.parts.job_id
+
+    @property
+    def job_name(self) -> str:
+        return self.parts.job_name
+
+    @property
     def epoch(self) -> int:
         """The last epoch that ran to completion."""
-        return self.state.epoch
+        return self.parts.state.epoch
 
     @property
     def status(self) -> JobStatus:
-        return self.lifecycle.status
+        return self.parts.lifecycle.status
 
     def cancel(self) -> None:
         """Stop at the next epoch boundary (the retention policy of checkpoints applies)."""
-        self.cancel_requested.set()
+        self.parts.cancel_requested.set()
 
     def interrupt(self) -> None:
         """Stop now: cancel, and cut the running epoch short (it ends the job cancelled)."""
+        job = self.parts
         self.interrupted.set()
-        self.cancel_requested.set()
-        self.runner.interrupt()
+        job.cancel_requested.set()
+        job.runner.interrupt()
 
     def trigger_savepoint(
         self,
@@ -194,7 +174,7 @@ class JobExecutor:
         """Ask for a savepoint at the next epoch boundary; the future holds its path.
 
         ``stop``: the job ends once it completed (stop-with-savepoint). Thread-safe."""
-        directory = directory or self.settings.savepoint_dir
+        directory = directory or self.parts.settings.savepoint_dir
         if not directory:
             raise ConfigurationError(
                 "no savepoint directory: pass one, or set execution.checkpointing.savepoint-dir"
@@ -224,8 +204,9 @@ class JobExecutor:
         without stopping it; the future holds uid -> parallelism once applied.
 
         Raises :class:`RescaleError` at once for a request that cannot apply. Thread-safe."""
+        job = self.parts
         request = RescaleRequest(parallelism, tuple(sorted((operators or {}).items())))
-        if not self.checkpointing or self.settings.batch:
+        if not job.checkpointing or job.settings.batch:
             raise RescaleError(
                 "rescaling a running job needs checkpointing in STREAMING mode (the rescale "
                 "restores the checkpoint taken at its epoch boundary): call "
@@ -234,48 +215,49 @@ class JobExecutor:
             )
         if parallelism is None and not request.operators:
             raise RescaleError("name a parallelism for the job or for at least one operator")
-        target_parallelism(self.plan, request)
-        self.rescales.put(request)
+        target_parallelism(job.plan, request)
+        job.rescales.put(request)
         return request.future
 
     def _rescale(self, requests: list[RescaleRequest]) -> None:
         """At the boundary after the rescale's checkpoint: set the new parallelism and
         restore that checkpoint into it, as a restore at the new parallelism would, under
         a new attempt (no worker reuses an instance built for other key-group ranges)."""
-        md = self.coordinator.latest_completed
+        job = self.parts
+        md = job.coordinator.latest_completed
         assert md is not None  # the loop raises RescaleAtBoundary after it completed
-        before = parallelism_by_uid(self.plan)
+        before = parallelism_by_uid(job.plan)
         after = before
         applied = []
         for r in requests:
             try:
-                targets = target_parallelism(self.plan, r)
+                targets = target_parallelism(job.plan, r)
             except RescaleError as e:
                 r.future.set_exception(e)
                 continue
             after = self.scaler.apply(targets)
             applied.append(r)
         if after != before:
-            path = self.storage.checkpoint_location(md.checkpoint_id)
+            path = job.storage.checkpoint_location(md.checkpoint_id)
             epoch = int(md.properties.get("epoch", 0))
-            self.state.attempt += 1
-            self.history.stamp = replay_stamp(
-                self.plan, self.settings.epoch_records, self.settings.epoch_interval_s
+            job.state.attempt += 1
+            job.history.stamp = replay_stamp(
+                job.plan, job.settings.epoch_records, job.settings.epoch_interval_s
             )
-            self._plan_replay(epoch, self.history, epoch)
-            self.queryable.operators = queryable_operators(self.plan, self.settings)
-            self.state.reset()
+            self._plan_replay(epoch, job.history, epoch)
+            job.queryable.operators = queryable_operators(job.plan, job.settings)
+            job.state.reset()
             self._restore(md, path)
             try:
-                self.storage.discard_epoch_attempts_before(self.state.attempt)
+                job.storage.discard_epoch_attempts_before(job.state.attempt)
             except OSError as e:
                 log.debug("could not delete the previous attempt's epoch versions: %s", e)
-            self.runner.restage(
+            job.runner.restage(
                 self.job_id,
-                self.plan,
-                build_task_specs(self.plan, self.job_id, self.storage, self.settings),
+                job.plan,
+                build_task_specs(job.plan, self.job_id, job.storage, job.settings),
             )
-            self.metrics.bump("rescales")
+            job.metrics.bump("rescales")
             changed = {u: (before[u], p) for u, p in after.items() if before[u] != p}
             log.info(
                 "job %s rescaled at epoch %d from checkpoint %d: %s",
@@ -289,29 +271,31 @@ class JobExecutor:
 
     # -- setup and restore ------------------------------------------------------------------
     def _make_committers(self) -> None:
-        exactly_once = self.settings.checkpoint.exactly_once or not self.checkpointing
-        for st in self.plan.stages:
+        job = self.parts
+        exactly_once = job.settings.checkpoint.exactly_once or not job.checkpointing
+        for st in job.plan.stages:
             for n in st.nodes.values():
                 if n.committer_factory is not None:
-                    self.committers[n.uid] = n.committer_factory(exactly_once)
+                    job.committers[n.uid] = n.committer_factory(exactly_once)
 
     def _restore(self, md: CheckpointMetadata, path: str | None, initial: bool = False) -> None:
+        job = self.parts
         # a job restores what its own checkpoints hold; a started-from path is checked
-        self.state.restore(md, self.settings.allow_non_restored_state or not initial)
-        continue_ids_after(self.coordinator, md.checkpoint_id)
-        for uid, c in self.committers.items():
-            c.abort(self.state.epoch)
+        job.state.restore(md, job.settings.allow_non_restored_state or not initial)
+        continue_ids_after(job.coordinator, md.checkpoint_id)
+        for uid, c in job.committers.items():
+            c.abort(job.state.epoch)
             c.restore(md.sink_state.get(uid))
-        self.coordinator.stats.reported_restored(
-            md.checkpoint_id, path or "", self.clock(), md.is_savepoint
+        job.coordinator.stats.reported_restored(
+            md.checkpoint_id, path or "", job.clock(), md.is_savepoint
         )
         # the restored cut answers queries at once (as of its epoch), until the next epoch
-        epoch, attempt = self.state.epoch, self.state.attempt
-        self.queryable.restore_registrations(md.properties.get("queryable"))
-        self.queryable.publish_epoch(epoch, attempt, self.state.versions.keyed)
+        epoch, attempt = job.state.epoch, job.state.attempt
+        job.queryable.restore_registrations(md.properties.get("queryable"))
+        job.queryable.publish_epoch(epoch, attempt, job.state.versions.keyed)
         if not md.is_savepoint:
-            self.queryable.publish_checkpoint(
-                md.checkpoint_id, epoch, attempt, checkpoint_lineages(md, self.queryable.operators)
+            job.queryable.publish_checkpoint(
+                md.checkpoint_id, epoch, attempt, checkpoint_lineages(md, job.queryable.operators)
             )
 
     def load_restore_point(self) -> None:
@@ -319,11 +303,12 @@ class JobExecutor:
 
         Called before the job is announced (its address, its status), so a bad path is one
         error and nothing else; :meth:`run` calls it when nobody did."""
-        path = self.settings.recovery_path
+        job = self.parts
+        path = job.settings.recovery_path
         if not path or self._restore_point is not None:
             return
         try:
-            with signing.allowing_unsigned(self.settings.allow_unsigned_checkpoints):
+            with signing.allowing_unsigned(job.settings.allow_unsigned_checkpoints):
                 self._restore_point = load_restore_point(path)
         except FileNotFoundError as e:
             raise CorruptCheckpointError(f"no checkpoint at {path}: {e}") from e
@@ -334,7 +319,8 @@ class JobExecutor:
         """Whether the epochs after ``restored_epoch`` replay exactly the committed ones
         (``committed``: the history of the run that committed them, ``None``: unknown), and
         hand the decision to the committers and the subtasks (``runtime/replay.py``)."""
-        stamp = self.history.stamp
+        job = self.parts
+        stamp = job.history.stamp
         why = ""
         if stamp is None:
             why = "its epochs are cut by time (execution.epoch.interval)"
@@ -357,13 +343,13 @@ class JobExecutor:
         plan = ReplayPlan(
             None if why else stamp,
             # at-least-once checkpointing promises no more than that
-            self.settings.allow_duplicate_output or not self.settings.checkpoint.exactly_once,
+            job.settings.allow_duplicate_output or not job.settings.checkpoint.exactly_once,
             committed_epoch,
             why,
         )
-        for c in self.committers.values():
+        for c in job.committers.values():
             c.replay = plan
-        self.state.replay_stamp = plan.stamp
+        job.state.replay_stamp = plan.stamp
         return plan
 
     def _refuse_duplicates(self, plan: ReplayPlan, sinks: dict[str, int]) -> None:
@@ -380,12 +366,13 @@ class JobExecutor:
         )
 
     def _initial_restore(self) -> None:
-        self.state.reset()
-        if not self.settings.recovery_path:
+        job = self.parts
+        job.state.reset()
+        if not job.settings.recovery_path:
             # a fresh start rolls back to epoch 0: sinks drop what an earlier run left
             # pending (e.g. PostgreSQL transactions prepared before its first checkpoint)
-            self._plan_replay(0, self.history, 0)
-            for c in self.committers.values():
+            self._plan_replay(0, job.history, 0)
+            for c in job.committers.values():
                 c.abort(0)
             return
         self.load_restore_point()
@@ -409,33 +396,34 @@ class JobExecutor:
                 plan,
                 {
                     uid: committed_epoch
-                    for uid, c in self.committers.items()
+                    for uid, c in job.committers.items()
                     if c.output_outlives_job and not c.skips_replayed_records
                 },
             )
         if saved is not None:
-            self.history.uncertain_epoch = saved.uncertain_epoch
+            job.history.uncertain_epoch = saved.uncertain_epoch
         self._restore(md, where, initial=True)
         self.restored_from = where
         restored = RestoredCheckpoint(
-            md.checkpoint_id, md.job_id, where, md.is_savepoint, self.state.epoch
+            md.checkpoint_id, md.job_id, where, md.is_savepoint, job.state.epoch
         )
-        log.info("job %s %s (epoch %d)", self.job_id, restored.describe(), self.state.epoch)
-        self.lifecycle.notify("on_restore", restored)
+        log.info("job %s %s (epoch %d)", self.job_id, restored.describe(), job.state.epoch)
+        job.lifecycle.notify("on_restore", restored)
 
     def _recover_after_failure(self) -> None:
-        self.state.attempt += 1
+        job = self.parts
+        job.state.attempt += 1
         # newest checkpoint that loads and verifies: a corrupt latest one falls back to an older one
-        md = self.storage.latest_valid_checkpoint() if self.metrics.stats["checkpoints"] else None
-        path = None if md is None else self.storage.checkpoint_location(md.checkpoint_id)
+        md = job.storage.latest_valid_checkpoint() if job.metrics.stats["checkpoints"] else None
+        path = None if md is None else job.storage.checkpoint_location(md.checkpoint_id)
         if md is None and self.restored_from:
             md, path = (
-                self.storage.load_metadata(self.restored_from, verify=True),
+                job.storage.load_metadata(self.restored_from, verify=True),
                 self.restored_from,
             )
         restored_epoch = int(md.properties.get("epoch", 0)) if md is not None else 0
         committed = self.loop.committed_output
-        plan = self._plan_replay(restored_epoch, self.history, max(committed.values(), default=0))
+        plan = self._plan_replay(restored_epoch, job.history, max(committed.values(), default=0))
         beyond = {uid: e for uid, e in committed.items() if e > restored_epoch}
         if plan.skips_committed:
             # a fallback past committed output that replays exactly: the FileSink's subtasks
@@ -443,7 +431,7 @@ class JobExecutor:
             self.loop.discard_through = {
                 uid: e
                 for uid, e in beyond.items()
-                if not self.committers[uid].skips_replayed_records
+                if not job.committers[uid].skips_replayed_records
             }
         else:
             self.loop.discard_through = {}
@@ -453,27 +441,27 @@ class JobExecutor:
                     uid: e
                     for uid, e in beyond.items()
                     # a checkpoint's restore lets the FileSink check its parts itself
-                    if md is None or not self.committers[uid].skips_replayed_records
+                    if md is None or not job.committers[uid].skips_replayed_records
                 },
             )
-        self.state.reset()
+        job.state.reset()
         if md is not None:
             saved = ReplayHistory.from_property(md.properties.get(REPLAY_PROPERTY))
-            self.history.uncertain_epoch = saved.uncertain_epoch if saved is not None else 0
+            job.history.uncertain_epoch = saved.uncertain_epoch if saved is not None else 0
             self._restore(md, path)
         else:
-            self.history.uncertain_epoch = 0
-            for c in self.committers.values():
+            job.history.uncertain_epoch = 0
+            for c in job.committers.values():
                 c.abort(0)
         try:
             # the failed attempts' per-epoch versions are never read again
-            self.storage.discard_epoch_attempts_before(self.state.attempt)
+            job.storage.discard_epoch_attempts_before(job.state.attempt)
         except OSError as e:
             log.debug("could not delete the failed attempts' epoch versions: %s", e)
         log.info(
             "job %s restarting (attempt %d) from %s",
             self.job_id,
-            self.state.attempt,
+            job.state.attempt,
             f"checkpoint {md.checkpoint_id}" if md else "the beginning",
         )
 
@@ -483,40 +471,42 @@ class JobExecutor:
 
         However it ends, its per-epoch versions are deleted and its storage released
         (checkpoints follow the retention policy)."""
+        job = self.parts
         try:
             with (
                 ctrl_c_stops(self.job_name, self.cancel, self.interrupt) as ctrl_c,
-                signing.allowing_unsigned(self.settings.allow_unsigned_checkpoints),
+                signing.allowing_unsigned(job.settings.allow_unsigned_checkpoints),
             ):
                 self._ctrl_c = ctrl_c
                 return self._run()
         finally:
             self._ctrl_c = None
-            self.queryable.retract_epoch(f"job {self.job_id} ended")
-            self.queryable.close()
+            job.queryable.retract_epoch(f"job {self.job_id} ended")
+            job.queryable.close()
             self.loop.savepoints.close(f"job {self.job_id} ended")
-            self.rescales.close(f"job {self.job_id} ended")
+            job.rescales.close(f"job {self.job_id} ended")
             self._cleanup_epoch_versions()
-            self.storage.release_job()
+            job.storage.release_job()
 
     def _run(self) -> JobExecutionResult:
+        job = self.parts
         t0 = time.time()
         self._make_committers()
         try:
             self._initial_restore()
         except BaseException:
-            self.lifecycle.transition(JobStatus.FAILED)
+            job.lifecycle.transition(JobStatus.FAILED)
             raise
         # executors on other machines must see the job's state directory (sharing.py)
-        mark_shared(self.storage)
-        self.runner.start(
+        mark_shared(job.storage)
+        job.runner.start(
             self.job_id,
-            self.plan,
-            build_task_specs(self.plan, self.job_id, self.storage, self.settings),
+            job.plan,
+            build_task_specs(job.plan, self.job_id, job.storage, job.settings),
         )
         if self._ctrl_c is not None:
             self._ctrl_c.reclaim()  # starting Spark installed PySpark's Ctrl-C handler
-        self.lifecycle.transition(JobStatus.RUNNING)
+        job.lifecycle.transition(JobStatus.RUNNING)
         cancelled = False
         try:
             while True:
@@ -527,47 +517,48 @@ class JobExecutor:
                     self._rescale(boundary.requests)
                 except (JobCancelled, KeyboardInterrupt):
                     cancelled = True
-                    log.info("job %s cancelled at epoch %d", self.job_id, self.state.epoch)
+                    log.info("job %s cancelled at epoch %d", self.job_id, job.state.epoch)
                     break
                 except Exception as e:  # noqa: BLE001 - every failure goes to the restart strategy
                     if self.interrupted.is_set():  # the epoch was cut short on purpose
                         cancelled = True
-                        log.info("job %s stopped in epoch %d", self.job_id, self.state.epoch + 1)
+                        log.info("job %s stopped in epoch %d", self.job_id, job.state.epoch + 1)
                         break
                     self._on_failure(e)
         finally:
-            self.runner.stop()
-        self.coordinator.on_job_terminal(cancelled=cancelled)
-        for c in self.committers.values():
+            job.runner.stop()
+        job.coordinator.on_job_terminal(cancelled=cancelled)
+        for c in job.committers.values():
             c.finish()
         if cancelled:
-            if self.lifecycle.status is not JobStatus.CANCELLING:
-                self.lifecycle.transition(JobStatus.CANCELLING)
-            self.lifecycle.transition(JobStatus.CANCELED)
+            if job.lifecycle.status is not JobStatus.CANCELLING:
+                job.lifecycle.transition(JobStatus.CANCELLING)
+            job.lifecycle.transition(JobStatus.CANCELED)
         else:
-            self.lifecycle.transition(JobStatus.FINISHED)
-        latest = self.coordinator.latest_completed
-        acc = self.metrics.accumulators(
+            job.lifecycle.transition(JobStatus.FINISHED)
+        latest = job.coordinator.latest_completed
+        acc = job.metrics.accumulators(
             self.job_id,
-            self.storage.checkpoint_location(latest.checkpoint_id) if latest is not None else None,
+            job.storage.checkpoint_location(latest.checkpoint_id) if latest is not None else None,
         )
         return JobExecutionResult(self.job_id, int((time.time() - t0) * 1000), acc)
 
     def _on_failure(self, e: Exception) -> None:
         """Restart (after the back-off) or fail the job with JobExecutionError."""
-        self.metrics.bump("epochs_failed")
+        job = self.parts
+        job.metrics.bump("epochs_failed")
         self.restart.notify_failure()
         # an error that a restart cannot cure fails the job (SourceNotResumableError)
         will_restart = self.restart.can_restart() and not getattr(e, "suppresses_restarts", False)
         failure = FailureInfo.of(
-            e, self.clock(), self.state.epoch + 1, self.state.attempt, will_restart
+            e, job.clock(), job.state.epoch + 1, job.state.attempt, will_restart
         )
-        self.metrics.failures.append(failure)
-        self.lifecycle.notify("on_failure", failure)
+        job.metrics.failures.append(failure)
+        job.lifecycle.notify("on_failure", failure)
         if not will_restart:
-            self.lifecycle.transition(JobStatus.FAILING)
+            job.lifecycle.transition(JobStatus.FAILING)
             self._terminate_failed()
-            self.lifecycle.transition(JobStatus.FAILED)
+            job.lifecycle.transition(JobStatus.FAILED)
             raise JobExecutionError.caused_by(
                 f"job {self.job_name!r} ({self.job_id}) failed and the restart strategy "
                 f"({self.restart.describe()}) allows no further attempt: "
@@ -578,38 +569,39 @@ class JobExecutor:
         log.warning(
             "job %s: epoch %d failed (%s: %s); restarting in %d ms (restart %d, %s)",
             self.job_id,
-            self.state.epoch + 1,
+            job.state.epoch + 1,
             failure.exception_type,
             failure.message.strip().splitlines()[0] if failure.message.strip() else "",
             backoff_ms,
-            self.metrics.stats["restarts"] + 1,
+            job.metrics.stats["restarts"] + 1,
             self.restart.describe(),
         )
-        self.queryable.retract_epoch(
-            f"the job is restarting after a failure in epoch {self.state.epoch + 1}"
+        job.queryable.retract_epoch(
+            f"the job is restarting after a failure in epoch {job.state.epoch + 1}"
         )
-        self.lifecycle.transition(JobStatus.RESTARTING)
-        self.cancel_requested.wait(backoff_ms / 1000.0)
-        self.metrics.bump("restarts")
+        job.lifecycle.transition(JobStatus.RESTARTING)
+        job.cancel_requested.wait(backoff_ms / 1000.0)
+        job.metrics.bump("restarts")
         try:
             self._recover_after_failure()
         except DuplicateOutputError as refused:
             # the fallback would write committed output again: fail instead (as Flink fails
             # rather than fall back silently), naming the option that allows it
-            self.lifecycle.transition(JobStatus.FAILING)
+            job.lifecycle.transition(JobStatus.FAILING)
             self._terminate_failed()
-            self.lifecycle.transition(JobStatus.FAILED)
+            job.lifecycle.transition(JobStatus.FAILED)
             raise JobExecutionError.caused_by(
                 f"job {self.job_name!r} ({self.job_id}) failed ({failure.exception_type}: "
                 f"{failure.message.strip()}) and cannot restart: {refused}",
                 refused,
             ) from refused
-        self.lifecycle.transition(JobStatus.RUNNING)
+        job.lifecycle.transition(JobStatus.RUNNING)
 
     def _terminate_failed(self) -> None:
+        job = self.parts
         try:
-            self.runner.stop()
-            self.coordinator.on_job_terminal(cancelled=False, failed=True)
+            job.runner.stop()
+            job.coordinator.on_job_terminal(cancelled=False, failed=True)
         except Exception as e:  # noqa: BLE001 - the job failure is what the caller must see
             log.warning("cleanup after job failure failed: %s", e)
 
@@ -617,7 +609,7 @@ class JobExecutor:
         """The job is over: no per-epoch version is read again (checkpoints never point
         into ``epochs/``), so the whole directory goes, stragglers of failed epochs too."""
         try:
-            self.storage.discard_all_epoch_state()
+            self.parts.storage.discard_all_epoch_state()
         except Exception as e:  # noqa: BLE001 - cleanup is best effort
             log.debug("epoch version cleanup failed: %s", e)
 

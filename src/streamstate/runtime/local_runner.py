@@ -10,7 +10,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from streamstate.runtime.executor import EpochRunner
+from streamstate.runtime.epoch_runner import EpochRunner
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.job_end import end_job
 from streamstate.runtime.protocol import DRIVER, EpochSpec, SubtaskAck

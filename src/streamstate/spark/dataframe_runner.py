@@ -40,7 +40,7 @@ from functools import partial, reduce
 from typing import Any
 
 from streamstate.runtime.arrow_batches import ROUTED_DDL, decode_routed, encode_routed, tick_rows
-from streamstate.runtime.executor import EpochRunner
+from streamstate.runtime.epoch_runner import EpochRunner
 from streamstate.runtime.gc_pause import gc_paused
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import DRIVER, EpochSpec, SubtaskAck

@@ -26,7 +26,7 @@ from typing import Any
 
 from streamstate.common.configuration import parse_duration_ms
 from streamstate.errors import TaskFailure, WorkerEnvironmentError
-from streamstate.runtime.executor import EpochRunner
+from streamstate.runtime.epoch_runner import EpochRunner
 from streamstate.runtime.gc_pause import gc_paused
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.job_end import end_job

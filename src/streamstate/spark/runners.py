@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streamstate.errors import ConfigurationError
-from streamstate.runtime.executor import EpochRunner
+from streamstate.runtime.epoch_runner import EpochRunner
 from streamstate.spark.dataframe_runner import DataFrameEpochRunner
 from streamstate.spark.runner import SparkEpochRunner
 from streamstate.spark.session import is_connect_session

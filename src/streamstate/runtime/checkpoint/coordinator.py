@@ -1,9 +1,13 @@
 """The checkpoint coordinator: when to checkpoint, and the lifecycle of each checkpoint.
 
-Driver-side. The epoch loop asks :meth:`CheckpointCoordinator.should_trigger` at every
-epoch boundary; if yes it calls :meth:`~CheckpointCoordinator.trigger`, runs the epoch
-with the checkpoint id, collects the subtasks' acks (:meth:`PendingCheckpoint.acknowledge`)
-and calls :meth:`~CheckpointCoordinator.complete` (or :meth:`~CheckpointCoordinator.abort`).
+Driver-side, and the owner of every checkpoint decision. The epoch loop asks
+:meth:`CheckpointCoordinator.should_trigger` at every epoch boundary; if yes it calls
+:meth:`~CheckpointCoordinator.trigger`, runs the epoch with the checkpoint id and hands
+the epoch's acks to :meth:`~CheckpointCoordinator.conclude`, which decides what becomes of
+the checkpoint (completed, aborted because a savepoint's files could not be written, or
+expired, and whether that fails the job) and answers with a :class:`CheckpointVerdict`
+the loop acts on. An epoch that fails aborts its checkpoint
+(:meth:`~CheckpointCoordinator.abort`).
 
 Guarantees:
 
@@ -26,10 +30,10 @@ it, so in the epoch model at most one is ever pending. The setting is kept and h
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamstate.errors import (
     CheckpointError,
@@ -47,9 +51,15 @@ from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess, _url
 from streamstate.runtime.clock import Clock, system_clock_ms
 from streamstate.runtime.settings import CheckpointSettings, RetentionPolicy
 
+if TYPE_CHECKING:
+    from streamstate.runtime.graph import ExecutionPlan
+    from streamstate.runtime.protocol import SubtaskAck
+
 __all__ = [
+    "CheckpointContents",
     "CheckpointCoordinator",
     "CheckpointStatus",
+    "CheckpointVerdict",
     "PendingCheckpoint",
     "RetentionPolicy",
     "cleanup_shared_state",
@@ -134,6 +144,34 @@ class PendingCheckpoint:
 
     def is_expired(self, now_ms: int, timeout_ms: int) -> bool:
         return self.status is CheckpointStatus.PENDING and now_ms - self.trigger_ms > timeout_ms
+
+
+@dataclass(frozen=True)
+class CheckpointContents:
+    """What a completed checkpoint stores besides its operators' state."""
+
+    source_offsets: Mapping[str, Any]
+    sink_state: Mapping[str, Any]
+    properties: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class CheckpointVerdict:
+    """What became of a checkpoint at the end of the epoch that carried its barrier."""
+
+    checkpoint_id: int
+    is_savepoint: bool
+    #: its ``_metadata`` when it COMPLETED; None: it was aborted (``failure`` says why)
+    metadata: CheckpointMetadata | None = None
+    failure: str | None = None
+    #: it expired: its files stay state-version bases until the next full versions
+    expired: bool = False
+    #: more checkpoints failed in a row than tolerated: the job fails with this error
+    job_failure: CheckpointError | None = None
+
+    @property
+    def completed(self) -> bool:
+        return self.metadata is not None
 
 
 class CheckpointCoordinator:
@@ -388,6 +426,52 @@ class CheckpointCoordinator:
         except Exception as e:  # noqa: BLE001 - leftover files are harmless: they never get a _metadata
             log.warning("could not clean up aborted checkpoint %d: %s", pending.checkpoint_id, e)
 
+    def conclude(
+        self,
+        pending: PendingCheckpoint,
+        plan: ExecutionPlan,
+        acks: Mapping[tuple[int, int], SubtaskAck],
+        contents: Callable[[], CheckpointContents],
+        *,
+        job_id: str,
+        uncommitted: tuple[int, int],
+        now_ms: int,
+    ) -> CheckpointVerdict:
+        """Decide ``pending``'s fate once the epoch carrying its barrier ran: ``acks`` are
+        that epoch's, by (stage, subtask).
+
+        A savepoint whose files a subtask could not write is aborted (not counted as a
+        failure); a checkpoint past its timeout expires (:meth:`expire`; the verdict then
+        carries the job's failure when that was one failure too many: ``uncommitted``
+        names the epochs whose output waits); otherwise every stateful subtask's ack is
+        recorded and the checkpoint completes with ``contents()`` (built only then)."""
+        verdict = CheckpointVerdict(pending.checkpoint_id, pending.is_savepoint)
+        errors = sorted(a.savepoint_error for a in acks.values() if a.savepoint_error)
+        if pending.is_savepoint and errors:
+            self.abort(
+                pending, "its files could not be written", count_as_failure=False, now_ms=now_ms
+            )
+            return replace(verdict, failure="; ".join(errors))
+        if self.is_expired(pending, now_ms):
+            try:
+                self.expire(pending, now_ms, uncommitted)
+            except CheckpointError as too_many:
+                return replace(
+                    verdict, failure="its timeout expired", expired=True, job_failure=too_many
+                )
+            return replace(verdict, failure="its timeout expired", expired=True)
+        _acknowledge_epoch(pending, plan, acks)
+        stored = contents()
+        metadata = self.complete(
+            pending,
+            job_id=job_id,
+            source_offsets=stored.source_offsets,
+            sink_state=stored.sink_state,
+            properties=stored.properties,
+            now_ms=now_ms,
+        )
+        return replace(verdict, metadata=metadata)
+
     def is_expired(self, pending: PendingCheckpoint, now_ms: int | None = None) -> bool:
         return pending.is_expired(self._now(now_ms), self.timeout_ms)
 
@@ -470,6 +554,31 @@ class CheckpointCoordinator:
             self.storage.discard_checkpoint(cid)
         cleanup_shared_state(self.storage, 2**62)  # the job is over: no upload is in flight
         return ids
+
+
+def _acknowledge_epoch(
+    pending: PendingCheckpoint, plan: ExecutionPlan, acks: Mapping[tuple[int, int], SubtaskAck]
+) -> None:
+    """Every subtask of every operator that has checkpoint state acknowledges it (with
+    empty state where that subtask has none), so :meth:`CheckpointCoordinator.complete`
+    can check that none is missing."""
+    stateful = {uid for a in acks.values() for uid in (*a.checkpoint, *a.op_checkpoint)}
+    for st in plan.stages:
+        for n in st.nodes.values():
+            if n.uid not in stateful:
+                continue
+            for i in range(st.parallelism):
+                a = acks[(st.id, i)]
+                keyed = a.checkpoint.get(n.uid)
+                operator = a.op_checkpoint.get(n.uid)
+                pending.acknowledge(
+                    n.uid,
+                    i,
+                    st.parallelism,
+                    st.max_parallelism,
+                    keyed=(keyed,) if keyed is not None else (),
+                    operator=(operator,) if operator is not None else (),
+                )
 
 
 def cleanup_shared_state(storage: CheckpointStorageAccess, up_to_checkpoint_id: int) -> None:

@@ -1,0 +1,42 @@
+"""The runner contract: what runs every stage of a plan once per epoch.
+
+The driver (:mod:`streamstate.runtime.executor`) plans epochs; an :class:`EpochRunner`
+executes them: in this process (:mod:`streamstate.runtime.local_runner`) or on Spark
+(:mod:`streamstate.spark.runner`, :mod:`streamstate.spark.dataframe_runner`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from streamstate.runtime.graph import ExecutionPlan
+from streamstate.runtime.protocol import EpochSpec, SubtaskAck
+
+__all__ = ["EpochRunner"]
+
+
+class EpochRunner(ABC):
+    """Runs every stage of a plan once per epoch and returns all acks."""
+
+    @abstractmethod
+    def start(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None: ...
+
+    @abstractmethod
+    def run_epoch(
+        self, plan: ExecutionPlan, epoch_specs: dict[int, EpochSpec]
+    ) -> list[SubtaskAck]: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    def interrupt(self) -> None:  # noqa: B027 - optional: most runners finish their epoch
+        """Cancel the epoch running now, from another thread (a second Ctrl-C): its
+        ``run_epoch`` then raises. Runners that cannot cut an epoch short do nothing."""
+
+    def restage(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
+        """The plan's parallelism changed between two epochs (runtime/rescale.py): use
+        ``specs`` from the next epoch on. Runners that keep nothing else start again."""
+        self.start(job_id, plan, specs)
+
+    def describe(self) -> str:
+        return type(self).__name__
