@@ -22,10 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamstate.errors import ConfigurationError
 from streamstate.runtime.graph import Stage
+
+if TYPE_CHECKING:
+    from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess
 
 __all__ = [
     "DRIVER",
@@ -207,8 +210,8 @@ class StageTaskSpec:
     stage: Stage
     #: node tid -> cloudpickled zero-arg operator factory
     factories: Mapping[int, bytes]
-    #: the job's CheckpointStorageAccess (picklable)
-    storage: Any
+    #: the job's checkpoint storage (picklable; bound to the job by ``initialize_job``)
+    storage: CheckpointStorageAccess
     backend_name: str
     job_parameters: Mapping[str, str]
     #: at most this many records per source subtask and epoch

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamstate.errors import CorruptCheckpointError
 from streamstate.runtime.checkpoint.handles import (
@@ -36,6 +36,9 @@ from streamstate.runtime.checkpoint.handles import (
     register_handle_type,
 )
 from streamstate.runtime.keygroups import KeyGroupRange
+
+if TYPE_CHECKING:
+    from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess
 
 __all__ = [
     "MATERIALIZE_RATIO",
@@ -119,7 +122,7 @@ register_handle_type(TYPE_NAME, ChangelogStateHandle.from_dict)
 
 
 def changelog_checkpoint(
-    storage: Any,
+    storage: CheckpointStorageAccess,
     backend: Any,
     lineage: Any,
     checkpoint_id: int,
@@ -171,12 +174,12 @@ def _previous(lineage: Any, kg_range: KeyGroupRange) -> ChangelogStateHandle | N
     return None  # a fresh start, a rescale, or an epoch full version: materialize
 
 
-def _share(storage: Any, name: str, handle: StreamStateHandle) -> StreamStateHandle | None:
+def _share(
+    storage: CheckpointStorageAccess, name: str, handle: StreamStateHandle
+) -> StreamStateHandle | None:
     """``handle``'s bytes as ``shared/<name>``: linked when both are local files."""
-    link = getattr(storage, "link_shared_state", None)
-    if link is not None and isinstance(handle, FileStateHandle):
-        linked = link(name, handle)
+    if isinstance(handle, FileStateHandle):
+        linked = storage.link_shared_state(name, handle)
         if linked is not None:
-            return linked  # type: ignore[no-any-return]  # the storage returns a FileStateHandle
-    result: StreamStateHandle | None = storage.write_shared_state(name, handle.read())
-    return result
+            return linked
+    return storage.write_shared_state(name, handle.read())

@@ -78,6 +78,11 @@ class SavepointTarget:
         """RocksDB's SST files: in the savepoint's own directory, never shared."""
         return self._write(f"sst-{name}", data)
 
+    def write_shared_file(self, name: str, local_path: str) -> FileStateHandle:
+        """:meth:`write_shared_state` of the bytes of the local file ``local_path``."""
+        with open(local_path, "rb") as f:
+            return self.write_shared_state(name, f.read())
+
     def store_metadata(self, metadata: CheckpointMetadata) -> str:
         """Write ``_metadata`` last (atomically): only now is this a savepoint."""
         fs, root = _url_to_fs(self.url)

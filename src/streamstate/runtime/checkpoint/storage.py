@@ -24,7 +24,7 @@ import logging
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from streamstate.errors import (
     CheckpointStorageError,
@@ -54,6 +54,7 @@ __all__ = [
     "SHARED_DIR",
     "CheckpointDirectory",
     "CheckpointStorageAccess",
+    "SharedStateTarget",
     "atomic_write",
     "epoch_state_name",
     "load_metadata_from_path",
@@ -418,6 +419,30 @@ class CheckpointDirectory:
 # The access ABC
 
 
+class SharedStateTarget(Protocol):
+    """Where a backend uploads its own files (RocksDB's SST files): the checkpoint
+    storage's ``shared/`` folder, a savepoint's directory, or an epoch's state version."""
+
+    @property
+    def self_contained(self) -> bool:
+        """Every file is uploaded and none remembered for a later upload (a savepoint)."""
+        ...
+
+    def write_shared_state(self, name: str, data: bytes) -> FileStateHandle | None:
+        """The bytes as file ``name``; ``None``: no folder for such files (in-memory
+        storage), the caller takes a self-contained snapshot instead."""
+        ...
+
+    def write_shared_file(self, name: str, local_path: str) -> FileStateHandle | None:
+        """:meth:`write_shared_state` of a local file that never changes (linked when
+        the target can)."""
+        ...
+
+    def write_state(self, checkpoint_id: int, name: str, data: bytes) -> StreamStateHandle:
+        """A file of this snapshot alone (never shared)."""
+        ...
+
+
 class CheckpointStorageAccess(ABC):
     """Access to one job's checkpoint storage. Picklable; shipped to Spark workers.
 
@@ -427,6 +452,8 @@ class CheckpointStorageAccess(ABC):
     """
 
     name: ClassVar[str] = ""
+    #: checkpoints share files in ``shared/`` (a savepoint's directory is self-contained)
+    self_contained: ClassVar[bool] = False
 
     def __init__(self, working_dir: str | None = None) -> None:
         self.job_id: str | None = None
@@ -561,6 +588,17 @@ class CheckpointStorageAccess(ABC):
         Returns ``None`` when this storage has no shared folder (in-memory storage):
         the caller then writes a self-contained snapshot instead.
         """
+        return None
+
+    def write_shared_file(self, name: str, local_path: str) -> FileStateHandle | None:
+        """:meth:`write_shared_state` of the bytes of the local file ``local_path`` (which
+        never changes afterwards: an SST file). Storages that can link it do so."""
+        with open(local_path, "rb") as f:
+            return self.write_shared_state(name, f.read())
+
+    def link_shared_state(self, name: str, handle: FileStateHandle) -> FileStateHandle | None:
+        """``handle``'s file as ``shared/<name>`` without copying its bytes, or ``None``
+        when this storage cannot (the caller then writes the bytes)."""
         return None
 
     def shared_state_files(self) -> list[str]:

@@ -54,7 +54,7 @@ def commit_epoch(
         op.snapshot_state(barrier_id, epoch_spec.timestamp_ms)
     done = EpochCommit()
     # names RocksDB's incremental uploads: the storage's job id (a restored job keeps it)
-    scope = getattr(spec.storage, "job_id", None) or spec.job_id
+    scope = spec.storage.job_id or spec.job_id
     if not spec.batch:  # BATCH: the job is this one epoch; no version is read after it
         done.versions, done.checkpoint = commit_keyed_state(
             spec.storage, inst.backends, index, epoch_spec, scope

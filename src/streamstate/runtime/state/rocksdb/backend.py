@@ -39,6 +39,7 @@ from streamstate.errors import (
     StateAccessError,
 )
 from streamstate.runtime.checkpoint.incremental import IncrementalKeyedStateHandle
+from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess, SharedStateTarget
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state import restore_meta as rm
@@ -249,18 +250,20 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[StateColumn]):
         return self._resolve_states(states_meta)
 
     # ------------------------------------------------------------------- incremental
-    def snapshot_incremental(self, storage: Any, checkpoint_id: int, scope: str) -> Any:
+    def snapshot_incremental(
+        self, storage: SharedStateTarget, checkpoint_id: int, scope: str
+    ) -> Any:
         """An incremental checkpoint handle, or ``None`` (not enabled / storage without
         a shared folder: the caller takes a full :meth:`snapshot`)."""
         return self.snapshot_native(storage, checkpoint_id, scope) if self.incremental else None
 
-    def snapshot_native(self, storage: Any, checkpoint_id: int, scope: str) -> Any:
+    def snapshot_native(self, storage: SharedStateTarget, checkpoint_id: int, scope: str) -> Any:
         """RocksDB's own files (a native savepoint), whatever the incremental setting."""
         self._check_alive()
         return snapshot_incremental(self, storage, checkpoint_id, scope)
 
     def snapshot_epoch_version(
-        self, storage: Any, folder: str, tag: str, epoch: int, scope: str
+        self, storage: CheckpointStorageAccess, folder: str, tag: str, epoch: int, scope: str
     ) -> Any:
         """This epoch's version as RocksDB's own files under ``<folder>/<tag>-*`` in the
         epoch-state directory: only new SST files are written (see ``incremental.py``)."""

@@ -52,6 +52,7 @@ from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX
 from streamstate.runtime.state.rocksdb.database import open_database
 
 if TYPE_CHECKING:
+    from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess, SharedStateTarget
     from streamstate.runtime.state.rocksdb.backend import RocksDBKeyedStateBackend
 
 __all__ = [
@@ -151,7 +152,7 @@ on_job_end("RocksDB local copies", remove_job_copies)
 
 def snapshot_incremental(
     backend: RocksDBKeyedStateBackend,
-    storage: Any,
+    storage: SharedStateTarget,
     checkpoint_id: int,
     scope: str,
     *,
@@ -170,8 +171,6 @@ def snapshot_incremental(
     a worker that adopts the version uploads no more to the next checkpoint than the
     worker that wrote it would have.
     """
-    if not hasattr(storage, "write_shared_state"):
-        return None
     backend.run_snapshot_cleanups()
     backend.flush_buffers()  # the files must hold every write (buffered.py)
     kind = "e" if epoch_version else "c"
@@ -193,22 +192,17 @@ def snapshot_incremental(
     private = [n for n in names if not n.endswith(".sst") and not n.startswith("OPTIONS-")]
     shared = []
     # a savepoint is self-contained: it uploads every file and remembers none
-    self_contained = bool(getattr(storage, "self_contained", False))
+    self_contained = storage.self_contained
     if self_contained:
         uploaded: dict[str, Any] = {}
     else:
         uploaded = backend.epoch_uploaded if epoch_version else backend.uploaded_files
-    # a target that can take a local file (hard link on the same file system) skips a copy
-    put_file = getattr(storage, "write_shared_file", None)
     for name in ssts:
         h = uploaded.get(name)
         if h is None:
             remote = shared_file_name(scope, backend.instance_id, checkpoint_id, name)
-            if put_file is not None:
-                h = put_file(remote, os.path.join(target, name))
-            else:
-                with open(os.path.join(target, name), "rb") as f:
-                    h = storage.write_shared_state(remote, f.read())
+            # a target on the same file system hard-links the file instead of copying it
+            h = storage.write_shared_file(remote, os.path.join(target, name))
             if h is None:
                 shutil.rmtree(target, ignore_errors=True)
                 return None
@@ -265,7 +259,7 @@ class EpochVersionTarget:
 
     self_contained = False
 
-    def __init__(self, storage: Any, folder: str, tag: str) -> None:
+    def __init__(self, storage: CheckpointStorageAccess, folder: str, tag: str) -> None:
         self.storage, self.folder, self.tag = storage, folder, tag
 
     def write_shared_file(self, name: str, local_path: str) -> Any:
