@@ -94,31 +94,35 @@ class Link:
 
 
 class PassThroughLink(Link):
+    """A node without an operator: records go on as they came."""
+
     def process(self, batch: list[Any], ts: list[Any] | None, side: int) -> Batch:
         return batch, ts
 
 
 class OperatorLink(Link):
+    """An operator that reads no timestamps on its first input."""
+
     op: StreamOperator
 
     def process(self, batch: list[Any], ts: list[Any] | None, side: int) -> Batch:
-        op = self.op
         if side:
+            op = self.op
             return (
                 (op.process_batch2(batch), None) if ts is None else op.process_batch2_ts(batch, ts)
             )
-        return op.process_batch(batch), None
+        return self.process_first(batch, ts)
+
+    def process_first(self, batch: list[Any], ts: list[Any] | None) -> Batch:
+        """The outputs of ``batch`` arriving on the first input."""
+        return self.op.process_batch(batch), None
 
 
-class TimestampedLink(Link):
-    op: StreamOperator
+class TimestampedLink(OperatorLink):
+    """An operator on a timestamped stream: it reads the records' timestamps."""
 
-    def process(self, batch: list[Any], ts: list[Any] | None, side: int) -> Batch:
+    def process_first(self, batch: list[Any], ts: list[Any] | None) -> Batch:
         op = self.op
-        if side:
-            return (
-                (op.process_batch2(batch), None) if ts is None else op.process_batch2_ts(batch, ts)
-            )
         if ts is None and not op.generates_watermarks:
             return op.process_batch(batch), None
         # a watermark generator stamps records that came without timestamps

@@ -87,14 +87,14 @@ def _key_rows(selector: Any, key_ser: Any, max_p: int, rows: Any) -> Any:
         value = from_spark(row)
         key = selector(value)
         try:
-            kb = key_ser.serialize(key)
+            key_bytes = key_ser.serialize(key)
         except Exception as e:
             raise KeySerializationError(
                 f"bootstrap: the key {key!r:.60} of row {value!r:.80} cannot be serialized "
                 f"({type(e).__name__}: {e}); return a str, int, tuple... from the key selector, "
                 f"or declare its key_type"
             ) from e
-        yield compute_key_group_for_serialized_key(kb, max_p), (key, value)
+        yield compute_key_group_for_serialized_key(key_bytes, max_p), (key, value)
 
 
 def _range_of(max_p: int, n: int, key_group: int) -> int:
