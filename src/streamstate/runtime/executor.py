@@ -34,7 +34,7 @@ from streamstate.errors import (
     RescaleError,
 )
 from streamstate.runtime.checkpoint import signing
-from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator, continue_ids_after
+from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.checkpoint.savepoint import SavepointTarget
 from streamstate.runtime.checkpoint.sharing import mark_shared
@@ -282,7 +282,7 @@ class JobExecutor:
         job = self.parts
         # a job restores what its own checkpoints hold; a started-from path is checked
         job.state.restore(md, job.settings.allow_non_restored_state or not initial)
-        continue_ids_after(job.coordinator, md.checkpoint_id)
+        job.coordinator.continue_ids_after(md.checkpoint_id)
         for uid, c in job.committers.items():
             c.abort(job.state.epoch)
             c.restore(md.sink_state.get(uid))

@@ -63,7 +63,6 @@ __all__ = [
     "PendingCheckpoint",
     "RetentionPolicy",
     "cleanup_shared_state",
-    "continue_ids_after",
 ]
 
 log = logging.getLogger(__name__)
@@ -292,6 +291,12 @@ class CheckpointCoordinator:
     def should_fail_job(self) -> bool:
         """True when more consecutive checkpoints failed than ``tolerable_failures``."""
         return self.consecutive_failures > self.tolerable_failures
+
+    def continue_ids_after(self, checkpoint_id: int) -> None:
+        """The job restored ``checkpoint_id``: later checkpoints get higher ids, also in a
+        new job directory (Flink sets its checkpoint id counter to the restored id + 1;
+        write-ahead sinks rely on ids only growing)."""
+        self._next_id = max(self._next_id, checkpoint_id + 1)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -602,10 +607,3 @@ def cleanup_shared_state(storage: CheckpointStorageAccess, up_to_checkpoint_id: 
         storage.cleanup_shared_state(referenced, up_to_checkpoint_id, shared_file_checkpoint_id)
     except Exception as e:  # noqa: BLE001 - cleanup must not fail the job; the next one retries
         log.warning("shared state cleanup after checkpoint %d failed: %s", up_to_checkpoint_id, e)
-
-
-def continue_ids_after(coordinator: CheckpointCoordinator, checkpoint_id: int) -> None:
-    """The job restored ``checkpoint_id``: later checkpoints get higher ids, also in a new
-    job directory (Flink sets its checkpoint id counter to the restored id + 1; write-ahead
-    sinks rely on ids only growing)."""
-    coordinator._next_id = max(coordinator._next_id, checkpoint_id + 1)
