@@ -38,7 +38,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -517,12 +517,16 @@ class Bed:
 
     @staticmethod
     def load(root: str) -> Bed:
+        """The bed described by ``<root>/bed.json``; fields this checkout does not know are
+        left out: a bed of another checkout's code (another engineer's, on the same box) is
+        still read, so that its slot is seen as taken while its machines run."""
         with open(os.path.join(root, "bed.json")) as f:
             d = json.load(f)
         bed = Bed(int(d["slot"]), str(d["root"]), {}, d["s3_endpoint"], d["s3_environment"])
         bed.store_pid = int(d["store_pid"])
+        known = {f.name for f in fields(Machine)}
         for m in d["machines"]:
-            bed.machines[m["name"]] = Machine(**m)
+            bed.machines[m["name"]] = Machine(**{k: v for k, v in m.items() if k in known})
         return bed
 
     def describe(self) -> str:
@@ -590,8 +594,12 @@ def _slot_stale(path: str) -> bool:
     try:
         root = _slot_root(path)
         bed = Bed.load(root)
-    except (OSError, ValueError, KeyError):
-        return time.time() - os.path.getmtime(path) > 60
+    except (OSError, ValueError, KeyError, TypeError):
+        # unreadable: stale once old, unless its bridge is still up (a bed being built, or
+        # one this code cannot read: reclaiming it would tear down a running bed's network)
+        slot = os.path.basename(path)
+        bridge_up = os.path.exists(f"/sys/class/net/ssb{slot}")
+        return not bridge_up and time.time() - os.path.getmtime(path) > 60
     return not any(
         _alive(m.init_pid) and _comm(m.init_pid) == "sleep" for m in bed.machines.values()
     )

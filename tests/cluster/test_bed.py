@@ -70,3 +70,28 @@ def test_state_directories_the_machines_do_not_share_are_refused(bed):
     assert "execution.checkpointing.dir" in default
     assert "file:///tmp/chk" not in local and "/tmp/chk/" in local
     assert "the checkpoint directory is a local path" in local
+
+
+def test_a_bed_of_other_code_still_holds_its_slot(tmp_path):
+    """Two engineers' beds on one box: a bed.json with fields this checkout does not know
+    (another branch's bed) is read, and its slot is not reclaimed while its machine runs."""
+    import json
+    import subprocess
+
+    from tests.cluster.bed import Bed, _slot_stale
+
+    init = subprocess.Popen(["sleep", "60"])  # stands in for the machine's PID 1
+    try:
+        machine = {"name": "w1", "index": 10, "address": "10.29.249.10", "netns": "x"}
+        machine.update(root=str(tmp_path / "w1"), init_pid=init.pid, cut=False)
+        bed = {"slot": 249, "root": str(tmp_path), "s3_endpoint": "http://10.29.249.1:1"}
+        bed.update(s3_environment={}, store_pid=0, machines=[machine], added_later=True)
+        (tmp_path / "bed.json").write_text(json.dumps(bed))
+        assert Bed.load(str(tmp_path)).machines["w1"].address == "10.29.249.10"
+        slot = tmp_path / "249"
+        slot.write_text(str(tmp_path))
+        assert not _slot_stale(str(slot))
+    finally:
+        init.kill()
+        init.wait()
+    assert _slot_stale(str(slot))
