@@ -27,7 +27,7 @@ figure carries the load average when it was taken (the box is shared). Everythin
 down at the end.
 
 Run (as root): ``python -m benchmarks.cluster_throughput
-[--records 200000] [--sizes 10000,100000,1000000] [--json FILE]``.
+[--records 100000] [--sizes 10000,100000,1000000] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -274,14 +274,14 @@ def tables(rows: list[dict[str, Any]]) -> list[Table]:
 
 
 def _workload_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--records", type=int, default=200_000, help="K1's records")
+    p.add_argument("--records", type=int, default=100_000, help="K1's records")
     p.add_argument("--keys", type=int, default=10_000, help="K1's keys")
     p.add_argument("--repeat", type=int, default=1, help="K1's runs per engine and setting")
     p.add_argument("--backends", default="hashmap,rocksdb", help="K1's streamstate backends")
     p.add_argument("--sizes", default="10000,100000,1000000", help="state scaling's keys")
     p.add_argument("--scaling-backend", choices=("heap", "rocksdb"), default="rocksdb")
     p.add_argument("--epoch-records", type=int, default=50_000)
-    p.add_argument("--epochs", type=int, default=8, help="measured epochs per size")
+    p.add_argument("--epochs", type=int, default=6, help="measured epochs per size")
     p.add_argument("--touched", type=int, default=5_000, help="keys touched per epoch")
 
 
