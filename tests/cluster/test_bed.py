@@ -77,11 +77,17 @@ def test_a_bed_of_other_code_still_holds_its_slot(tmp_path):
     (another branch's bed) is read, and its slot is not reclaimed while its machine runs."""
     import json
     import subprocess
+    import time
 
-    from tests.cluster.bed import Bed, _slot_stale
+    from tests.cluster.bed import Bed, _comm, _slot_stale
 
     init = subprocess.Popen(["sleep", "60"])  # stands in for the machine's PID 1
     try:
+        # Popen may return before the child has exec'd (it is still "python" then)
+        deadline = time.monotonic() + 30
+        while _comm(init.pid) != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _comm(init.pid) == "sleep"
         machine = {"name": "w1", "index": 10, "address": "10.29.249.10", "netns": "x"}
         machine.update(root=str(tmp_path / "w1"), init_pid=init.pid, cut=False)
         bed = {"slot": 249, "root": str(tmp_path), "s3_endpoint": "http://10.29.249.1:1"}
