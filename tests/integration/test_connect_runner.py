@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import warnings
 from collections import Counter
 from functools import reduce
 
 import pytest
 
+from streamstate.runtime.host_owner import Owner
+from streamstate.runtime.runtime_dir import OWNER_FILE, runtime_dir
 from streamstate.spark.routing import route_values
-from streamstate.spark.session import is_connect_session
+from streamstate.spark.session import (
+    IgnoredSparkSettingWarning,
+    connect_session,
+    is_connect_session,
+)
 from tests.integration.jobs import count_job, final_counts, make_env, records
 
 pytestmark = pytest.mark.spark
@@ -64,14 +73,56 @@ def test_the_state_processor_api_refuses_a_connect_session(connect_spark):
         SavepointReader(connect_spark, "unused", None, None)  # type: ignore[arg-type]
 
 
+def _spec_files(job_id: str) -> list[str]:
+    """The job's stage spec files in this process's scratch directories."""
+    scratch = os.path.join(runtime_dir(), "scratch")
+    return glob.glob(os.path.join(scratch, "specs-*", f"streamstate-{job_id}-*.spec"))
+
+
 @pytest.mark.parametrize("session", ["connect_spark", "classic_spark"])
 def test_a_large_stage_spec_travels_as_a_file(session, request):
     """A collection larger than the 64 KiB inline limit: its stage spec is shipped once per
     job as a file (a Connect artifact; ``addFile`` on a classic session) and read with
-    SparkFiles by the tasks; the DataFrame runner on both sessions."""
+    SparkFiles by the tasks; the DataFrame runner on both sessions. The file is written in
+    a claimed scratch directory of this process: on Spark Connect, which holds the upload,
+    it is gone when the job ends; on a classic session, whose executors fetch it from the
+    driver whenever one starts, it stays, claimed, until this process exits."""
     spark = request.getfixturevalue(session)
     data = [(f"key-{i % 97}", "x" * 40) for i in range(6000)]
     env = make_env(spark, epoch_records=2000, **{"execution.runner": "dataframe"})
     sink = count_job(env, data)
-    env.execute(f"large-spec-{session}")
+    job_id = env.execute(f"large-spec-{session}").get_job_id()
     assert final_counts(sink.get_results()) == dict(Counter(k for k, _ in data))
+    left = _spec_files(job_id)
+    if session == "connect_spark":
+        assert left == []
+        return
+    assert left  # the source's spec (the collection)
+    with open(os.path.join(os.path.dirname(left[0]), OWNER_FILE)) as f:
+        assert Owner.decode(f.read().strip()).pid == os.getpid()
+
+
+def test_spark_settings_a_connect_session_cannot_take_are_named_once(connect_server):
+    """A job's ``spark.*`` keys go to its Connect session; those the server refuses (core
+    and static settings) are named in one warning with what to do, once per process."""
+    from streamstate.common import Configuration
+
+    conf = Configuration()
+    conf.set_string("spark.sql.shuffle.partitions", "3")
+    conf.set_string("spark.executor.memory", "2g")
+    conf.set_string("spark.sql.warehouse.dir", "/tmp/elsewhere")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        session = connect_session(connect_server.url, conf)
+        again = connect_session(connect_server.url, conf)
+    try:
+        assert session.conf.get("spark.sql.shuffle.partitions") == "3"
+        named = [w for w in caught if issubclass(w.category, IgnoredSparkSettingWarning)]
+        assert len(named) == 1
+        text = str(named[0].message)
+        assert "spark.executor.memory" in text and "spark.sql.warehouse.dir" in text
+        assert "spark.sql.shuffle.partitions" not in text
+        assert "streamstate local start --conf" in text
+    finally:
+        session.stop()
+        again.stop()

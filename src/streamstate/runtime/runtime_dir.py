@@ -33,6 +33,7 @@ __all__ = [
     "claim",
     "is_ours",
     "private_dir",
+    "release",
     "release_claims",
     "remove_empty",
     "runtime_dir",
@@ -168,6 +169,15 @@ def claim(path: str) -> None:
     with open(tmp, "w") as f:
         f.write(f"{pid}-{start_time(pid) or 0}")
     os.replace(tmp, os.path.join(path, OWNER_FILE))
+
+
+def release(path: str) -> None:
+    """Remove ``path``, a directory this process claimed, now (before this process exits),
+    and its parents up to the runtime directory when that leaves them empty."""
+    shutil.rmtree(path, ignore_errors=True)
+    if _CLAIMED_BY == os.getpid():
+        _CLAIMED.discard(path)
+    remove_empty(os.path.dirname(path))
 
 
 def release_claims() -> None:

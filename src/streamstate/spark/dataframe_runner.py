@@ -16,7 +16,7 @@ and no RDD API, so this runner builds each epoch as a DataFrame plan:
   adaptive execution;
 * the rows are Arrow record batches of ``(dest, target, route, payload)``
   (``runtime/arrow_batches.py``); leaf stages emit their acks (and the acks forwarded to
-  them) as rows to the driver, and one ``toArrow()`` of the leaves' union runs the epoch.
+  them) as rows to the driver, and one ``collect()`` of the leaves' union runs the epoch.
 
 A stage read by more than one downstream stage is persisted for the epoch (its stateful
 tasks run once). Stage specs up to 64 KiB travel inside the plan; larger ones as a file
@@ -39,13 +39,18 @@ from dataclasses import replace
 from functools import partial, reduce
 from typing import Any
 
-from streamstate.runtime.arrow_batches import ROUTED_DDL, decode_routed, encode_routed, tick_rows
+from streamstate.runtime.arrow_batches import (
+    ROUTED_FIELDS,
+    decode_routed,
+    encode_routed,
+    tick_rows,
+)
 from streamstate.runtime.epoch_runner import EpochRunner
 from streamstate.runtime.gc_pause import gc_paused
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import DRIVER, EpochSpec, SubtaskAck
 from streamstate.runtime.queryable.query_host import stop_query_host
-from streamstate.runtime.runtime_dir import scratch_dir
+from streamstate.runtime.runtime_dir import release, scratch_dir
 from streamstate.runtime.subtask_host import run_hosted, stop_hosts
 from streamstate.runtime.task import run_stage_partition
 from streamstate.spark.console_progress import suspend_console_progress
@@ -126,6 +131,44 @@ def _run_subtask(
     yield from encode_routed(outputs, _router(meta), large_binary)
 
 
+def _routed_struct() -> Any:
+    """``ROUTED_DDL`` as a StructType: ``mapInArrow`` given a DDL string asks the server to
+    parse it, once per call (a round trip per stage and epoch on Spark Connect)."""
+    from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+
+    kinds = {"int": IntegerType(), "binary": BinaryType()}
+    return StructType([StructField(name, kinds[kind]) for name, kind in ROUTED_FIELDS])
+
+
+#: the pyspark major versions whose Connect DataFrame keeps its known schema in
+#: ``_cached_schema`` (read by ``columns``/``schema``, carried over by ``filter``,
+#: ``repartition``, set by ``mapInArrow`` given a StructType); checked on 4.0-4.3
+_CACHED_SCHEMA_MAJORS = frozenset({"4"})
+
+
+def _known_schema(frame: Any, schema: Any) -> Any:
+    """``frame`` with its schema known to the client, so that ``mapInArrow`` (which reads its
+    input's columns) does not ask a Spark Connect server to analyse the plan so far: once
+    per stage and epoch otherwise, for a ``range`` or a ``union`` with a local relation.
+
+    The one use of a private pyspark attribute in streamstate: the Connect client has no
+    public way to declare a DataFrame's schema (it keeps what it learnt in
+    ``_cached_schema``; ``mapInArrow`` with a StructType sets it, ``range`` and
+    ``createDataFrame`` do not). Only on the pyspark versions it was checked on, only on a
+    Connect DataFrame that has the attribute unset; anything else is left as it is (the
+    client then asks the server: slower, the same result). A classic DataFrame asks its
+    JVM, which is cheap."""
+    import pyspark
+
+    if (
+        is_connect_session(frame.sparkSession)
+        and pyspark.__version__.split(".", 1)[0] in _CACHED_SCHEMA_MAJORS
+        and getattr(frame, "_cached_schema", False) is None
+    ):
+        frame._cached_schema = schema
+    return frame
+
+
 def _stop_hosts_batches(job_id: str, batches: Any) -> Any:
     import pyarrow as pa
 
@@ -151,6 +194,7 @@ class DataFrameEpochRunner(EpochRunner):
         self._ticks: dict[int, Any] = {}
         #: gives a classic session its Spark console progress bar back when the job ends
         self._resume_console_progress: Callable[[], None] | None = None
+        self._routed = _routed_struct()
 
     def describe(self) -> str:
         if self.spark is None:
@@ -181,30 +225,36 @@ class DataFrameEpochRunner(EpochRunner):
     def _upload(self, job_id: str, sid: int, blob: bytes) -> _FileSpec:
         """Ship a large spec once per job as a file artifact of the session."""
         if self._artifacts is None:
-            # kept until this process exits: a classic session's executors fetch added
-            # files from the driver whenever one starts
+            # a claimed scratch dir: removed when this process exits (or, killed, by the
+            # next sweep); on Spark Connect already when the job stops
             self._artifacts = scratch_dir("specs")
         name = f"streamstate-{job_id}-{sid}.spec"
         path = os.path.join(self._artifacts, name)
         with open(path, "wb") as f:
             f.write(blob)
         if is_connect_session(self.spark):
-            self.spark.addArtifacts(path, file=True)
-        else:  # a classic session: the SparkContext ships files the same way
+            self.spark.addArtifacts(path, file=True)  # uploaded now: the server keeps it
+        else:  # a classic session: the SparkContext ships files the same way, and its
+            # executors fetch them from the driver whenever one starts (kept till exit)
             self.spark.sparkContext.addFile(path)
         return _FileSpec(name)
 
     def run_epoch(self, plan: ExecutionPlan, epoch_specs: dict[int, EpochSpec]) -> list[SubtaskAck]:
         from pyspark import StorageLevel
+        from pyspark.sql.types import LongType, StructField, StructType
 
         spark = self.spark
+        routed = self._routed
         meta = {s.id: (s.parallelism, s.max_parallelism) for s in plan.stages}
         frames: dict[int, Any] = {}
         persisted = []
         for st in plan.stages:
             spec = epoch_specs[st.id]
             if st.is_source:
-                base = spark.range(st.parallelism, numPartitions=st.parallelism)
+                base = _known_schema(
+                    spark.range(st.parallelism, numPartitions=st.parallelism),
+                    StructType([StructField("id", LongType(), False)]),
+                )
                 hosted = None if _hostless(st) else self._hosted
             else:
                 # SQL text, not pyspark.sql.functions: those build classic or Connect columns
@@ -213,11 +263,10 @@ class DataFrameEpochRunner(EpochRunner):
                 ticks = self._ticks.get(st.id)
                 if ticks is None:  # the same rows every epoch: one local relation per job
                     ticks = self._ticks[st.id] = spark.createDataFrame(
-                        tick_rows(st.id, st.parallelism, _router(meta)), ROUTED_DDL
+                        tick_rows(st.id, st.parallelism, _router(meta)), routed
                     )
-                base = reduce(lambda a, b: a.unionAll(b), [*ups, ticks]).repartition(
-                    st.parallelism, "route"
-                )
+                union = _known_schema(reduce(lambda a, b: a.unionAll(b), [*ups, ticks]), routed)
+                base = union.repartition(st.parallelism, "route")
                 hosted = self._hosted
             fn = partial(
                 _run_subtask,
@@ -228,7 +277,7 @@ class DataFrameEpochRunner(EpochRunner):
                 st.is_source,
                 self._large_binary,
             )
-            out = base.mapInArrow(fn, ROUTED_DDL)
+            out = base.mapInArrow(fn, routed)
             if len(st.downstream) > 1:
                 out = out.persist(StorageLevel.MEMORY_AND_DISK)
                 persisted.append(out)
@@ -236,14 +285,16 @@ class DataFrameEpochRunner(EpochRunner):
         leaves = [frames[s.id].select("payload") for s in plan.leaves]
         final = reduce(lambda a, b: a.unionAll(b), leaves)
         try:
-            table = final.toArrow()
+            # collect, not toArrow: toArrow asks the server for the plan's schema first
+            # (an analysis of the whole epoch's plan); collect takes it from the result
+            rows = final.collect()
         except Exception as e:  # noqa: BLE001
             raise translate_spark_error(e) from None
         finally:
             for frame in persisted:
                 frame.unpersist()
         # each row is a pickled (ACK, pickled SubtaskAck) payload (worker/ack.emit)
-        acks = [pickle.loads(pickle.loads(b)[1]) for b in table.column("payload").to_pylist()]
+        acks = [pickle.loads(pickle.loads(row.payload)[1]) for row in rows]
         hostless = {s.id for s in plan.stages if _hostless(s)}
         if hostless:  # nothing to find in place: not counted as hits or misses
             acks = [replace(a, cache_hit=None) if a.stage in hostless else a for a in acks]
@@ -264,6 +315,13 @@ class DataFrameEpochRunner(EpochRunner):
             _STOPPERS.append(t)
         self._job_id = None
         self._ticks = {}
+        if (
+            self._artifacts is not None
+            and self.spark is not None
+            and is_connect_session(self.spark)
+        ):
+            release(self._artifacts)  # the server holds the uploaded specs
+            self._artifacts = None
         bind_job_session(None)
         if self._resume_console_progress is not None:
             self._resume_console_progress()

@@ -12,6 +12,7 @@ from typing import Any
 from streamstate.errors import ConfigurationError, WorkerEnvironmentError
 
 __all__ = [
+    "IgnoredSparkSettingWarning",
     "QUIET_KEY",
     "TASK_FAILURE_LOGGERS",
     "check_java",
@@ -224,10 +225,22 @@ def silence_task_failure_logs(spark: Any) -> None:
     sc._streamstate_silenced = True
 
 
+class IgnoredSparkSettingWarning(UserWarning):
+    """A ``spark.*`` setting of a job that the Spark session it runs on did not take."""
+
+
+#: keys that choose a job's session rather than configure it (``runners.remote_url``)
+_SESSION_CHOICE_KEYS = frozenset({"spark.remote"})
+#: the settings warned about in this process (each once)
+_WARNED_SETTINGS: set[str] = set()
+
+
 def connect_session(url: str, configuration: Any = None) -> Any:
     """A new Spark Connect session at ``url`` (``sc://host:port``): a session of its own on
     the server (its own session id; the user id is this OS user), with the job's
-    ``spark.sql.*`` keys set on it (a Connect client cannot set the server's static keys).
+    ``spark.*`` keys set on it; those the server refuses (static ones, and Spark's core
+    settings, which need a SparkContext: ``spark.executor.*``, ``spark.pyspark.*`` ...)
+    are named in one :class:`IgnoredSparkSettingWarning`, each once per process.
 
     Made with the Connect client's own builder, not ``SparkSession.builder.remote``: that
     one refuses to run next to a classic SparkContext in the same process and switches the
@@ -235,11 +248,53 @@ def connect_session(url: str, configuration: Any = None) -> Any:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     conf = configuration.to_dict() if configuration is not None else {}
-    builder = ConnectSession.builder.remote(url)
-    for k, v in conf.items():
-        if k.startswith("spark.sql."):
-            builder = builder.config(k, v)
-    return builder.create()
+    session = ConnectSession.builder.remote(url).create()
+    settings = {
+        k: str(v)
+        for k, v in conf.items()
+        if k.startswith("spark.") and k not in _SESSION_CHOICE_KEYS
+    }
+    refused = set_connect_settings(session, settings)
+    if refused:
+        warn_ignored_settings(refused, url)
+    return session
+
+
+def set_connect_settings(session: Any, settings: dict[str, str]) -> dict[str, str]:
+    """Set ``settings`` on the Connect ``session`` one by one (a refused key does not keep
+    the others from being set); the refused ones, key -> the server's reason."""
+    from pyspark.errors import AnalysisException
+
+    refused: dict[str, str] = {}
+    for key, value in settings.items():
+        try:
+            session.conf.set(key, value)
+        except AnalysisException as e:  # the server's answer: not settable in a session
+            refused[key] = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return refused
+
+
+def warn_ignored_settings(refused: dict[str, str], url: str) -> None:
+    """One :class:`IgnoredSparkSettingWarning` naming the refused settings not named yet in
+    this process, and what to do instead."""
+    import warnings
+
+    new = {k: why for k, why in sorted(refused.items()) if k not in _WARNED_SETTINGS}
+    if not new:
+        return
+    _WARNED_SETTINGS.update(new)
+    listed = "; ".join(f"{k} ({why})" for k, why in new.items())
+    warnings.warn(
+        f"the Spark Connect session at {url} did not take these settings of the job, which "
+        f"run without them: {listed}. A Connect session takes only its runtime SQL settings; "
+        f"Spark's static and core settings (spark.executor.*, spark.driver.*, "
+        f"spark.pyspark.*, spark.sql.warehouse.dir, ...) belong to the server and are set "
+        f"when it starts: `streamstate local start --conf KEY=VALUE` (stop the running one "
+        f"first), a cluster's own configuration, or run the job on a classic session "
+        f"(`streamstate run --master local[*]`)",
+        IgnoredSparkSettingWarning,
+        stacklevel=3,
+    )
 
 
 _JOB_SESSION = threading.local()
