@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from streamstate.control.addresses import LOOPBACK, advertised_host
 from streamstate.errors import ConfigurationError
+from streamstate.runtime.queryable.process import PROCESS
 from streamstate.runtime.queryable.server import QueryServer
 
 __all__ = ["QueryableSettings", "attach_queryable", "detach_queryable"]
@@ -71,5 +72,7 @@ def attach_queryable(job_id: str, token: str, conf: Mapping[str, str]) -> str | 
 
 
 def detach_queryable(job_id: str) -> None:
-    for server in list(QueryServer._servers.values()):
+    with PROCESS.lock:
+        servers = list(PROCESS.servers.values())
+    for server in servers:
         server.unregister(job_id)

@@ -60,6 +60,7 @@ from streamstate.runtime.queryable.direct import (
     client_secret,
     host_handshake,
 )
+from streamstate.runtime.queryable.process import PROCESS
 from streamstate.runtime.queryable.serving import ServingCache, ServingSnapshot, StaleSnapshot
 from streamstate.runtime.runtime_dir import runtime_dir
 from streamstate.runtime.subtask_host import (
@@ -95,9 +96,6 @@ MAX_CLIENT_CONNECTIONS = 56
 CLIENT_IDLE_TIMEOUT_S = 60.0
 #: how long a worker waits for a query host it started to write its address
 _START_TIMEOUT_S = 30.0
-
-# subtask-host side: job id -> (pid, address, secret) of this machine's query host
-_KNOWN: dict[str, tuple[int, str, str]] = {}
 
 
 def _info_name(job_id: str) -> str:
@@ -155,17 +153,17 @@ def ensure_query_host(
     """``(address, secret)`` of this machine's query host of ``job_id`` (started when
     none runs), or ``None`` when it cannot be started (the driver then serves the state)."""
     try:
-        known = _KNOWN.get(job_id)
+        known = PROCESS.query_hosts.get(job_id)
         path = _info_path(job_id)
         if known is None or not running(known[0]):
             known = _start(path, job_id, bind_address(executor), idle_timeout_s)
-            _KNOWN[job_id] = known
+            PROCESS.query_hosts[job_id] = known
         with contextlib.suppress(OSError):
             os.utime(path)  # an epoch ran: the job is alive (the host's idle watchdog)
         return known[1], known[2]
     except Exception:  # no query host: the driver serves this subtask's state
         log.warning("queryable state: starting the query host failed", exc_info=True)
-        _KNOWN.pop(job_id, None)
+        PROCESS.query_hosts.pop(job_id, None)
         return None
 
 
@@ -227,7 +225,7 @@ def stop_query_host(job_id: str) -> list[int]:
     """Stop this machine's query host of ``job_id`` (idempotent; with the subtask hosts)."""
     path = _info_path(job_id)
     got = _read_info(path)
-    _KNOWN.pop(job_id, None)
+    PROCESS.query_hosts.pop(job_id, None)
     stopped = 0
     if got is not None:
         try:

@@ -30,6 +30,7 @@ from streamstate.errors import (
     UnknownJobError,
 )
 from streamstate.runtime.queryable import wire
+from streamstate.runtime.queryable.process import PROCESS
 from streamstate.runtime.queryable.service import check_direct_key_type, service_of
 from streamstate.runtime.queryable.service import route as direct_route
 from streamstate.runtime.serializers.base import dumps_portable
@@ -49,9 +50,6 @@ def error_header(e: BaseException) -> dict[str, Any]:
 class QueryServer:
     """See the module docstring."""
 
-    _servers: dict[tuple[str, int], QueryServer] = {}
-    _lock = threading.Lock()
-
     def __init__(
         self,
         bind_address: str = "127.0.0.1",
@@ -62,6 +60,7 @@ class QueryServer:
         self.bind_address = bind_address
         self.max_connections = max_connections
         self.idle_timeout = idle_timeout
+        self._lock = threading.Lock()
         self._tokens: dict[str, str] = {}
         self._slots = threading.BoundedSemaphore(max_connections)
         family = socket.AF_INET6 if ":" in bind_address else socket.AF_INET
@@ -80,10 +79,10 @@ class QueryServer:
     def for_address(cls, bind_address: str, port: int, max_connections: int = 16) -> QueryServer:
         """The process's server for this bind address (and explicit port), started once."""
         key = (bind_address, port)
-        with cls._lock:
-            server = cls._servers.get(key)
+        with PROCESS.lock:
+            server = PROCESS.servers.get(key)
             if server is None or server._closed:
-                server = cls._servers[key] = QueryServer(bind_address, port, max_connections)
+                server = PROCESS.servers[key] = QueryServer(bind_address, port, max_connections)
             return server
 
     @property
@@ -104,10 +103,10 @@ class QueryServer:
             self._sock.close()
         except OSError:
             pass
-        with QueryServer._lock:
-            for k, v in list(QueryServer._servers.items()):
+        with PROCESS.lock:
+            for k, v in list(PROCESS.servers.items()):
                 if v is self:
-                    del QueryServer._servers[k]
+                    del PROCESS.servers[k]
 
     # -- serving ---------------------------------------------------------------------------
     def _accept_loop(self) -> None:

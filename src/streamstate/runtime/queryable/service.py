@@ -37,6 +37,7 @@ from streamstate.runtime.keygroups import (
 from streamstate.runtime.protocol import Lineage, SubtaskAck
 from streamstate.runtime.queryable.direct import client_secret
 from streamstate.runtime.queryable.forwarding import QueryHosts, answer
+from streamstate.runtime.queryable.process import PROCESS
 from streamstate.runtime.queryable.serving import (
     QueryableOperator,
     ServingCache,
@@ -65,15 +66,10 @@ __all__ = [
 
 log = logging.getLogger("streamstate")
 
-#: job id -> the service of every job running in this process
-_LIVE: dict[str, QueryableStateService] = {}
-_LIVE_LOCK = threading.Lock()
-
 
 def service_of(job_id: str) -> QueryableStateService | None:
     """The queryable-state service of job ``job_id`` if it runs in this process."""
-    with _LIVE_LOCK:
-        return _LIVE.get(job_id)
+    return PROCESS.service_of(job_id)
 
 
 #: what an answer may be as of
@@ -184,8 +180,7 @@ class QueryableStateService:
         self.direct = False
         #: moves the serving copies to a new snapshot off the lookup path
         self._refresher = _Refresher(self)
-        with _LIVE_LOCK:
-            _LIVE[job_id] = self
+        PROCESS.add_service(self)
 
     def account(self, stat: str, cpu_s: float) -> None:
         """Add ``cpu_s`` CPU seconds to the job's metric ``stat`` (µs): what queries cost the
@@ -330,9 +325,7 @@ class QueryableStateService:
         """The job ended: forget it and release the serving copies."""
         self._refresher.stop()
         self.hosts.close()
-        with _LIVE_LOCK:
-            if _LIVE.get(self.job_id) is self:
-                del _LIVE[self.job_id]
+        PROCESS.remove_service(self)
         for c in self.caches.values():
             c.clear()
 

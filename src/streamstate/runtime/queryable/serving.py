@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import queue
 import threading
 import time
 from collections import OrderedDict
@@ -55,6 +54,7 @@ from streamstate.runtime.keygroups import (
     compute_operator_index_for_key_group,
 )
 from streamstate.runtime.protocol import Lineage, Token
+from streamstate.runtime.queryable.process import PROCESS
 from streamstate.runtime.queryable.search import FileSearch
 from streamstate.runtime.serializers.base import TypeSerializer
 from streamstate.runtime.state import ttl
@@ -96,33 +96,6 @@ class _Verified(StreamStateHandle):
 
     def read_range(self, offset: int, length: int) -> bytes:
         return self.data[offset : offset + length]
-
-
-_GRAVEYARD: queue.SimpleQueue[Any] = queue.SimpleQueue()
-_DISPOSER: list[threading.Thread] = []
-_DISPOSER_LOCK = threading.Lock()
-
-
-def _dispose_later(backend: Any) -> None:
-    """Dispose a replaced copy on a background thread: closing a RocksDB database and
-    deleting its directory takes tens of ms that no lookup should wait for."""
-    with _DISPOSER_LOCK:
-        if not _DISPOSER:
-            t = threading.Thread(
-                target=_dispose_loop, name="streamstate-query-dispose", daemon=True
-            )
-            t.start()
-            _DISPOSER.append(t)
-    _GRAVEYARD.put(backend)
-
-
-def _dispose_loop() -> None:
-    while True:
-        backend = _GRAVEYARD.get()
-        try:
-            backend.dispose()
-        except Exception:  # a copy that cannot be disposed only leaks its directory
-            log.warning("queryable state: disposing a serving copy failed", exc_info=True)
 
 
 class StaleSnapshot(Exception):
@@ -254,7 +227,7 @@ class _Entry:
             if now:
                 self.backend.dispose()
             else:
-                _dispose_later(self.backend)
+                PROCESS.disposer.later(self.backend)
         self.backend = None
         self.lineage = None
         self.states = {}
