@@ -106,7 +106,9 @@ def encode_routed(
         yield batch()
 
 
-def tick_rows(dest: int, parallelism: int, route: Callable[[int, int], int]) -> list[tuple[Any, ...]]:
+def tick_rows(
+    dest: int, parallelism: int, route: Callable[[int, int], int]
+) -> list[tuple[Any, ...]]:
     """One tick row ``(dest, target, route, b"")`` for every subtask of stage ``dest``."""
     return [(dest, target, route(dest, target), b"") for target in range(parallelism)]
 

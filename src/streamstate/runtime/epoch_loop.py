@@ -266,8 +266,8 @@ class EpochLoop:
         (stage, subtask)."""
         job = self.parts
         by, superseded = job.state.absorb(epoch, acks, notify_only)
-        # published before the superseded files go, so a lookup moves on to files that exist
-        job.queryable.epoch_folded(epoch, job.state.attempt, job.state.versions.keyed, by)
+        # before the superseded files go (a feature may still read them until it moved on)
+        job.features.epoch_completed(epoch, job.state, by)
         for a in by.values():
             job.metrics.absorb(a.stage, a)
         for st in job.plan.stages:
@@ -315,8 +315,8 @@ class EpochLoop:
                 raise verdict.job_failure
             return verdict
         self.notifications.append(("complete", checkpoint_id))
-        if not verdict.is_savepoint:
-            job.queryable.checkpoint_completed(verdict.metadata, job.state)
+        if not verdict.is_savepoint and verdict.metadata is not None:  # completed: it has one
+            job.features.checkpoint_completed(verdict.metadata, job.state)
         job.metrics.bump("savepoints" if verdict.is_savepoint else "checkpoints")
         job.state.committed_epoch = epoch
         self._commit_all(epoch)
@@ -336,7 +336,7 @@ class EpochLoop:
                 "attempt": job.state.attempt,
                 "job_name": job.job_name,
                 "watermarks": job.state.watermark_property(),
-                "queryable": job.queryable.registrations(),
+                **job.features.checkpoint_properties(),
                 REPLAY_PROPERTY: job.history.to_property(),
             },
         )

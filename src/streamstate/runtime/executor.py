@@ -45,6 +45,7 @@ from streamstate.runtime.checkpoint.storage import (
 )
 from streamstate.runtime.epoch_loop import EpochLoop, JobCancelled
 from streamstate.runtime.epoch_runner import EpochRunner
+from streamstate.runtime.features import JobFeatures
 from streamstate.runtime.graph import ExecutionPlan, Stage
 from streamstate.runtime.interrupts import CtrlC, ctrl_c_stops
 from streamstate.runtime.job_metrics import JobMetrics
@@ -57,11 +58,6 @@ from streamstate.runtime.job_status import (
     RestoredCheckpoint,
 )
 from streamstate.runtime.protocol import StageTaskSpec
-from streamstate.runtime.queryable.service import (
-    QueryableStateService,
-    checkpoint_lineages,
-    queryable_operators,
-)
 from streamstate.runtime.replay import PROPERTY as REPLAY_PROPERTY
 from streamstate.runtime.replay import ReplayHistory, ReplayPlan, replay_stamp
 from streamstate.runtime.rescale import (
@@ -114,12 +110,7 @@ class JobExecutor:
             state=JobState(plan),
             metrics=metrics,
             committers={},
-            queryable=QueryableStateService(
-                job_id,
-                queryable_operators(plan, settings),
-                settings.queryable_cache_entries,
-                metrics.stats,
-            ),
+            features=JobFeatures(job_id, plan, settings, metrics.stats),
             history=ReplayHistory(
                 replay_stamp(plan, settings.epoch_records, settings.epoch_interval_s)
             ),
@@ -245,7 +236,7 @@ class JobExecutor:
                 job.plan, job.settings.epoch_records, job.settings.epoch_interval_s
             )
             self._plan_replay(epoch, job.history, epoch)
-            job.queryable.operators = queryable_operators(job.plan, job.settings)
+            job.features.rescaled(job.plan)
             job.state.reset()
             self._restore(md, path)
             try:
@@ -255,7 +246,7 @@ class JobExecutor:
             job.runner.restage(
                 self.job_id,
                 job.plan,
-                build_task_specs(job.plan, self.job_id, job.storage, job.settings),
+                build_task_specs(job.plan, self.job_id, job.storage, job.settings, job.features),
             )
             job.metrics.bump("rescales")
             changed = {u: (before[u], p) for u, p in after.items() if before[u] != p}
@@ -289,14 +280,7 @@ class JobExecutor:
         job.coordinator.stats.reported_restored(
             md.checkpoint_id, path or "", job.clock(), md.is_savepoint
         )
-        # the restored cut answers queries at once (as of its epoch), until the next epoch
-        epoch, attempt = job.state.epoch, job.state.attempt
-        job.queryable.restore_registrations(md.properties.get("queryable"))
-        job.queryable.publish_epoch(epoch, attempt, job.state.versions.keyed)
-        if not md.is_savepoint:
-            job.queryable.publish_checkpoint(
-                md.checkpoint_id, epoch, attempt, checkpoint_lineages(md, job.queryable.operators)
-            )
+        job.features.restored(md, job.state)
 
     def load_restore_point(self) -> None:
         """Load the checkpoint the job starts from (``settings.recovery_path``), if any.
@@ -481,8 +465,7 @@ class JobExecutor:
                 return self._run()
         finally:
             self._ctrl_c = None
-            job.queryable.retract_epoch(f"job {self.job_id} ended")
-            job.queryable.close()
+            job.features.ended(f"job {self.job_id} ended")
             self.loop.savepoints.close(f"job {self.job_id} ended")
             job.rescales.close(f"job {self.job_id} ended")
             self._cleanup_epoch_versions()
@@ -502,7 +485,7 @@ class JobExecutor:
         job.runner.start(
             self.job_id,
             job.plan,
-            build_task_specs(job.plan, self.job_id, job.storage, job.settings),
+            build_task_specs(job.plan, self.job_id, job.storage, job.settings, job.features),
         )
         if self._ctrl_c is not None:
             self._ctrl_c.reclaim()  # starting Spark installed PySpark's Ctrl-C handler
@@ -576,9 +559,7 @@ class JobExecutor:
             job.metrics.stats["restarts"] + 1,
             self.restart.describe(),
         )
-        job.queryable.retract_epoch(
-            f"the job is restarting after a failure in epoch {job.state.epoch + 1}"
-        )
+        job.features.failed(f"the job is restarting after a failure in epoch {job.state.epoch + 1}")
         job.lifecycle.transition(JobStatus.RESTARTING)
         job.cancel_requested.wait(backoff_ms / 1000.0)
         job.metrics.bump("restarts")
@@ -615,7 +596,11 @@ class JobExecutor:
 
 
 def build_task_specs(
-    plan: ExecutionPlan, job_id: str, storage: CheckpointStorageAccess, settings: JobSettings
+    plan: ExecutionPlan,
+    job_id: str,
+    storage: CheckpointStorageAccess,
+    settings: JobSettings,
+    features: JobFeatures,
 ) -> dict[int, bytes]:
     """One pickled :class:`StageTaskSpec` per stage (operator factories cloudpickled apart)."""
     specs = {}
@@ -639,9 +624,7 @@ def build_task_specs(
             backend_options=dict(settings.backend_options),
             batch=settings.batch,
             storage_options=settings.storage_options,
-            serve_queries=settings.queryable_on_executors
-            and not settings.batch
-            and any(n.keyed for n in st.nodes.values()),
+            features=features.stage_options(st),
         )
         specs[st.id] = cloudpickle.dumps(spec)
     return specs

@@ -83,11 +83,13 @@ class _Host:
         self.last = time.monotonic()
 
     def serve(self) -> None:
+        from streamstate.runtime.queryable.process import PROCESS
         from streamstate.runtime.queryable.query_host import ensure_query_host
-        from streamstate.runtime.worker.host import HOST
 
-        # acks of subtasks with keyed state name this machine's query host (started then)
-        HOST.state_server = functools.partial(ensure_query_host, idle_timeout_s=self.idle_timeout_s)
+        # acks of subtasks with queryable state name this machine's query host (started then)
+        PROCESS.query_host_starter = functools.partial(
+            ensure_query_host, idle_timeout_s=self.idle_timeout_s
+        )
         listener = Listener(self.path, family="AF_UNIX", authkey=authkey(self.job_id))
         os.chmod(self.path, 0o600)
         threading.Thread(target=self._watchdog, daemon=True).start()

@@ -17,11 +17,11 @@ from streamstate.runtime.checkpoint.coordinator import CheckpointCoordinator
 from streamstate.runtime.checkpoint.storage import CheckpointStorageAccess
 from streamstate.runtime.clock import Clock
 from streamstate.runtime.epoch_runner import EpochRunner
+from streamstate.runtime.features import JobFeatures
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.job_metrics import JobMetrics
 from streamstate.runtime.job_state import JobState
 from streamstate.runtime.job_status import JobLifecycle
-from streamstate.runtime.queryable.service import QueryableStateService
 from streamstate.runtime.replay import ReplayHistory
 from streamstate.runtime.rescale import RescaleRequests
 from streamstate.runtime.settings import JobSettings
@@ -49,8 +49,8 @@ class JobParts:
     metrics: JobMetrics
     #: sink operator uid -> its driver-side committer
     committers: dict[str, Any]
-    #: published epoch/checkpoint snapshots for queryable state (runtime/queryable/)
-    queryable: QueryableStateService
+    #: the optional features that follow the job (runtime/features.py)
+    features: JobFeatures
     #: how this job's epochs were cut: may a restore skip committed output?
     history: ReplayHistory
     #: rescale requests waiting for the next epoch boundary (runtime/rescale.py)

@@ -47,11 +47,13 @@ __all__ = [
 ]
 
 #: Bumped whenever a message changes shape; driver and workers must agree on it.
-PROTOCOL_VERSION = 11  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated;
+PROTOCOL_VERSION = 12  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated;
 # v6: .executor; v7: SubtaskAck.query_host, StageTaskSpec.serve_queries;
 # v8: StageTaskSpec.source_interval_s / source_slice; v9: StateVersion.bridge, Lineage.bridge;
 # v10: StageTaskSpec.storage_options
 # v11: EpochSpec.replay_stamp
+# v12: StageTaskSpec.features, SubtaskAck.features (optional features: runtime/features.py)
+#      instead of .serve_queries, .keyed_states, .query_host
 
 #: The destination index of acks that go back to the driver (leaf stages).
 DRIVER = -1
@@ -227,9 +229,9 @@ class StageTaskSpec:
     backend_options: Mapping[str, Any] = field(default_factory=dict)
     #: the job runs in BATCH mode (``JobSettings.batch``): no state versions are written
     batch: bool = False
-    #: run a query host on the executors that serves this stage's keyed state
-    #: (``queryable-state.serve-on-executors``, runtime/queryable/query_host.py)
-    serve_queries: bool = False
+    #: feature name -> what the stage's workers need of that optional feature
+    #: (runtime/features.py); a feature not named here adds nothing to the acks
+    features: Mapping[str, Any] = field(default_factory=dict)
     #: the job's storage options (endpoint, credentials), installed by the worker before
     #: anything of the job touches a store (runtime/stores/options.py)
     storage_options: Any = None
@@ -299,12 +301,7 @@ class SubtaskAck:
     timings: SubtaskTimings = SubtaskTimings()
     #: user metric identifier -> (kind, what changed this epoch): see api/metrics.py
     user_metrics: Mapping[str, tuple[str, Any]] = field(default_factory=dict)
-    #: keyed operator uid -> (state name, kind, queryable name or None, the type infos of a
-    #: queryable state) of its registered states (what the query server may answer, see
-    #: runtime/queryable/)
-    keyed_states: Mapping[str, tuple[tuple[Any, ...], ...]] = field(default_factory=dict)
     #: "<operator uid>.<state name>" -> entries migrated to a new schema this epoch
     migrated: Mapping[str, int] = field(default_factory=dict)
-    #: ``(address, secret)`` of the query host on this subtask's machine that serves its
-    #: keyed state (runtime/queryable/query_host.py); ``None``: the driver serves it
-    query_host: tuple[str, str] | None = None
+    #: feature name -> the feature's part of the ack (runtime/features.py)
+    features: Mapping[str, Any] = field(default_factory=dict)

@@ -78,7 +78,7 @@ def run_stage_partition(
         clock.processed()
         done = commit_epoch(spec, inst, index, epoch_spec)
         inst.token = epoch_spec.token
-        who = AckContext(HOST.worker_id, executor, HOST.state_server)
+        who = AckContext(HOST.worker_id, executor)
         ack = subtask_ack(
             spec, index, epoch_spec, inst, chain, epoch_input, done, cache_hit, clock, who
         )

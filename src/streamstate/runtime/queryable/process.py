@@ -3,7 +3,7 @@
 A driver keeps the service of each job it runs (``service.py``, found by the query server
 and the REST state route) and its query servers, one per bind address (``server.py``); a
 subtask host keeps the address of its machine's query host of each job
-(``query_host.py``); any process holding serving copies disposes the replaced ones on one
+(``query_host.py``) and how to start it; any process holding serving copies disposes the replaced ones on one
 background thread (``serving.py``). No other module of ``runtime/queryable/`` keeps
 mutable state at module level.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -65,6 +66,10 @@ class QueryableProcess:
         self.query_hosts: dict[str, tuple[int, str, str]] = {}
         #: disposes replaced serving copies off the lookups' path
         self.disposer = _Disposer()
+        #: set by a process that serves keyed state on its machine (a subtask host):
+        #: ``(job id, executor) -> (address, secret)`` of the machine's query host, started
+        #: when none runs, or None when it cannot be; unset: the driver serves the state
+        self.query_host_starter: Callable[[str, str | None], tuple[str, str] | None] | None = None
 
     def service_of(self, job_id: str) -> QueryableStateService | None:
         """The queryable-state service of job ``job_id`` if it runs in this process."""

@@ -8,8 +8,8 @@ queries never hold up the driver loop. A lookup pins the newest snapshot once an
 every key of the request from it (:meth:`lookup`), so a batch is one consistent cut.
 
 Which names are queryable comes from the subtasks themselves: every ack lists the states
-registered on its keyed backends with their ``set_queryable`` names
-(``SubtaskAck.keyed_states``), as Flink's tasks register their KvStates.
+registered on its keyed backends with their ``set_queryable`` names (its
+:class:`QueryableAck`, ``feature.py``), as Flink's tasks register their KvStates.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from streamstate.errors import (
@@ -34,7 +34,7 @@ from streamstate.runtime.keygroups import (
     compute_key_group_for_serialized_key,
     compute_key_group_range_for_operator_index,
 )
-from streamstate.runtime.protocol import Lineage, SubtaskAck
+from streamstate.runtime.protocol import Lineage
 from streamstate.runtime.queryable.direct import client_secret
 from streamstate.runtime.queryable.forwarding import QueryHosts, answer
 from streamstate.runtime.queryable.process import PROCESS
@@ -52,6 +52,7 @@ from streamstate.runtime.state.format.serializers import restore_serializer
 __all__ = [
     "AS_OF",
     "QueryAnswer",
+    "QueryableAck",
     "QueryableStateService",
     "check_direct_key_type",
     "check_key_type",
@@ -93,6 +94,18 @@ class QueryAnswer:
     epoch: int
     attempt: int
     checkpoint_id: int | None
+
+
+@dataclass(frozen=True)
+class QueryableAck:
+    """A subtask's part of queryable state in its ack (``SubtaskAck.features``)."""
+
+    #: keyed operator uid -> (state name, kind, queryable name or None, the type infos of
+    #: a queryable state) of the states registered on its backend (what may be answered)
+    keyed_states: Mapping[str, tuple[tuple[Any, ...], ...]] = field(default_factory=dict)
+    #: ``(address, secret)`` of the query host on the subtask's machine that serves its
+    #: keyed state; ``None``: the driver serves it
+    query_host: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -190,7 +203,7 @@ class QueryableStateService:
         self.stats[stat] = self.stats.get(stat, 0) + int(cpu_s * 1e6)
 
     # -- driver side ----------------------------------------------------------------------
-    def register_states(self, acks: Iterable[SubtaskAck]) -> None:
+    def register_states(self, acks: Iterable[QueryableAck]) -> None:
         """Learn the (queryable) keyed states the subtasks registered."""
         queryable, plain = {}, {}
         for a in acks:
@@ -246,17 +259,18 @@ class QueryableStateService:
         epoch: int,
         attempt: int,
         lineages: Mapping[tuple[str, int], Lineage],
-        acks: Mapping[Any, SubtaskAck],
+        acks: Mapping[tuple[int, int], QueryableAck],
     ) -> None:
-        """The driver folded epoch ``epoch``'s acks: learn registrations, publish it."""
+        """The driver folded epoch ``epoch``'s acks (their queryable parts, by (stage,
+        subtask)): learn registrations, publish it."""
         self.register_states(acks.values())
         hosts = dict(self._hosts)
-        for a in acks.values():
+        for (_, subtask), a in acks.items():
             for uid in a.keyed_states:
                 if a.query_host is not None:
-                    hosts[(uid, a.subtask)] = tuple(a.query_host)  # type: ignore[assignment]  # (address, secret)
+                    hosts[(uid, subtask)] = a.query_host
                 else:
-                    hosts.pop((uid, a.subtask), None)
+                    hosts.pop((uid, subtask), None)
         self._hosts = hosts
         self.publish_epoch(epoch, attempt, lineages)
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamstate.runtime.features import ack_parts
 from streamstate.runtime.protocol import (
     DRIVER,
     EpochSpec,
@@ -28,7 +29,6 @@ from streamstate.runtime.watermarks import MIN_WATERMARK
 from streamstate.runtime.worker.chain import OperatorChain
 from streamstate.runtime.worker.commit import EpochCommit
 from streamstate.runtime.worker.event_time import NodeWatermarks, watermark_states
-from streamstate.runtime.worker.host import StateServer
 from streamstate.runtime.worker.inputs import EpochInput
 from streamstate.runtime.worker.instance import SubtaskInstance, restore_paths
 
@@ -56,11 +56,10 @@ class PhaseClock:
 
 @dataclass(frozen=True)
 class AckContext:
-    """Who ran the epoch: the worker process, its Spark executor, its state server."""
+    """Who ran the epoch: the worker process and its Spark executor."""
 
     worker: str
     executor: str | None
-    state_server: StateServer | None
 
 
 def subtask_ack(
@@ -78,7 +77,6 @@ def subtask_ack(
     """The ack of subtask ``index`` for ``epoch_spec`` (``inst.token`` already advanced)."""
     assert inst.token is not None
     stage = spec.stage
-    keyed_states = {uid: b.registered_states() for uid, b in inst.backends.items()}
     return SubtaskAck(
         stage=stage.id,
         subtask=index,
@@ -97,10 +95,9 @@ def subtask_ack(
         worker=who.worker,
         executor=who.executor,
         timings=clock.timings(),
-        keyed_states=keyed_states,
         migrated=drain_migrated(inst.backends, inst.op_stores),
         user_metrics=report_user_metrics(inst.contexts),
-        query_host=_state_server(spec, who, keyed_states),
+        features=ack_parts(spec, inst.backends, who.executor),
     )
 
 
@@ -112,18 +109,6 @@ def _sink_results(spec: StageTaskSpec, inst: SubtaskInstance) -> dict[str, Any]:
         if result is not None:
             results[spec.stage.nodes[tid].uid] = result
     return results
-
-
-def _state_server(
-    spec: StageTaskSpec, who: AckContext, keyed_states: dict[str, Any]
-) -> tuple[str, str] | None:
-    """The state server of this machine, started for a subtask that has a queryable
-    state (a state with a queryable name) when the job serves queries."""
-    if who.state_server is None or not spec.serve_queries:
-        return None
-    if not any(state[2] for states in keyed_states.values() for state in states):
-        return None
-    return who.state_server(spec.job_id, who.executor)
 
 
 def emit(

@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import pickle
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from streamstate.runtime.protocol import StageTaskSpec, Token, check_protocol_version
 from streamstate.runtime.worker.instance import SubtaskInstance
 
-__all__ = ["HOST", "InstanceKey", "SpecKey", "StateServer", "WorkerHost", "spec_key"]
+__all__ = ["HOST", "InstanceKey", "SpecKey", "WorkerHost", "spec_key"]
 
 #: ``(job id, stage id, subtask index)``
 InstanceKey = tuple[str, int, int]
@@ -33,11 +33,6 @@ def spec_key(job_id: str, stage_id: int, stages_meta: Mapping[int, tuple[int, in
     return (job_id, stage_id, tuple(sorted(stages_meta.items())))
 
 
-#: ``(job id, executor) -> (address, secret)`` of the server on this machine that answers
-#: reads of a subtask's keyed state, or None (the driver answers them)
-StateServer = Callable[[str, str | None], tuple[str, str] | None]
-
-
 class WorkerHost:
     """The stage specs and subtask instances of this process (one job at a time)."""
 
@@ -48,9 +43,6 @@ class WorkerHost:
         self.specs: dict[SpecKey, StageTaskSpec] = {}
         #: (job id, stage id, subtask) -> the subtask's operators and state
         self.instances: dict[InstanceKey, SubtaskInstance] = {}
-        #: set by a process that serves keyed state to readers (a subtask host: its
-        #: machine's query host); None: the driver serves it
-        self.state_server: StateServer | None = None
 
     def has_spec(
         self, job_id: str, stage_id: int, stages_meta: Mapping[int, tuple[int, int]]
