@@ -5,6 +5,7 @@ the subtask committed, and the bridge's file is deleted with the base it leads t
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
 from streamstate.runtime.protocol import EpochSpec, Lineage, SubtaskAck, VersionKind
+from streamstate.runtime.queryable.feature import QueryableStage, keeps_copies
 from streamstate.runtime.queryable.serving import (
     QueryableOperator,
     ServingCache,
@@ -26,6 +28,9 @@ from tests.support.backends import KEY_SER, MAX_P, Made
 
 KEYS = [f"key-{i}" for i in range(400)]
 STATE = ("v", "value", None)
+
+#: what a worker of a job with queryable state asks of a full version (features.bridged)
+BRIDGED = functools.partial(keeps_copies, QueryableStage())
 
 
 def queryable() -> ValueStateDescriptor:
@@ -69,7 +74,7 @@ def run_epochs(
                 state.update((epoch, i))
         cid = epoch if epoch in checkpoint_at else None
         es = EpochSpec(epoch, 0, cid, epoch in full_at, ())
-        v = commit_keyed_state(storage, {"op": b}, 0, es, "job1")[0]["op"]
+        v = commit_keyed_state(storage, {"op": b}, 0, es, "job1", BRIDGED)[0]["op"]
         folded.append(v)
         storage.discard_epoch_state(
             versions.fold(SubtaskAck(stage=0, subtask=0, token=(0, epoch), versions={"op": v}))
@@ -130,7 +135,7 @@ def test_a_copy_behind_catches_up_across_one_new_base_not_two(heap: Made, storag
             H.at(b, key)
             state.update(epoch)
         es = EpochSpec(epoch, 0, None, epoch in (3, 6), ())
-        v = commit_keyed_state(storage, {"op": b}, 0, es, "job1")[0]["op"]
+        v = commit_keyed_state(storage, {"op": b}, 0, es, "job1", BRIDGED)[0]["op"]
         ack = SubtaskAck(stage=0, subtask=0, token=(0, epoch), versions={"op": v})
         storage.discard_epoch_state(versions.fold(ack))
         lin = versions.keyed[("op", 0)]
@@ -196,7 +201,9 @@ def test_rocksdb_copies_open_one_database_and_idle_ones_wait(rocks: Made, storag
     for epoch in range(1, 6):
         H.at(b, k)
         state.update(epoch)
-        v = commit_keyed_state(storage, {"op": b}, 0, EpochSpec(epoch, 0, None, False, ()), "j")
+        v = commit_keyed_state(
+            storage, {"op": b}, 0, EpochSpec(epoch, 0, None, False, ()), "j", BRIDGED
+        )
         storage.discard_epoch_state(
             versions.fold(SubtaskAck(stage=0, subtask=0, token=(0, epoch), versions=v[0]))
         )
@@ -247,7 +254,9 @@ def test_the_refresher_leaves_delta_moves_to_the_next_lookup(heap: Made, storage
     for epoch in range(1, 5):
         H.at(b, k)
         state.update(epoch)
-        v = commit_keyed_state(storage, {"op": b}, 0, EpochSpec(epoch, 0, None, False, ()), "j")
+        v = commit_keyed_state(
+            storage, {"op": b}, 0, EpochSpec(epoch, 0, None, False, ()), "j", BRIDGED
+        )
         versions.fold(SubtaskAck(stage=0, subtask=0, token=(0, epoch), versions=v[0]))
         lin = versions.keyed[("op", 0)]
         cache.used = True

@@ -6,6 +6,7 @@ checkpoints and a rescaled base; key types it cannot search fall back to the cop
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 import shutil
@@ -37,6 +38,7 @@ from streamstate.runtime.keygroups import (
     compute_key_group_range_for_operator_index,
 )
 from streamstate.runtime.protocol import EpochSpec, Lineage, SubtaskAck
+from streamstate.runtime.queryable.feature import QueryableStage, keeps_copies
 from streamstate.runtime.queryable.serving import (
     QueryableOperator,
     ServingCache,
@@ -53,6 +55,9 @@ from tests.support.backends import AvgAgg
 MAX_P = 16
 LONG = serializer_for(Types.LONG())
 KEYS = list(range(-20, 40))
+
+#: what a worker of a job with queryable state asks of a full version (features.bridged)
+BRIDGED = functools.partial(keeps_copies, QueryableStage())
 
 
 def descriptors() -> dict[str, Any]:
@@ -178,7 +183,7 @@ def test_lookups_from_the_files_equal_the_copies_and_the_committed_state(
             for o in ops:
                 apply(b, states, o)
             es = EpochSpec(epoch, 0, None, epoch == 1 or how == "full", ())
-            v = commit_keyed_state(storage, {"op": b}, 0, es, "job")[0]["op"]
+            v = commit_keyed_state(storage, {"op": b}, 0, es, "job", BRIDGED)[0]["op"]
             storage.discard_epoch_state(
                 versions.fold(SubtaskAck(0, 0, (0, epoch), versions={"op": v}))
             )
@@ -209,7 +214,7 @@ def test_a_lineage_unpickled_again_reads_no_file_again(tmp_path: Any) -> None:
                 b.set_current_key(key, kg_of(key))
                 state.update(epoch * 100 + key)
             es = EpochSpec(epoch, 0, None, epoch == 1, ())
-            v = commit_keyed_state(storage, {"op": b}, 0, es, "job")[0]["op"]
+            v = commit_keyed_state(storage, {"op": b}, 0, es, "job", BRIDGED)[0]["op"]
             versions.fold(SubtaskAck(0, 0, (0, epoch), versions={"op": v}))
             lin = pickle.loads(pickle.dumps(versions.keyed[("op", 0)]))
             before = cache.search.files_read
@@ -348,6 +353,8 @@ def test_a_full_version_of_searchable_keys_writes_no_bridge(tmp_path: Any) -> No
         d.set_queryable("vs")
         b.set_current_key(key, compute_key_group_for_serialized_key(ser.serialize(key), MAX_P))
         b.get_partitioned_state(d).update(1)
-        v = commit_keyed_state(storage, {"op": b}, 0, EpochSpec(1, 0, None, True, ()), "job")
+        v = commit_keyed_state(
+            storage, {"op": b}, 0, EpochSpec(1, 0, None, True, ()), "job", BRIDGED
+        )
         assert (v[0]["op"].bridge is not None) is bridged, key_type
         b.dispose()

@@ -6,7 +6,9 @@ per registered feature, told when the job restored a checkpoint, completed an ep
 checkpoint, failed, was rescaled and ended; it may keep a JSON value in every
 checkpoint's properties and give the workers of a stage a value of its own
 (``StageTaskSpec.features``). On a worker, the feature's :class:`WorkerFeature` adds its
-part to the subtask's ack (``SubtaskAck.features``), which the driver side reads back.
+part to the subtask's ack (``SubtaskAck.features``), which the driver side reads back,
+and a feature that keeps copies of a keyed backend's state asks for its full versions to
+carry the changes since the previous one (``bridged``, ``versions.py``).
 
 Features are registered by name in :data:`FEATURES` (the module that registers it,
 imported on first use, as the keyed backends' registry does); the core imports none of
@@ -33,6 +35,8 @@ __all__ = [
     "JobFeature",
     "JobFeatures",
     "WorkerFeature",
+    "ack_parts",
+    "bridged",
     "feature",
 ]
 
@@ -97,6 +101,9 @@ class FeatureRegistration:
     #: ``(job id, plan, settings, the job's metric counters) -> JobFeature``
     for_job: Callable[[str, Any, Any, dict[str, int]], JobFeature]
     ack_part: WorkerFeature
+    #: ``(stage option, keyed backend) -> bool``: the feature keeps copies of the backend's
+    #: state that follow it onto a new base by its bridge (``Lineage.bridge``)
+    keeps_copies: Callable[[Any, Any], bool] | None = None
 
 
 def feature(name: str) -> FeatureRegistration:
@@ -164,3 +171,14 @@ def ack_parts(
         name: feature(name).ack_part(option, spec, keyed_backends, executor)
         for name, option in spec.features.items()
     }
+
+
+def bridged(spec: StageTaskSpec) -> Callable[[Any], bool]:
+    """Whether a keyed backend of ``spec``'s stage writes its bridge with a full version:
+    some feature of the stage keeps copies of its state."""
+    asks = []
+    for name, option in spec.features.items():
+        keeps = feature(name).keeps_copies
+        if keeps is not None:
+            asks.append((keeps, option))
+    return lambda backend: any(keeps(option, backend) for keeps, option in asks)

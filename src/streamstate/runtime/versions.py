@@ -14,13 +14,12 @@ Keyed state, per operator and subtask:
   checkpoint storage the checkpoint bytes live on the driver, so a worker-readable copy is
   written to the epoch-state directory as the base;
 * full-version epoch: ``snapshot()`` written to ``epochs/<uid>/<i>/a<a>-e<n>-full`` (FULL);
-  with a queryable state, here and in a barrier epoch, also the epoch's delta
+  for a backend a feature follows between versions (``bridged``: queryable state's serving
+  copies, ``runtime/features.py``), here and in a barrier epoch, also the epoch's delta
   (``...-delta``, :attr:`StateVersion.bridge`): the lineage keeps it with the previous
   base and deltas (``Lineage.bridge``, their files kept until the next new base), so a
-  serving copy anywhere in the previous interval applies the rest of those deltas and the
-  bridge and is then at the new base, instead of rebuilding (not for heap keys that lookups
-  find in the version files themselves, integer and boolean key types: no copy to bridge,
-  ``queryable/search.py``);
+  copy of the state anywhere in the previous interval applies the rest of those deltas
+  and the bridge and is then at the new base, instead of rebuilding;
 * a backend with its own versioned files (RocksDB, ``snapshot_epoch_version``): every
   other epoch is a FULL version made of RocksDB's files in ``epochs/<uid>/<i>/``, written
   like an incremental checkpoint: only the SST files new since the previous version (hard
@@ -41,7 +40,7 @@ Writes are idempotent: a re-executed task writes the same version under the same
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from streamstate.runtime.checkpoint.changelog import changelog_checkpoint
@@ -63,13 +62,12 @@ from streamstate.runtime.protocol import (
     Token,
     VersionKind,
 )
-from streamstate.runtime.state.format.keyed_index import searchable_keys
 from streamstate.runtime.state.operator import (
     DefaultOperatorStateStore,
     decode_operator_snapshot,
     redistribute,
 )
-from streamstate.runtime.state.registry import native_snapshots, registration_of
+from streamstate.runtime.state.registry import native_snapshots
 
 __all__ = [
     "INLINE_LIMIT",
@@ -93,11 +91,13 @@ def commit_keyed_state(
     index: int,
     es: EpochSpec,
     scope_prefix: str,
+    bridged: Callable[[Any], bool] = lambda backend: False,
 ) -> tuple[dict[str, StateVersion], dict[str, Any]]:
     """Write version ``es.epoch`` of every keyed backend: ``(versions, checkpoint handles)``.
 
     ``scope_prefix`` (the job id) names RocksDB's incremental uploads
-    (``<prefix>-<uid>-<subtask>``).
+    (``<prefix>-<uid>-<subtask>``); ``bridged(backend)``: its full versions also carry the
+    changes since the previous version (see the module docstring).
     """
     versions: dict[str, StateVersion] = {}
     checkpoint: dict[str, Any] = {}
@@ -137,9 +137,11 @@ def commit_keyed_state(
             )
             versions[uid] = StateVersion.full(handle)
         elif cid is not None or es.full_version:
-            # queryable state: the epoch's changes too, so serving copies move onto the new
-            # base by applying them instead of rebuilding from it (``Lineage.bridge``)
-            bridge = _bridge_delta(storage, backend, f"{uid}/{index}/{tag}-delta")
+            # the epoch's changes too where a feature keeps copies of the state: they move
+            # onto the new base by applying them instead of rebuilding (``Lineage.bridge``)
+            bridge = None
+            if bridged(backend):
+                bridge = _bridge_delta(storage, backend, f"{uid}/{index}/{tag}-delta")
             snap = backend.snapshot()
             rng = backend.key_group_range
             if cid is not None:
@@ -167,18 +169,9 @@ def commit_keyed_state(
 
 def _bridge_delta(storage: Any, backend: Any, name: str) -> StreamStateHandle | None:
     """The changes since the previous version, written as a delta, before a full snapshot of
-    ``backend`` that has queryable states (none otherwise: the job pays for it only when its
-    state can be queried). Not with snapshot cleanups (TTL), which change the state inside
+    ``backend``. Not with snapshot cleanups (TTL), which change the state inside
     ``snapshot()`` without a delta recording it."""
     if backend.snapshot_cleanups:
-        return None
-    if (
-        not registration_of(backend).native_versions
-        and not backend.changelog
-        and searchable_keys(backend.key_serializer)
-    ):
-        return None  # heap keys found in the version files: lookups keep no copy to bridge
-    if all(q is None for _, _, q, _ in backend.registered_states()):
         return None
     delta = backend.snapshot_delta()
     return storage.write_epoch_state(name, delta) if delta else ByteStreamStateHandle.of(b"")

@@ -29,6 +29,8 @@ from streamstate.runtime.queryable.service import (
     checkpoint_lineages,
     queryable_operators,
 )
+from streamstate.runtime.state.format.keyed_index import searchable_keys
+from streamstate.runtime.state.registry import registration_of
 
 if TYPE_CHECKING:
     from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
@@ -43,6 +45,7 @@ __all__ = [
     "QueryableFeature",
     "QueryableStage",
     "ack_part",
+    "keeps_copies",
     "queryable_ack",
 ]
 
@@ -139,5 +142,20 @@ class QueryableFeature:
         self.service.close()
 
 
+def keeps_copies(option: QueryableStage, backend: Any) -> bool:
+    """Whether lookups keep serving copies of ``backend``'s state (``serving.py``), which
+    then follow it onto a new base by its bridge: it has a queryable state, and lookups do
+    not search its version files (heap keys of an integer or boolean type: no copy,
+    ``search.py``)."""
+    searched = (
+        not registration_of(backend).native_versions
+        and not backend.changelog
+        and searchable_keys(backend.key_serializer)
+    )
+    if searched:
+        return False
+    return any(qname is not None for _, _, qname, _ in backend.registered_states())
+
+
 #: the feature's registration (``runtime/features.py`` finds it by module)
-REGISTRATION = FeatureRegistration(NAME, QueryableFeature, ack_part)
+REGISTRATION = FeatureRegistration(NAME, QueryableFeature, ack_part, keeps_copies)

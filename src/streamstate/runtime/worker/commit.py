@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamstate.errors import StreamStateError
+from streamstate.runtime.features import bridged
 from streamstate.runtime.protocol import EpochSpec, StageTaskSpec, StateVersion
 from streamstate.runtime.versions import (
     commit_keyed_state,
@@ -57,7 +58,7 @@ def commit_epoch(
     scope = spec.storage.job_id or spec.job_id
     if not spec.batch:  # BATCH: the job is this one epoch; no version is read after it
         done.versions, done.checkpoint = commit_keyed_state(
-            spec.storage, inst.backends, index, epoch_spec, scope
+            spec.storage, inst.backends, index, epoch_spec, scope, bridged(spec)
         )
         done.op_versions, done.op_checkpoint = commit_operator_state(
             spec.storage,
