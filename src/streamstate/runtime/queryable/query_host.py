@@ -9,7 +9,7 @@ copy refreshes never compete with an epoch for a subtask host's interpreter lock
 It listens on TCP on the executor's address (loopback when the executor is unknown, i.e.
 local mode) and writes ``{pid, address, secret}`` into ``<host dir>/<job digest>-query.json``
 (owner-only directory, written atomically); the subtask hosts put address and secret into
-their acks (``SubtaskAck.query_host``), so the driver learns them like the state versions.
+their acks (``QueryableAck.query_host``, ``feature.py``), so the driver learns them like the state versions.
 A connection authenticates both ways with the secret (HMAC challenges, see :func:`handshake`)
 before anything is unpickled; only the driver, which got the secret over Spark, has it.
 Clients connect too, for direct lookups (``direct.py``): they prove a secret the driver
