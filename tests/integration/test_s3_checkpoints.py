@@ -18,6 +18,7 @@ from streamstate.datastream import (
     HashMapStateBackend,
 )
 from streamstate.datastream.state import ValueStateDescriptor
+from streamstate.runtime.checkpoint.storage import load_metadata_from_path
 from streamstate.runtime.state_reader import read_keyed_state
 from streamstate.testing import FailOnce
 from tests.integration.jobs import count_job, make_env, records
@@ -72,3 +73,13 @@ def test_keyed_job_with_checkpoints_on_s3_is_exact_across_a_failure(spark, seawe
     if name == "rocksdb-incremental":
         assert [f for f in files if "/shared/" in f], "incremental SSTs went to shared/"
     assert not seaweed.multipart_uploads(bucket)
+    # the failed epoch's checkpoint left nothing: what is left is the retained checkpoint,
+    # the files it names and the job directory's lock
+    named = {h.path for h in load_metadata_from_path(latest).stream_handles()}
+    for f in files:
+        if "/shared/" in f:
+            assert f"s3://{f}" in named, f
+        elif "/chk-" in f:
+            assert f.startswith(latest.removeprefix("s3://").rstrip("/") + "/"), f
+        else:
+            assert f.endswith("/_lock"), f

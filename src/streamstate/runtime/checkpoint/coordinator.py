@@ -226,6 +226,10 @@ class CheckpointCoordinator:
         self._pending: dict[int, PendingCheckpoint] = {}
         #: completed checkpoints still retained (they become SUBSUMED when pruned)
         self._retained: dict[int, PendingCheckpoint] = {}
+        #: aborted checkpoints to look at again once a later one completed (a subtask of the
+        #: failed epoch may write after the abort); None: not swept yet, look at every
+        #: incomplete ``chk-<n>`` (earlier drivers of the job directory left them)
+        self._aborted: set[int] | None = None
         self.consecutive_failures = 0
         self.latest_completed: CheckpointMetadata | None = None
         #: expired checkpoints whose files are still state-version bases: deleted once
@@ -393,6 +397,7 @@ class CheckpointCoordinator:
         if not pending.is_savepoint:
             self._retained[pending.checkpoint_id] = pending
             self._prune()
+            self._discard_leftovers(pending.checkpoint_id)
             cleanup_shared_state(self.storage, pending.checkpoint_id)
         return metadata
 
@@ -422,6 +427,8 @@ class CheckpointCoordinator:
         log.warning("checkpoint %d aborted: %s", pending.checkpoint_id, reason)
         if not discard:
             return
+        if self._aborted is not None and pending.target is None:
+            self._aborted.add(pending.checkpoint_id)
         try:
             if pending.target is not None:  # a savepoint: its directory never got _metadata
                 fs, path = _url_to_fs(pending.target.url)
@@ -476,6 +483,26 @@ class CheckpointCoordinator:
             now_ms=now_ms,
         )
         return replace(verdict, metadata=metadata)
+
+    def _discard_leftovers(self, before: int) -> None:
+        """Delete what aborted checkpoints below ``before`` still left in storage: files a
+        subtask of a failed epoch wrote after the abort deleted the rest, multipart uploads
+        of writers that died. Pending checkpoints and deferred discards are left alone."""
+        keep = set(self._pending) | set(self._deferred_discard)
+        try:
+            if self._aborted is None:
+                gone = self.storage.discard_incomplete_checkpoints(before, keep)
+                self._aborted = set()
+            else:
+                gone = sorted(c for c in self._aborted if c < before and c not in keep)
+                for cid in gone:
+                    self.storage.discard_checkpoint(cid)
+                self._aborted.difference_update(gone)
+        except Exception as e:  # noqa: BLE001 - a failed delete must not fail the job
+            log.warning("could not delete what aborted checkpoints left: %s", e)
+            return
+        if gone:
+            log.info("deleted what aborted checkpoints %s left", gone)
 
     def is_expired(self, pending: PendingCheckpoint, now_ms: int | None = None) -> bool:
         return pending.is_expired(self._now(now_ms), self.timeout_ms)
@@ -543,15 +570,25 @@ class CheckpointCoordinator:
     def on_job_terminal(self, cancelled: bool, *, failed: bool = False) -> list[int]:
         """Apply the retention policy when the job ends; returns the discarded ids.
 
-        RETAIN_ON_CANCELLATION keeps everything; DELETE_ON_CANCELLATION deletes when the job
-        was cancelled or finished, keeps when it failed; NO_EXTERNALIZED_CHECKPOINTS deletes
-        whenever the job ends. Pending checkpoints are aborted first (not counted as failures).
+        RETAIN_ON_CANCELLATION keeps every completed checkpoint; DELETE_ON_CANCELLATION
+        deletes when the job was cancelled or finished, keeps when it failed;
+        NO_EXTERNALIZED_CHECKPOINTS deletes whenever the job ends. Pending checkpoints are
+        aborted first (not counted as failures); what is kept is the completed checkpoints
+        and the shared files they name, nothing that checkpoints which never completed left.
         """
         for p in list(self._pending.values()):
             self.abort(p, "job ended", count_as_failure=False)
-        if self.retention is RetentionPolicy.RETAIN_ON_CANCELLATION:
-            return []
-        if self.retention is RetentionPolicy.DELETE_ON_CANCELLATION and failed and not cancelled:
+        keeps = self.retention is RetentionPolicy.RETAIN_ON_CANCELLATION or (
+            self.retention is RetentionPolicy.DELETE_ON_CANCELLATION and failed and not cancelled
+        )
+        if keeps:
+            # what stays is the retained checkpoints and the files they name, nothing of
+            # the checkpoints that never completed: the job is over, no upload is in flight
+            if self._aborted is not None:
+                self._aborted.update(self._deferred_discard)
+            self._deferred_discard = []
+            self._discard_leftovers(2**62)
+            cleanup_shared_state(self.storage, 2**62)
             return []
         ids = self.storage.list_checkpoints()
         for cid in ids:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from streamstate.errors import CheckpointStorageError, ConfigurationError
@@ -25,6 +26,7 @@ from streamstate.runtime.checkpoint.storage import (
     _check_relative_name,
     _join,
     _url_to_fs,
+    abort_open_uploads,
     load_metadata_from_path,
 )
 from streamstate.runtime.stores import explain_access_error
@@ -148,6 +150,22 @@ class FileSystemCheckpointStorageAccess(CheckpointStorageAccess):
             return []
         return [d.fs.unstrip_protocol(p) for p in found]
 
+    def cleanup_shared_state(
+        self, referenced: set[str], up_to_checkpoint_id: int, checkpoint_id_of: Any
+    ) -> list[str]:
+        """As the base class, and on an object store also aborts the multipart uploads of
+        ``shared/`` files by checkpoints up to ``up_to_checkpoint_id`` (an SST above the
+        single-PUT size whose uploader died)."""
+        deleted = super().cleanup_shared_state(referenced, up_to_checkpoint_id, checkpoint_id_of)
+        d = self._directory()
+
+        def abandoned(path: str) -> bool:
+            cid = checkpoint_id_of(path.rstrip("/").rsplit("/", 1)[-1])
+            return cid is not None and cid <= up_to_checkpoint_id
+
+        abort_open_uploads(d.fs, _join(d.job_path, SHARED_DIR), abandoned)
+        return deleted
+
     def _epoch_fs(self) -> tuple[Any, str]:
         d = self._directory()
         return d.fs, _join(d.job_path, EPOCHS_DIR)
@@ -173,3 +191,11 @@ class FileSystemCheckpointStorageAccess(CheckpointStorageAccess):
 
     def discard_checkpoint(self, checkpoint_id: int) -> None:
         self._directory().discard_checkpoint(checkpoint_id)
+
+    def discard_incomplete_checkpoints(self, before: int, keep: Iterable[int] = ()) -> list[int]:
+        kept = set(keep)
+        d = self._directory()
+        gone = [n for n in d.incomplete_checkpoints() if n < before and n not in kept]
+        for n in gone:
+            d.discard_checkpoint(n)
+        return gone

@@ -39,8 +39,10 @@ from streamstate.runtime.checkpoint.handles import (
 from streamstate.runtime.checkpoint.lock import is_local
 from streamstate.runtime.checkpoint.metadata import CheckpointMetadata
 from streamstate.runtime.stores import (
+    MultipartUploads,
     explain_access_error,
     explained,
+    store_for,
     url_to_fs,
     write_atomic,
     write_once,
@@ -53,6 +55,7 @@ __all__ = [
     "METADATA_FILE_NAME",
     "SHARED_DIR",
     "CheckpointDirectory",
+    "abort_open_uploads",
     "CheckpointStorageAccess",
     "SharedStateTarget",
     "atomic_write",
@@ -125,6 +128,23 @@ def write_once_or_fail(fs: Any, path: str, data: bytes, what: str) -> None:
             f"{fs.unstrip_protocol(path)} exists already: {what} was completed by another "
             f"writer (two drivers of one job directory?); it is never overwritten"
         )
+
+
+def abort_open_uploads(fs: Any, prefix: str, which: Any = None) -> int:
+    """Abort the multipart uploads under ``prefix`` (a directory) that no writer will
+    complete: a state file above the store's single-PUT size is uploaded in parts, and a
+    writer that died mid-upload leaves the parts stored (and billed) but invisible to every
+    listing. ``which(path)`` picks the uploads to abort (default: all). Nothing to do on a
+    store without multipart uploads; returns how many were aborted."""
+    store = store_for(fs)
+    if not isinstance(store, MultipartUploads):
+        return 0
+    aborted = 0
+    for path, upload_id in store.list_uploads(fs, prefix.rstrip("/") + "/"):
+        if which is None or which(path):
+            store.abort_upload(fs, path, upload_id)
+            aborted += 1
+    return aborted
 
 
 def _storage_error(fs: Any, path: str, error: OSError) -> CheckpointStorageError:
@@ -393,6 +413,15 @@ class CheckpointDirectory:
             n for n, d in self._chk_dirs().items() if self.fs.exists(_join(d, METADATA_FILE_NAME))
         )
 
+    def incomplete_checkpoints(self) -> list[int]:
+        """Ids of the ``chk-<n>`` directories without ``_metadata`` (in flight, aborted,
+        or left by a writer that outlived the abort), ascending."""
+        return sorted(
+            n
+            for n, d in self._chk_dirs().items()
+            if not self.fs.exists(_join(d, METADATA_FILE_NAME))
+        )
+
     def store_metadata(self, metadata: CheckpointMetadata) -> str:
         """Write ``_metadata`` once: it completes the checkpoint, and is never replaced."""
         path = _join(self.checkpoint_path(metadata.checkpoint_id), METADATA_FILE_NAME)
@@ -413,6 +442,7 @@ class CheckpointDirectory:
             self.fs.rm(meta)
         if self.fs.exists(d):
             self.fs.rm(d, recursive=True)
+        abort_open_uploads(self.fs, d)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,6 +570,7 @@ class CheckpointStorageAccess(ABC):
         fs, root = self._epoch_fs()
         if fs.exists(root):
             fs.rm(root, recursive=True)
+        abort_open_uploads(fs, root)
 
     def discard_epoch_attempts_before(self, attempt: int) -> int:
         """Delete every per-epoch version written by an attempt before ``attempt``
@@ -547,14 +578,18 @@ class CheckpointStorageAccess(ABC):
         job restores from a checkpoint, so nothing of a failed attempt is read again; without
         this, every restart would leave its versions behind. Idempotent."""
         fs, root = self._epoch_fs()
+
+        def older(path: str) -> bool:
+            m = _ATTEMPT_RE.match(path.rstrip("/").rsplit("/", 1)[-1])
+            return m is not None and int(m.group(1)) < attempt
+
+        n = abort_open_uploads(fs, root, older)
         try:
             files = fs.find(root)
         except FileNotFoundError:
-            return 0
-        n = 0
+            return n
         for f in files:
-            m = _ATTEMPT_RE.match(f.rstrip("/").rsplit("/", 1)[-1])
-            if m and int(m.group(1)) < attempt:
+            if older(f):
                 try:
                     fs.rm(f)
                     n += 1
@@ -661,6 +696,15 @@ class CheckpointStorageAccess(ABC):
     @abstractmethod
     def discard_checkpoint(self, checkpoint_id: int) -> None:
         """Delete checkpoint ``checkpoint_id`` (its ``_metadata`` first). Never ``shared/``."""
+
+    def discard_incomplete_checkpoints(self, before: int, keep: Iterable[int] = ()) -> list[int]:
+        """Delete what checkpoints that never completed left, for ids below ``before``
+        except ``keep`` (still pending, or kept on purpose); returns their ids. A checkpoint
+        is aborted by deleting its files, but a subtask of the failed epoch may still write
+        one after that (Spark cancels its tasks asynchronously): the coordinator calls this
+        once a later checkpoint completed. Storages without checkpoint directories hold no
+        such files."""
+        return []
 
     def max_checkpoint_id_in_use(self) -> int:
         """Highest checkpoint id with any trace in storage (complete or not); 0 if none."""
