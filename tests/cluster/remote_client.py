@@ -48,7 +48,10 @@ def rest(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def query(args: argparse.Namespace) -> dict[str, Any]:
-    """Every key's ``totals`` from the job's query server (values as of the last epoch)."""
+    """Every key's ``totals`` (values as of one epoch) in one batch, then each key alone: the
+    job's query server (on the driver) checks the token and hands out the route, the
+    lookups go straight to the query hosts on the executors holding the keys. Says how
+    many lookups the hosts answered, how many the driver, and the hosts' addresses."""
     from streamstate.queryablestate.client import QueryableStateClient
 
     host, port = args.address.rsplit(":", 1)
@@ -56,7 +59,19 @@ def query(args: argparse.Namespace) -> dict[str, Any]:
     try:
         keys = [f"k{i}" for i in range(KEYS)]
         got = client.get_kv_states(args.job_id, "totals", keys, Types.STRING(), TOTAL)
-        return {"epoch": got.epoch, "values": got.as_dict()}
+        alone = {
+            k: client.get_kv_state(args.job_id, "totals", k, Types.STRING(), TOTAL) for k in keys
+        }
+        # the routes the driver handed out: per subtask, its query host's address
+        routes = client._routes._routes.values()
+        return {
+            "epoch": got.epoch,
+            "values": got.as_dict(),
+            "alone_epochs": sorted({r.epoch for r in alone.values()}),
+            "direct": client._routes.direct_requests,
+            "via_driver": client._routes.driver_requests,
+            "hosts": sorted({h[0] for r in routes for h in r.hosts if h is not None}),
+        }
     finally:
         client.close()
 

@@ -1,9 +1,9 @@
 """The job of the bed's remote-access scenarios (tests/cluster/test_remote_access.py): a
 running sum per key whose state is queryable (``totals``), held at gates as the
 machine-loss job is (tests/cluster/fault_job.py), a checkpoint every epoch on S3, output
-discarded (the scenarios check the state itself)::
+discarded (the scenarios check the state itself); heap or RocksDB (incremental)::
 
-    streamstate run --master spark://MASTER:7077 -p 3 remote_job.py -- \\
+    streamstate run --master spark://MASTER:7077 -p 3 remote_job.py -- --backend rocksdb \\
         --checkpoints s3://bed/RUN/chk --gates s3://bed/RUN/gates --records 600 --gate 200
 """
 
@@ -17,6 +17,7 @@ from streamstate.common import Types
 from streamstate.datastream import (
     EmbeddedRocksDBStateBackend,
     ExternalizedCheckpointCleanup,
+    HashMapStateBackend,
     KeyedProcessFunction,
     StreamExecutionEnvironment,
 )
@@ -64,13 +65,18 @@ def main(argv: list[str]) -> None:
     p.add_argument("--gates", required=True)
     p.add_argument("--records", type=int, default=600)
     p.add_argument("--gate", type=int, action="append", default=[])
+    p.add_argument("--backend", choices=["hashmap", "rocksdb"], required=True)
     args = p.parse_args(argv)
     env = StreamExecutionEnvironment.get_execution_environment()
     env.enable_checkpointing(1)  # one per epoch
     cc = env.get_checkpoint_config()
     cc.set_checkpoint_storage_dir(args.checkpoints)
     cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
-    env.set_state_backend(EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=True))
+    env.set_state_backend(
+        EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=True)
+        if args.backend == "rocksdb"
+        else HashMapStateBackend()
+    )
     (
         env.from_collection(records(args.records))
         .key_by(lambda v: v[0], key_type=Types.STRING())

@@ -1,17 +1,20 @@
 """A job used from machines other than its driver's, and moved to another cluster, with
-its state in S3 only (tests/cluster/bed.py; the job: tests/cluster/remote_job.py).
+its state in S3 only (tests/cluster/bed.py; the job: tests/cluster/remote_job.py). One
+scenario in two steps, on the bed every test of tests/cluster shares, heap and RocksDB:
 
 1. A job on the ``driver`` machine (the bed's cluster, parallelism 3, RocksDB incremental
    checkpoints on S3) binds its REST and query servers to every interface with a token.
    From the ``client`` machine, while the job is held mid-epoch: ``streamstate list`` and
-   ``info``, the REST API (401 without the token), queryable state, the dashboard in
+   ``info``, the REST API (401 without the token), queryable state looked up at the query
+   hosts on the worker machines (the driver only hands out their route), the dashboard in
    headless Chromium; then ``streamstate savepoint`` to S3 and ``streamstate cancel``.
 2. A second Spark cluster (its own master and two worker machines) restores that savepoint
-   at parallelism 2 on a driver machine of its own; ``streamstate stop`` from yet another
-   machine ends it with a savepoint on S3, which the ``driver`` machine then reads back as
-   a DataFrame (State Processor API) and with ``streamstate state`` / ``describe`` /
-   ``checkpoints``: exactly the totals of a prefix of the input, past where the first
-   cluster stopped.
+   on the heap backend at parallelism 2 on a driver machine of its own, while the
+   ``client`` machine reads the savepoint as a DataFrame (State Processor API, its own
+   SparkSession). The restored job's state is queried from the ``client`` at its own query
+   hosts; ``streamstate stop`` from the ``driver`` machine ends it with a savepoint on S3,
+   which ``streamstate state`` / ``describe`` / ``checkpoints`` read there: exactly the
+   totals of a prefix of the input, past where the first cluster stopped.
 """
 
 from __future__ import annotations
@@ -29,15 +32,17 @@ import pytest
 
 from tests.cluster.bed import ROOT, SPARK_PORT, Bed
 from tests.cluster.checks import machine_paths_in_store
-from tests.cluster.remote_job import totals_after
+from tests.cluster.remote_job import KEYS, totals_after
 from tests.cluster.test_machine_loss import gate_holder, release, wait_for
 
 JOB = os.path.join(ROOT, "tests", "cluster", "remote_job.py")
 RUN = "remote"
-RECORDS = 240
-EPOCH_RECORDS = 20
+RECORDS = 120
+EPOCH_RECORDS = 15
 #: held here: the reads and the savepoint (first gate), the cancel (second), the stop (third)
-FIRST, SECOND, THIRD = 60, 120, 180
+FIRST, SECOND, THIRD = 30, 60, 90
+#: the first cluster's backend, and the one the second cluster restores its savepoint on
+FIRST_BACKEND, SECOND_BACKEND = "rocksdb", "hashmap"
 TOKEN = "bed-remote-token"
 #: every driver and reader of the deployment signs and checks checkpoints with this key
 SIGNING = {"STREAMSTATE_CHECKPOINT_KEY": "bed-deployment-signing-key"}
@@ -47,7 +52,9 @@ MASTER_UI = 8080
 found: dict[str, Any] = {}
 
 
-def run_command(bed: Bed, master: str, parallelism: int, restore: str | None) -> list[str]:
+def run_command(
+    bed: Bed, master: str, parallelism: int, backend: str, restore: str | None
+) -> list[str]:
     """``streamstate run`` of the job with its servers open to other machines."""
     defines = {
         "execution.epoch.max-records": str(EPOCH_RECORDS),
@@ -64,7 +71,7 @@ def run_command(bed: Bed, master: str, parallelism: int, restore: str | None) ->
         + (["--from-savepoint", restore] if restore else [])
         + [arg for k, v in defines.items() for arg in ("-D", f"{k}={v}")]
         + [JOB, "--", "--checkpoints", bed.s3_url(f"{RUN}/chk"), "--gates"]
-        + [bed.s3_url(f"{RUN}/gates"), "--records", str(RECORDS)]
+        + [bed.s3_url(f"{RUN}/gates"), "--records", str(RECORDS), "--backend", backend]
         + [arg for g in (FIRST, SECOND, THIRD) for arg in ("--gate", str(g))]
     )
 
@@ -97,6 +104,26 @@ def served_at(bed: Bed, machine: str, log_name: str, driver: subprocess.Popen[by
     return m.group(1), m.group(2), m.group(3), m.group(4)
 
 
+def queried(bed: Bed, queryable: str, job_id: str, workers: set[str]) -> int:
+    """Every key's total looked up from the ``client`` machine, each lookup answered by a
+    query host on one of the ``workers`` (addresses); the count of first records the
+    totals are of."""
+    got = result(
+        bed.run(
+            "client",
+            ["python", "-m", "tests.cluster.remote_client", "query", queryable, TOKEN, job_id],
+            120,
+        )
+    )
+    # the driver checked the token and named the hosts; the hosts answered every lookup
+    assert (got["direct"], got["via_driver"]) == (1 + KEYS, 0), got
+    assert got["hosts"] and {h.rsplit(":", 1)[0] for h in got["hosts"]} <= workers, got
+    as_of = prefix_of(got["values"])
+    # one consistent epoch's values: the totals of the records before some epoch end
+    assert as_of is not None and as_of % EPOCH_RECORDS == 0, got
+    return as_of
+
+
 def held(bed: Bed, value: int, driver: subprocess.Popen[bytes], machine: str) -> str:
     fs = bed.s3fs()
 
@@ -120,7 +147,11 @@ class Cluster:
 
     bed: Bed
     master: str
-    workers: int
+    worker_names: list[str]
+
+    @property
+    def workers(self) -> int:
+        return len(self.worker_names)
 
     @property
     def url(self) -> str:
@@ -156,7 +187,7 @@ def second_cluster(bed: Bed) -> Iterator[Cluster]:
     try:
         for name in names:
             bed.add_machine(name)
-        cluster = Cluster(bed, names[0], len(names) - 1)
+        cluster = Cluster(bed, names[0], names[1:])
         master = bed.machines[cluster.master].address
         bed.spawn(
             cluster.master,
@@ -183,7 +214,9 @@ def test_a_job_is_watched_and_steered_from_another_machine(bed, second_cluster):
     """Step 1 (see the module docstring)."""
     fs = bed.s3fs()
     driver_address = bed.machines["driver"].address
-    driver = bed.spawn("driver", run_command(bed, bed.spark_master, 3, None), "job", SIGNING)
+    driver = bed.spawn(
+        "driver", run_command(bed, bed.spark_master, 3, FIRST_BACKEND, None), "job", SIGNING
+    )
     try:
         job_id, address, reach, queryable = served_at(bed, "driver", "job", driver)
         # addresses others can use, and the line says they can
@@ -209,17 +242,8 @@ def test_a_job_is_watched_and_steered_from_another_machine(bed, second_cluster):
         refused = bed.run("client", ["streamstate", "list", "--address", address], 60)
         assert refused.returncode != 0 and "token" in refused.stderr.lower(), refused
 
-        got = result(
-            bed.run(
-                "client",
-                ["python", "-m", "tests.cluster.remote_client", "query"]
-                + [queryable, TOKEN, job_id],
-                120,
-            )
-        )
-        as_of = prefix_of(got["values"])
-        # one consistent epoch's values: the totals of the records before some epoch end
-        assert as_of is not None and 0 < as_of <= FIRST and as_of % EPOCH_RECORDS == 0, got
+        workers = {m.address for m in bed.workers}
+        assert 0 < queried(bed, queryable, job_id, workers) <= FIRST
 
         got = result(
             bed.run(
@@ -271,13 +295,22 @@ def test_a_savepoint_in_s3_restores_on_another_cluster_and_reads_back(bed, secon
         pytest.skip("step 1 took no savepoint")
     fs = bed.s3fs()
     bed.add_machine("c2-driver")
-    driver = bed.spawn(
-        "c2-driver", run_command(bed, second_cluster.wait(), 2, savepoint), "job", SIGNING
+    command = run_command(bed, second_cluster.wait(), 2, SECOND_BACKEND, savepoint)
+    driver = bed.spawn("c2-driver", command, "job", SIGNING)
+    # meanwhile the client machine reads the savepoint as a DataFrame of its own Spark
+    reader = bed.spawn(
+        "client",
+        ["python", "-m", "tests.cluster.remote_client", "read-state", savepoint],
+        "read-state",
+        SIGNING,
     )
     try:
-        job_id, address, _, _ = served_at(bed, "c2-driver", "job", driver)
+        job_id, address, _, queryable = served_at(bed, "c2-driver", "job", driver)
         assert address.startswith(f"http://{bed.machines['c2-driver'].address}:")
         held(bed, THIRD, driver, "c2-driver")
+        # the restored job's state, at the second cluster's query hosts
+        c2_workers = {bed.machines[n].address for n in second_cluster.worker_names}
+        assert FIRST < queried(bed, queryable, job_id, c2_workers) <= THIRD
         # stopped with a savepoint from the first cluster's driver machine
         stop = bed.spawn(
             "driver",
@@ -289,30 +322,28 @@ def test_a_savepoint_in_s3_restores_on_another_cluster_and_reads_back(bed, secon
         assert stop.wait(300) == 0, bed.log("driver", "stop")
         stopped = bed.log("driver", "stop").split("Savepoint completed. Path: ", 1)[1].split()[0]
         assert driver.wait(300) == 0, bed.log("c2-driver", "job")[-6000:]
+        assert reader.wait(300) == 0, bed.log("client", "read-state")[-6000:]
     finally:
         release(fs, RUN, THIRD)
-        if driver.poll() is None:
-            driver.kill()
+        for proc in (driver, reader):
+            if proc.poll() is None:
+                proc.kill()
         bed.lose("c2-driver")
 
-    # read back on the driver machine of the first cluster: a DataFrame of its own Spark
-    got = result(
-        bed.run(
-            "driver",
-            ["python", "-m", "tests.cluster.remote_client", "read-state", stopped],
-            300,
-            SIGNING,
-        )
-    )
-    upto = prefix_of(got["totals"])
+    # the first cluster's savepoint (RocksDB) as a DataFrame: the totals of an exact prefix,
+    # past the first gate, where the savepoint was asked
+    read = json.loads(bed.log("client", "read-state").split("RESULT ", 1)[1].splitlines()[0])
+    saved = prefix_of(read["totals"])
+    assert saved is not None and FIRST < saved <= SECOND, read
+
+    # the stop savepoint of the second cluster (heap, parallelism 2) read with the CLI there
+    rows = cli(bed, "driver", "state", stopped, "--operator", "sums", "--state", "total", "--json")
+    totals = dict(json.loads(line) for line in rows.splitlines())
+    upto = prefix_of(totals)
     # exactly the totals of the first `upto` records: each once, none lost in the move;
     # past the third gate, so the second cluster did the work after the savepoint
-    assert upto is not None and THIRD < upto <= RECORDS, got
-    print(f"restored at parallelism 2 on the second cluster; stopped after {upto} records")
-
-    # the CLI reads the same from S3 on that machine
-    rows = cli(bed, "driver", "state", stopped, "--operator", "sums", "--state", "total", "--json")
-    assert dict(json.loads(line) for line in rows.splitlines()) == got["totals"]
+    assert upto is not None and THIRD < upto <= RECORDS, totals
+    print(f"saved after {saved} records; restored on the second cluster, stopped after {upto}")
     described = json.loads(cli(bed, "driver", "describe", stopped, "--json"))
     assert described["is_savepoint"] and described["operators"]["sums"]["parallelism"] == 2
     listed = json.loads(cli(bed, "driver", "checkpoints", bed.s3_url(f"{RUN}/chk"), "--json"))
