@@ -3,14 +3,16 @@
 Each machine is a Linux network namespace with its own address on a bridge, plus its own
 mount, UTS and PID namespaces, entered through one init process (PID 1 of the machine):
 
-- ``/tmp``, ``/home`` (``HOME`` is ``/home/streamstate``) and ``/etc/hosts`` are private
-  bind mounts of the machine's own directory (``<bed>/<machine>/{tmp,home}``); Spark's local and work dirs, subtask
-  hosts' sockets and RocksDB directories live under its ``/tmp``, the job registry under
-  its home. The installed code (this checkout and its ``.venv``) is the same everywhere,
+- ``/tmp``, ``/var/tmp``, ``/home`` (``HOME`` is ``/home/streamstate``) and ``/etc/hosts``
+  are private bind mounts of the machine's own directory (``<bed>/<machine>/{tmp,var-tmp,
+  home}``), ``/dev/shm`` a tmpfs of its own; Spark's local and work dirs, subtask hosts'
+  sockets and RocksDB directories live under its ``/tmp``, the job registry under its home. The installed code (this checkout and its ``.venv``) is the same everywhere,
   as on machines provisioned from one image.
 - The hostname is the machine's name, resolved through the bed's ``/etc/hosts``.
 - Losing a machine (:meth:`Bed.lose`) kills its init: the kernel kills every process of
-  its PID namespace; then its disk (the machine's directory) is wiped.
+  its PID namespace; then its disk (the machine's directory) is wiped. Cutting it
+  (:meth:`Bed.cut`) takes its network link down and leaves every process running: a
+  machine that falls silent.
 
 The only shared storage is an S3 API object store: SeaweedFS (tests/support/seaweed.py) on
 the bridge's own address, outside every machine. The machines: ``master`` (Spark's
@@ -111,6 +113,8 @@ class Machine:
     root: str
     #: host pid of the machine's PID 1 (killing it kills every process of the machine)
     init_pid: int = 0
+    #: its network link is down (:meth:`Bed.cut`): running, but no one reaches it
+    cut: bool = False
 
     @property
     def tmp(self) -> str:
@@ -121,6 +125,11 @@ class Machine:
     def home(self) -> str:
         """The host path of the machine's ``/home`` (its ``HOME`` is ``streamstate`` in it)."""
         return os.path.join(self.root, "home")
+
+    @property
+    def var_tmp(self) -> str:
+        """The host path of the machine's ``/var/tmp``."""
+        return os.path.join(self.root, "var-tmp")
 
 
 @dataclass
@@ -150,8 +159,11 @@ class Bed:
 
     @property
     def workers(self) -> list[Machine]:
-        """The worker machines that are running (a lost one is left out)."""
-        return [m for m in self.machines.values() if m.name.startswith("w") and m.init_pid]
+        """The worker machines that are running and reachable (a lost or cut one is left
+        out)."""
+        return [
+            m for m in self.machines.values() if m.name.startswith("w") and m.init_pid and not m.cut
+        ]
 
     def s3_url(self, path: str) -> str:
         return f"s3://{BUCKET}/{path.lstrip('/')}"
@@ -248,9 +260,11 @@ class Bed:
     def start_machine(self, name: str) -> None:
         """Create (or re-create, after :meth:`lose`) the machine's namespaces and disk."""
         m = self.machines[name]
-        for d in (m.tmp, os.path.join(m.home, "streamstate")):
+        for d in (m.tmp, m.var_tmp, os.path.join(m.home, "streamstate")):
             os.makedirs(d, exist_ok=True)
         os.chmod(m.tmp, 0o1777)
+        os.chmod(m.var_tmp, 0o1777)
+        m.cut = False
         hosts = self._hosts_file()
         veth = f"ssb{self.slot}v{m.index}"
         _sh("ip", "netns", "del", m.netns, check=False)
@@ -275,7 +289,8 @@ class Bed:
         script = (
             # /tmp last: the other sources are under the host's /tmp
             f"hostname {m.name} && mount --bind {hosts} /etc/hosts"
-            f" && mount --bind {m.home} /home{code}"
+            f" && mount --bind {m.home} /home && mount --bind {m.var_tmp} /var/tmp"
+            f" && mount -t tmpfs -o mode=1777,size=1g tmpfs /dev/shm{code}"
             f" && mount --rbind {m.tmp} /tmp && exec sleep infinity"
         )
         init = subprocess.Popen(
@@ -297,6 +312,14 @@ class Bed:
                 break
             time.sleep(0.05)
         raise BedError(f"machine {name} did not start: see {self.root}/{name}-init.log")
+
+    def cut(self, name: str) -> None:
+        """The machine falls silent: its network link goes down, every process on it keeps
+        running and nothing tells anyone (:meth:`lose` ends it later)."""
+        m = self.machines[name]
+        _sh("ip", "netns", "exec", m.netns, "ip", "link", "set", "eth0", "down")
+        m.cut = True
+        self.save()
 
     def lose(self, name: str) -> None:
         """The machine is lost: every process on it killed, its disk wiped, its network gone."""

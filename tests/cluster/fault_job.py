@@ -82,16 +82,22 @@ def records(args: argparse.Namespace) -> list[tuple[str, int]]:
     return [(f"k{i % args.keys}", i) for i in range(args.records)]
 
 
-def build(env: StreamExecutionEnvironment, args: argparse.Namespace) -> None:
+def checkpoint_every_epoch(env: StreamExecutionEnvironment, checkpoints: str, backend: str) -> None:
+    """A checkpoint every epoch in ``checkpoints`` (kept when the job is cancelled), the
+    state on ``backend``: ``hashmap`` (heap) or ``rocksdb`` (incremental checkpoints)."""
     env.enable_checkpointing(1)  # one per epoch
     cc = env.get_checkpoint_config()
-    cc.set_checkpoint_storage_dir(args.checkpoints)
+    cc.set_checkpoint_storage_dir(checkpoints)
     cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
     env.set_state_backend(
         EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=True)
-        if args.backend == "rocksdb"
+        if backend == "rocksdb"
         else HashMapStateBackend()
     )
+
+
+def build(env: StreamExecutionEnvironment, args: argparse.Namespace) -> None:
+    checkpoint_every_epoch(env, args.checkpoints, args.backend)
     (
         env.from_collection(records(args))
         .key_by(lambda v: v[0])

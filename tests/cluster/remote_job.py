@@ -15,15 +15,12 @@ from typing import Any
 
 from streamstate.common import Types
 from streamstate.datastream import (
-    EmbeddedRocksDBStateBackend,
-    ExternalizedCheckpointCleanup,
-    HashMapStateBackend,
     KeyedProcessFunction,
     StreamExecutionEnvironment,
 )
 from streamstate.datastream.connectors.collect import DiscardingSink
 from streamstate.datastream.state import ValueStateDescriptor
-from tests.cluster.fault_job import gate_reached
+from tests.cluster.fault_job import checkpoint_every_epoch, gate_reached
 
 KEYS = 12
 #: the keyed state: ``total`` of operator ``sums``, queryable as ``totals``
@@ -68,15 +65,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--backend", choices=["hashmap", "rocksdb"], required=True)
     args = p.parse_args(argv)
     env = StreamExecutionEnvironment.get_execution_environment()
-    env.enable_checkpointing(1)  # one per epoch
-    cc = env.get_checkpoint_config()
-    cc.set_checkpoint_storage_dir(args.checkpoints)
-    cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
-    env.set_state_backend(
-        EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=True)
-        if args.backend == "rocksdb"
-        else HashMapStateBackend()
-    )
+    checkpoint_every_epoch(env, args.checkpoints, args.backend)
     (
         env.from_collection(records(args.records))
         .key_by(lambda v: v[0], key_type=Types.STRING())
