@@ -60,6 +60,8 @@ def job_command(bed: Bed, run: str, backend: str, restore: bool = False) -> list
         "spark.executor.heartbeatInterval": "2s",
         "spark.storage.blockManagerHeartbeatTimeoutMs": "20000",
         "spark.network.timeoutInterval": "2s",
+        # ... and a shuffle fetch from it gives up connecting after 20 s (default 120 s)
+        "spark.shuffle.io.connectionTimeout": "20s",
     }
     return (
         ["streamstate", "run", "--master", bed.spark_master, "-p", "3"]
