@@ -62,7 +62,7 @@ from streamstate.runtime.queryable.direct import (
 )
 from streamstate.runtime.queryable.process import PROCESS
 from streamstate.runtime.queryable.serving import ServingCache, ServingSnapshot, StaleSnapshot
-from streamstate.runtime.runtime_dir import runtime_dir
+from streamstate.runtime.runtime_dir import remove_empty, runtime_dir
 from streamstate.runtime.subtask_host import (
     DEFAULT_IDLE_TIMEOUT_S,
     child_env,
@@ -239,6 +239,7 @@ def stop_query_host(job_id: str) -> list[int]:
             pass
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+    remove_empty(os.path.dirname(path))  # the application's dir, when it was the last file
     return [stopped]
 
 
@@ -361,6 +362,8 @@ class QueryHost:
         if got is not None and got[0] == os.getpid():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
+            # as every host does: the application's dir goes with the last one to leave
+            remove_empty(os.path.dirname(self.path))
         for cache in list(self.caches.values()):
             with contextlib.suppress(Exception):  # disposing copies is best effort at exit
                 cache.clear()
