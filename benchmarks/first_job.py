@@ -43,25 +43,19 @@ import tempfile
 import time
 from pathlib import Path
 
-JOB = r"""
+from tests.support.job_scripts import CLI, COUNT_PER_KEY, cli_env, job_script
+
+JOB = (
+    r"""
 import json, os, sys, time
 T0 = float(os.environ["FIRST_JOB_T0"])
 stamps = {"imports": None}
-from streamstate.common import Types
-from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
-from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.runtime.job_status import JobObserver
 from streamstate.spark.session import get_or_create_spark
+"""
+    + COUNT_PER_KEY
+    + r"""
 stamps["imports"] = time.time() - T0
-
-
-class CountPerKey(KeyedProcessFunction):
-    def open(self, ctx):
-        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
-
-    def process_element(self, value, ctx):
-        self.count.update((self.count.value() or 0) + 1)
-        yield value, self.count.value()
 
 
 class Stamps(JobObserver):
@@ -83,6 +77,7 @@ env.execute("count-per-key")
 stamps["executed"] = time.time() - T0
 print("STAMPS " + json.dumps(stamps), file=sys.stderr)
 """
+)
 
 #: where the appcds variant's archive is (made by :func:`_make_archive`)
 ARCHIVE = "driver.jsa"
@@ -118,18 +113,14 @@ def _phases(stamps: dict[str, float], total: float) -> dict[str, float]:
 
 
 def _run(options: list[str], work: Path) -> tuple[subprocess.CompletedProcess[str], float, float]:
-    job = work / "job.py"
-    job.write_text(JOB)
-    cli = str(Path(sys.executable).parent / "streamstate")
-    env = dict(os.environ)
-    env.pop("STREAMSTATE_CONF", None)
-    env["STREAMSTATE_HOME"] = str(work / "home")  # a cold start: no warm local server
+    job = job_script(work, JOB)
+    env = cli_env(STREAMSTATE_HOME=str(work / "home"))  # a cold start: no warm local server
     options = [o.replace("{work}", str(work)) for o in options]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     env["FIRST_JOB_T0"] = repr(t0)
     proc = subprocess.run(
-        [cli, "run", *options, str(job), "a", "b", "a"],
+        [CLI, "run", *options, str(job), "a", "b", "a"],
         capture_output=True,
         text=True,
         env=env,

@@ -27,7 +27,6 @@ import json
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from streamstate.testing import TickingClock
 from tests.faults import crash_job
 from tests.support import envs
 from tests.support.files import committed_lines
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -230,7 +230,10 @@ def test_a_host_killed_at_any_phase_of_an_epoch_changes_no_output(
     join_host_stoppers()
     hosts = [(m["pid"], m["start"]) for m in hosts_of(markers)]
     assert len(hosts) > 4  # the killed ones and their replacements
-    deadline = time.monotonic() + END_WAIT_S
-    while alive := [p for p, s in hosts if running(p) and start_time(p) == s]:
-        assert time.monotonic() < deadline, f"hosts of the finished job still alive: {alive}"
-        time.sleep(0.05)
+
+    def alive() -> list[int]:
+        return [p for p, s in hosts if running(p) and start_time(p) == s]
+
+    wait_until(
+        lambda: not alive(), END_WAIT_S, lambda: f"hosts of the finished job alive: {alive()}"
+    )

@@ -29,6 +29,7 @@ import pytest
 from streamstate.runtime import runtime_dir
 from streamstate.runtime.host_owner import running, start_time
 from tests.integration.test_subtask_hosts import count_job
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -123,14 +124,19 @@ def markers_of(directory: Path, kind: str) -> list[dict]:
 def wait_until_ended(processes: list[tuple[int, int]], directories: set[str]) -> float:
     """Seconds until every ``(pid, start time)`` ended and every directory is gone."""
     began = time.monotonic()
-    while True:
-        alive = [p for p, s in processes if running(p) and start_time(p) == s]
-        left = [d for d in directories if os.path.exists(d)]
-        if not alive and not left:
-            return time.monotonic() - began
-        if time.monotonic() - began > END_WAIT_S:
-            pytest.fail(f"{END_WAIT_S:.0f} s after the application ended: alive {alive}, {left}")
-        time.sleep(0.05)
+
+    def alive() -> list[int]:
+        return [p for p, s in processes if running(p) and start_time(p) == s]
+
+    def left() -> list[str]:
+        return [d for d in directories if os.path.exists(d)]
+
+    wait_until(
+        lambda: not alive() and not left(),
+        END_WAIT_S,
+        lambda: f"after the application ended: alive {alive()}, {left()}",
+    )
+    return time.monotonic() - began
 
 
 @pytest.mark.parametrize("end", ["driver-exits", "driver-sigkilled"])
@@ -151,12 +157,13 @@ def test_no_host_or_zygote_outlives_its_application(tmp_path, end):
             assert proc.returncode == 0, stderr[-4000:]
             assert 'RESULT {"records": 100}' in stdout
         else:
-            deadline = time.monotonic() + APP_TIMEOUT_S
-            # both keyed subtasks' hosts and the machine's query host are up
-            while len(markers_of(markers, "host")) < 2 or not markers_of(markers, "query"):
+
+            def hosts_up() -> bool:
+                # both keyed subtasks' hosts and the machine's query host are up
                 assert proc.poll() is None, proc.stderr.read()[-4000:]
-                assert time.monotonic() < deadline, "the hosts never started"
-                time.sleep(0.05)
+                return len(markers_of(markers, "host")) >= 2 and bool(markers_of(markers, "query"))
+
+            wait_until(hosts_up, APP_TIMEOUT_S, "the hosts never started")
             proc.send_signal(signal.SIGKILL)
             proc.wait()
     finally:

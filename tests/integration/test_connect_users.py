@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -25,29 +24,19 @@ from streamstate.common import Types
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.errors import CorruptCheckpointError
 from streamstate.runtime.state_reader import read_keyed_state
+from tests.support.job_scripts import CLI, COUNT_PER_KEY
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI = os.path.join(os.path.dirname(sys.executable), "streamstate")
 
-JOB = """
+JOB = (
+    COUNT_PER_KEY
+    + """
 import sys
 
-from streamstate.common import Configuration, Types
-from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from streamstate.common import Configuration
 from streamstate.datastream.checkpoint_config import ExternalizedCheckpointRetention
-from streamstate.datastream.state import ValueStateDescriptor
-
-
-class CountPerKey(KeyedProcessFunction):
-    def open(self, ctx):
-        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
-
-    def process_element(self, value, ctx):
-        self.count.update((self.count.value() or 0) + 1)
-        yield value, self.count.value()
-
 
 conf = Configuration().set_string("execution.epoch.max-records", "40")
 env = StreamExecutionEnvironment.get_execution_environment(conf)
@@ -60,6 +49,7 @@ words = env.from_collection(sys.argv[2:], Types.STRING())
 words.key_by(lambda w: w).process(CountPerKey()).uid("counter").print()
 env.execute("count-per-key")
 """
+)
 
 WORDS = {
     "alice": [f"k{i % 5}" for i in range(170)],

@@ -9,38 +9,25 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.job_scripts import CLI, COUNT_PER_KEY, cli_env, job_script
+
 pytestmark = pytest.mark.spark
 
-BIN = Path(sys.executable).parent
-STREAMSTATE = str(BIN / "streamstate")
-
-COUNT_JOB = """
-import sys
-from streamstate.common import Types
-from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
-from streamstate.datastream.state import ValueStateDescriptor
-
-
-class CountPerKey(KeyedProcessFunction):
-    def open(self, ctx):
-        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
-
-    def process_element(self, value, ctx):
-        self.count.update((self.count.value() or 0) + 1)
-        yield value, self.count.value()
-
-
+COUNT_JOB = (
+    "import sys\n"
+    + COUNT_PER_KEY
+    + """
 env = StreamExecutionEnvironment.get_execution_environment()
 words = env.from_collection(sys.argv[1:], Types.STRING())
 words.key_by(lambda w: w).process(CountPerKey()).print()
 env.execute("count-per-key")
 """
+)
 
 FAILING_JOB = """
 import sys
@@ -96,19 +83,6 @@ env.execute("held")
 """
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("STREAMSTATE_CONF", None)
-    env.update(extra)
-    return env
-
-
-def _script(tmp_path: Path, name: str, text: str) -> Path:
-    p = tmp_path / name
-    p.write_text(textwrap.dedent(text))
-    return p
-
-
 def _not_the_jobs(stdout: str, stderr: str, job_lines: set[str]) -> list[str]:
     """The lines streamstate (or Spark, or the JVM) printed, besides the job's output."""
     lines = [ln for ln in (stdout + "\n" + stderr).splitlines() if ln.strip()]
@@ -116,14 +90,14 @@ def _not_the_jobs(stdout: str, stderr: str, job_lines: set[str]) -> list[str]:
 
 
 def test_a_three_record_job_prints_at_most_3_lines_besides_its_output(tmp_path):
-    job = _script(tmp_path, "job.py", COUNT_JOB)
+    job = job_script(tmp_path, COUNT_JOB)
     proc = subprocess.run(
-        [STREAMSTATE, "run", job, "a", "b", "a"],
+        [CLI, "run", job, "a", "b", "a"],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=tmp_path,
-        env=_env(),
+        env=cli_env(),
     )
     assert proc.returncode == 0, proc.stderr
     output = {"1> ('b', 1)", "2> ('a', 1)", "2> ('a', 2)"}
@@ -137,15 +111,15 @@ def test_a_three_record_job_prints_at_most_3_lines_besides_its_output(tmp_path):
 
 
 def test_a_failing_job_prints_at_most_10_lines_naming_the_users_frame(tmp_path):
-    job = _script(tmp_path, "job.py", FAILING_JOB)
+    job = job_script(tmp_path, FAILING_JOB)
     proc = subprocess.run(
-        [STREAMSTATE, "run", job], capture_output=True, text=True, timeout=600, env=_env()
+        [CLI, "run", job], capture_output=True, text=True, timeout=600, env=cli_env()
     )
     assert proc.returncode == 2, proc.stderr
     extra = _not_the_jobs(proc.stdout, proc.stderr, {"1> a", "2> a", "1> 'a'", "2> 'a'"})
     assert len(extra) <= 10, "\n".join(extra)
     text = "\n".join(extra)
-    assert f'File "{job}", line ' in text and "raise BadWord(f\"bad word {word!r}\")" in text
+    assert f'File "{job}", line ' in text and 'raise BadWord(f"bad word {word!r}")' in text
     assert "BadWord: bad word 'b'" in text
     assert "host_process.py" not in text and "pyspark" not in text  # our frames: not shown
     assert extra[-1].startswith("streamstate run: JobExecutionError: job 'fails'")
@@ -161,11 +135,11 @@ def test_a_failing_job_prints_at_most_10_lines_naming_the_users_frame(tmp_path):
 def test_a_bad_restore_is_one_line_and_nothing_else(tmp_path, options, said):
     """`streamstate run --from-checkpoint /missing job.py`: the error line alone (no job
     address, no FAILED progress line); the option after the job file: refused, one line."""
-    job = _script(tmp_path, "job.py", COUNT_JOB)
+    job = job_script(tmp_path, COUNT_JOB)
     missing = tmp_path / "missing"
     argv = [o.format(job=job, missing=missing) for o in options]
     proc = subprocess.run(
-        [STREAMSTATE, "run", *argv], capture_output=True, text=True, timeout=600, env=_env()
+        [CLI, "run", *argv], capture_output=True, text=True, timeout=600, env=cli_env()
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
@@ -174,22 +148,22 @@ def test_a_bad_restore_is_one_line_and_nothing_else(tmp_path, options, said):
 
 
 def test_an_exception_class_of_the_job_script_keeps_its_type(tmp_path):
-    job = _script(tmp_path, "job.py", FAILING_JOB)
-    for command in ([sys.executable, job, "catch"], [STREAMSTATE, "run", "-q", job, "catch"]):
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_env())
+    job = job_script(tmp_path, FAILING_JOB)
+    for command in ([sys.executable, job, "catch"], [CLI, "run", "-q", job, "catch"]):
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=cli_env())
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "caught BadWord True" in proc.stdout, proc.stdout
 
 
 def _start_held(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
-    job = _script(tmp_path, "job.py", HELD_JOB)
+    job = job_script(tmp_path, HELD_JOB)
     hold = tmp_path / "hold"
     proc = subprocess.Popen(
-        [STREAMSTATE, "run", job, str(hold)],
+        [CLI, "run", job, str(hold)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env=cli_env(),
     )
     started = Path(str(hold) + ".started")
     while not started.exists():  # the epoch is running, held in the user's function
@@ -255,11 +229,13 @@ def test_a_users_own_session_without_pyspark_python_says_what_to_set(tmp_path):
     probe = subprocess.run(["python3", "-c", "import streamstate"], capture_output=True)
     if probe.returncode == 0:
         pytest.skip("the PATH's python3 has streamstate: no interpreter without it here")
-    job = _script(tmp_path, "job.py", OWN_SESSION_JOB)
+    job = job_script(tmp_path, OWN_SESSION_JOB)
     path = os.pathsep.join(
-        p for p in os.environ["PATH"].split(os.pathsep) if Path(p).resolve() != BIN.resolve()
+        p
+        for p in os.environ["PATH"].split(os.pathsep)
+        if Path(p).resolve() != Path(CLI).parent.resolve()
     )
-    env = _env(PATH=path)
+    env = cli_env(PATH=path)
     for var in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV"):
         env.pop(var, None)
     savepoint = _a_checkpoint(tmp_path)
@@ -289,10 +265,10 @@ def test_a_users_own_session_without_pyspark_python_says_what_to_set(tmp_path):
 def _a_checkpoint(tmp_path: Path) -> str:
     """A retained checkpoint, written by the in-process runner."""
     chk = tmp_path / "chk"
-    job = _script(tmp_path, "count.py", COUNT_JOB)
+    job = job_script(tmp_path, COUNT_JOB, "count.py")
     proc = subprocess.run(
         [
-            STREAMSTATE,
+            CLI,
             "run",
             "-q",
             "-D",
@@ -309,7 +285,7 @@ def _a_checkpoint(tmp_path: Path) -> str:
         capture_output=True,
         text=True,
         timeout=300,
-        env=_env(),
+        env=cli_env(),
     )
     assert proc.returncode == 0, proc.stderr
     (chk_dir,) = chk.glob("*/chk-*")
@@ -352,9 +328,9 @@ spark.sparkContext.parallelize(["c", "d"], 2).map(slow).collect()  # the session
 def test_sparks_console_progress_is_off_while_the_jobs_progress_shows(tmp_path):
     """A user's own session with Spark's console progress bar on: no Spark bar while the
     job runs (its own progress line shows), and the session's bar is back after it."""
-    job = _script(tmp_path, "job.py", CONSOLE_PROGRESS_JOB)
+    job = job_script(tmp_path, CONSOLE_PROGRESS_JOB)
     proc = subprocess.run(
-        [sys.executable, job], capture_output=True, text=True, timeout=600, env=_env()
+        [sys.executable, job], capture_output=True, text=True, timeout=600, env=cli_env()
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     during, after = proc.stderr.split("JOB ENDED\n")

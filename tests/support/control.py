@@ -10,12 +10,19 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from streamstate.control.registry import list_jobs
+from streamstate.datastream.connectors.collect import DiscardingSink
+from streamstate.errors import JobExecutionError
 from streamstate.runtime.job_status import EpochStats, JobObserver
+from streamstate.testing import TickingClock
+from tests.support import envs
 
-__all__ = ["FailOnce", "Gate", "cli", "http"]
+__all__ = ["FailOnce", "Gate", "cli", "http", "record_of", "running_job", "start_job"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -102,3 +109,52 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         cwd=ROOT,
         env=dict(os.environ),
     )
+
+
+#: the REST tests' job input: 100 epochs of 20 records over 5 keys
+DATA = [(f"k{i % 5}", i) for i in range(2000)]
+
+
+def start_job(
+    tmp_path: Path, gate: Gate, fail_at: int | None = None, clock: Any = None, **conf: str
+) -> Any:
+    """A keyed sum over ``DATA`` (in-process runner, parallelism 2, a checkpoint every
+    epoch, REST on), held by ``gate``; ``fail_at`` fails record ``fail_at`` once."""
+    env = envs.make_env(
+        2,
+        max_records=20,
+        restarts=2,
+        conf={"execution.checkpointing.savepoint-dir": str(tmp_path / "sp"), **conf},
+    )
+    env.set_clock(clock or TickingClock())
+    env.enable_checkpointing(1)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
+    ds = env.from_collection(DATA).key_by(lambda v: v[0])
+    if fail_at is not None:
+        ds = ds.map(FailOnce(tmp_path / "failed", fail_at)).uid("fail-once").key_by(lambda v: v[0])
+    ds.reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sum").sink_to(DiscardingSink())
+    env.add_job_observer(gate)
+    return env.execute_async("rest-test")
+
+
+def record_of(job_id: str) -> Any:
+    """The job registry's record of a running job (its REST address and token)."""
+    (rec,) = [r for r in list_jobs() if r.job_id == job_id]
+    return rec
+
+
+@contextmanager
+def running_job(tmp_path: Path) -> Iterator[tuple[Any, Gate, Any]]:
+    """``(client, gate, registry record)`` of a job held at epoch 3; cancelled at the end."""
+    gate = Gate(3)
+    client = start_job(tmp_path, gate)
+    gate.wait()
+    try:
+        yield client, gate, record_of(client.get_job_id())
+    finally:
+        gate.release()
+        client.cancel()
+        try:
+            client.get_job_execution_result().result(60)
+        except JobExecutionError:
+            pass

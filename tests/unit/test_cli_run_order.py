@@ -4,45 +4,28 @@ restore says so, and a bad restore path is one line (in-process runner, no Spark
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 
 from streamstate.cli.main import main
+from tests.support.job_scripts import COUNT_PER_KEY, job_script
 
-JOB = textwrap.dedent(
-    """
-    import json
-    import sys
-
-    from streamstate.common import Types
-    from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
-    from streamstate.datastream.state import ValueStateDescriptor
-
-
-    class CountPerKey(KeyedProcessFunction):
-        def open(self, ctx):
-            self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
-
-        def process_element(self, value, ctx):
-            self.count.update((self.count.value() or 0) + 1)
-            yield value, self.count.value()
-
-
-    env = StreamExecutionEnvironment.get_execution_environment()
-    words = env.from_collection(sys.argv[2:], Types.STRING())
-    out = list(words.key_by(lambda w: w).process(CountPerKey()).uid("c").execute_and_collect())
-    with open(sys.argv[1], "w") as f:
-        json.dump(sorted(out), f)
-    """
+JOB = (
+    "import json\nimport sys\n"
+    + COUNT_PER_KEY
+    + """
+env = StreamExecutionEnvironment.get_execution_environment()
+words = env.from_collection(sys.argv[2:], Types.STRING())
+out = list(words.key_by(lambda w: w).process(CountPerKey()).uid("c").execute_and_collect())
+with open(sys.argv[1], "w") as f:
+    json.dump(sorted(out), f)
+"""
 )
 
 
 @pytest.fixture
 def job(tmp_path):
-    p = tmp_path / "job.py"
-    p.write_text(JOB)
-    return p
+    return job_script(tmp_path, JOB)
 
 
 def _conf(chk):
@@ -121,8 +104,8 @@ def test_a_restored_job_says_so_and_its_state_goes_on(tmp_path, job, capsys):
     assert json.loads((tmp_path / "2.json").read_text()) == [["a", 3], ["c", 1]]
     restored = [ln for ln in err.splitlines() if "restored from" in ln]
     assert len(restored) == 1, err
-    assert f"restored from checkpoint 1 of job {first_job} (file://{chk}/{first_job}" in (
-        restored[0]
+    assert (
+        f"restored from checkpoint 1 of job {first_job} (file://{chk}/{first_job}" in (restored[0])
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,51 +15,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamstate.common import JobStatus
 from streamstate.control.registry import list_jobs, registry_dir
 from streamstate.datastream.connectors.collect import DiscardingSink
-from streamstate.errors import ConfigurationError, JobExecutionError
+from streamstate.errors import ConfigurationError
 from streamstate.testing import TickingClock
 from tests.support import envs
-from tests.support.control import FailOnce, Gate, cli, http
-
-DATA = [(f"k{i % 5}", i) for i in range(2000)]  # 100 epochs of 20
-
-
-def start(
-    tmp_path: Path, gate: Gate, fail_at: int | None = None, clock: Any = None, **conf: str
-) -> Any:
-    env = envs.make_env(
-        2,
-        max_records=20,
-        restarts=2,
-        conf={"execution.checkpointing.savepoint-dir": str(tmp_path / "sp"), **conf},
-    )
-    env.set_clock(clock or TickingClock())
-    env.enable_checkpointing(1)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    ds = env.from_collection(DATA).key_by(lambda v: v[0])
-    if fail_at is not None:
-        ds = ds.map(FailOnce(tmp_path / "failed", fail_at)).uid("fail-once").key_by(lambda v: v[0])
-    ds.reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sum").sink_to(DiscardingSink())
-    env.add_job_observer(gate)
-    return env.execute_async("rest-test")
-
-
-def record_of(job_id: str) -> Any:
-    (rec,) = [r for r in list_jobs() if r.job_id == job_id]
-    return rec
+from tests.support.control import Gate, cli, http, record_of, running_job, start_job
 
 
 @pytest.fixture
-def running(tmp_path: Path) -> Any:
-    gate = Gate(3)
-    client = start(tmp_path, gate)
-    gate.wait()
-    yield client, gate, record_of(client.get_job_id())
-    gate.release()
-    client.cancel()
-    try:
-        client.get_job_execution_result().result(60)
-    except JobExecutionError:
-        pass
+def running(tmp_path: Path) -> Iterator[tuple[Any, Gate, Any]]:
+    with running_job(tmp_path) as job:
+        yield job
 
 
 def test_jobs_details_and_checkpoint_history_grow(running):
@@ -105,7 +71,7 @@ def test_jobs_details_and_checkpoint_history_grow(running):
 def test_reading_the_api_does_not_read_the_job_clock(tmp_path):
     gate = Gate(2)
     clock = TickingClock()
-    client = start(tmp_path, gate, clock=clock)
+    client = start_job(tmp_path, gate, clock=clock)
     try:
         gate.wait()
         rec = record_of(client.get_job_id())
@@ -191,7 +157,7 @@ def test_cli_savepoint_and_stop(running, tmp_path):
 
 def test_exceptions_after_an_injected_failure(tmp_path):
     gate = Gate(6)
-    client = start(tmp_path, gate, fail_at=50)
+    client = start_job(tmp_path, gate, fail_at=50)
     try:
         gate.wait()
         rec = record_of(client.get_job_id())
@@ -280,7 +246,7 @@ def test_a_wildcard_bind_advertises_a_routable_address_and_guards_every_read(tmp
     import socket
 
     gate = Gate(2)
-    client = start(
+    client = start_job(
         tmp_path,
         gate,
         **{

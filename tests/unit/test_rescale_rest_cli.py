@@ -3,28 +3,19 @@ CLI (``streamstate rescale`` in another process), against a real running job."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from streamstate.errors import JobExecutionError
-from tests.support.control import Gate, cli, http
-from tests.unit.test_control_rest import record_of, start
+from tests.support.control import Gate, cli, http, running_job
 
 
 @pytest.fixture
-def running(tmp_path: Path) -> Any:
-    gate = Gate(3)
-    client = start(tmp_path, gate)
-    gate.wait()
-    yield client, gate, record_of(client.get_job_id())
-    gate.release()
-    client.cancel()
-    try:
-        client.get_job_execution_result().result(60)
-    except JobExecutionError:
-        pass
+def running(tmp_path: Path) -> Iterator[tuple[Any, Gate, Any]]:
+    with running_job(tmp_path) as job:
+        yield job
 
 
 def parallelism(rec: Any) -> dict[str, int]:

@@ -11,13 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 
 from streamstate.runtime import subtask_host as h
 from streamstate.runtime.host_owner import running, this_owner
+from tests.support.waits import wait_until
 
 #: how long a process may take to notice that its owner ended (it is told at once by a
 #: pidfd; this only bounds a hang)
@@ -25,12 +25,14 @@ END_WAIT_S = 60.0
 
 
 def wait_until_gone(pids: list[int], paths: list[str] = ()) -> None:
-    deadline = time.monotonic() + END_WAIT_S
-    while any(running(p) for p in pids) or any(os.path.exists(p) for p in paths):
-        if time.monotonic() > deadline:
-            alive = [p for p in pids if running(p)]
-            pytest.fail(f"still there {END_WAIT_S:.0f} s after the owner ended: {alive} {paths}")
-        time.sleep(0.05)
+    def alive() -> list[int]:
+        return [p for p in pids if running(p)]
+
+    wait_until(
+        lambda: not alive() and not any(os.path.exists(p) for p in paths),
+        END_WAIT_S,
+        lambda: f"still there after the owner ended: {alive()} {paths}",
+    )
 
 
 @pytest.fixture
