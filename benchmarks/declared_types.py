@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from benchmarks.results import Sitting, Table, add_result_option, record
 from streamstate.common import Configuration, Types
 from streamstate.datastream import StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
@@ -35,11 +36,13 @@ def run(records: int, declared: bool) -> float:
     return records / (time.perf_counter() - t0)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--records", type=int, default=300_000)
     p.add_argument("--repeat", type=int, default=3)
-    a = p.parse_args()
+    add_result_option(p)
+    a = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.declared_types", argv)
     best = {False: 0.0, True: 0.0}
     for _ in range(a.repeat):
         for declared in (False, True):
@@ -48,6 +51,13 @@ def main() -> None:
     print(f"undeclared output type      {best[False]:>12,.0f} records/s")
     print(f"output_type=TUPLE(STR, LONG){best[True]:>12,.0f} records/s")
     print(f"ratio declared/undeclared   {best[True] / best[False]:.2f}")
+    if a.result:
+        rows = (
+            ("undeclared", f"{best[False]:,.0f}", "1.00"),
+            ("declared output type", f"{best[True]:,.0f}", f"{best[True] / best[False]:.2f}"),
+        )
+        table = Table(("map", "records/s", "ratio to undeclared"), rows)
+        record("declared_types", sitting.run([table]))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import json
 import time
 from typing import Any
 
+from benchmarks.results import Sitting, Table, add_result_option, record
 from streamstate.common import Configuration, Types, WatermarkStrategy
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
@@ -79,7 +80,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--json", help="also write the figures to this file")
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.event_time", argv)
 
     from benchmarks.peers import spark_stateful as peers
 
@@ -101,6 +104,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"records_per_s": best, "records": args.records}, f, indent=2)
+    if args.result:
+        rows = tuple((v, f"{best[v]:,.0f}", f"{best[v] / best['plain']:.2f}x") for v in variants)
+        record("event_time", sitting.run([Table(("variant", "records/s", "vs plain"), rows)]))
     spark.stop()
 
 

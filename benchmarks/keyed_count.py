@@ -29,6 +29,7 @@ import shutil
 import time
 from typing import Any
 
+from benchmarks.results import Sitting, add_result_option, rates_table, record
 from streamstate.common import Configuration, Types
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
@@ -176,7 +177,9 @@ def main(argv: list[str] | None = None) -> None:
         default=["rdd"],
         help="streamstate's epoch runners to measure (the first is the ratios' base)",
     )
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.keyed_count", argv)
     SUBTASK_HOSTS[0] = args.subtask_hosts
     SOURCE_PARALLELISM[0] = args.source_parallelism
     STATE_BACKEND[0] = args.state_backend
@@ -237,10 +240,14 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name:44s} {r.get('1', 0):>13,.0f}/s {r.get('10', 0):>16,.0f}/s")
     first = "" if args.runners == ["rdd"] else f", {args.runners[0]} runner"
     base = rows[f"streamstate (checkpoint every epoch{first})"]
+    ratios = []
     if not args.no_peers:
         print("\nratios: streamstate (checkpoint every epoch) / peer")
         for name, r in rows.items():
             if name.startswith("Spark"):
+                ratios.append(
+                    f"{name}: {base['1'] / r['1']:.1f}x (1 batch), {base['10'] / r['10']:.1f}x (10)"
+                )
                 print(
                     f"  {name:42s} 1: {base['1'] / r['1']:5.1f}x   10: {base['10'] / r['10']:5.1f}x"
                 )
@@ -251,6 +258,22 @@ def main(argv: list[str] | None = None) -> None:
             json.dump(
                 {"rows": rows, "extra": extra, "records": args.records}, f, indent=2, default=str
             )
+    if args.result:
+        columns = {"1": "1 batch / epoch", "10": "10 batches / epochs"}
+        table = rates_table("engine", rows, columns)
+        notes = []
+        if ratios:
+            notes.append(
+                "Ratios, streamstate with a checkpoint every epoch / peer: " + "; ".join(ratios)
+            )
+        notes += [
+            f"{k}: {v:.1%}" if isinstance(v, float) else f"{k}: {v}"
+            for k, v in extra.items()
+            if not isinstance(v, dict)  # the per-phase subtask seconds: printed, not kept
+        ]
+        # the runners' comparison is a run of its own; the K1 table is the default run
+        name = "" if args.runners == ["rdd"] else "Runners: RDD, DataFrame, Spark Connect"
+        record("keyed_count", sitting.run([table], notes, name=name))
     spark.stop()
 
 

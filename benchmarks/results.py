@@ -25,6 +25,7 @@ A benchmark writes its run with ``--result`` (see ``Sitting`` and ``record``).
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -284,9 +285,13 @@ def _git_sha() -> str | None:
 
 def _machine() -> str:
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    try:
+        spark = f", PySpark {importlib.metadata.version('pyspark')}"
+    except importlib.metadata.PackageNotFoundError:
+        spark = ""
     return (
         f"{os.cpu_count()} cores, {mem_gib:.0f} GiB, Python "
-        f"{platform.python_version()}, {platform.system()} {platform.machine()}"
+        f"{platform.python_version()}{spark}, {platform.system()} {platform.machine()}"
     )
 
 
@@ -360,3 +365,27 @@ def records_per_s(value: float) -> str:
 
 def ratio(value: float) -> str:
     return f"{value:.2f}"
+
+
+def add_result_option(parser: Any) -> None:
+    """The ``--result`` option every benchmark takes (an ``argparse.ArgumentParser``)."""
+    parser.add_argument(
+        "--result",
+        action="store_true",
+        help="make this run the benchmark's current result (benchmarks/results/NAME.json); "
+        "then regenerate docs/benchmarks.md with `python -m benchmarks.report`",
+    )
+
+
+def rates_table(
+    heading: str, rows: dict[str, dict[str, float]], columns: dict[str, str], unit: str = " rec/s"
+) -> Table:
+    """A table of rates: one row per ``rows`` entry, one column per ``columns`` key
+    (``{key: column heading}``), each cell the rate printed with thousands separators."""
+    return Table(
+        (heading, *columns.values()),
+        tuple(
+            (name, *(f"{rates[key]:,.0f}{unit}" if key in rates else "" for key in columns))
+            for name, rates in rows.items()
+        ),
+    )

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.results import Sitting, Table, add_result_option, record
 from streamstate.common import Configuration, Types
 from streamstate.common.time import Time
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
@@ -125,7 +126,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--job-records", type=int, default=200_000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--json", default=None)
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.ttl_state", argv)
     result: dict[str, Any] = {"records": args.records, "keys": args.keys, "access": {}, "job": {}}
     # Configurations are interleaved round-robin and each keeps its best run, so a change
     # of machine load during the run affects all of them alike.
@@ -157,6 +160,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
+    if args.result:
+        heads = {
+            "access": ("configuration", "access rec/s", "ratio to no TTL"),
+            "job": (
+                f"whole job (local runner, {args.job_records:,} records, {args.keys:,} keys)",
+                "rec/s",
+                "ratio to no TTL",
+            ),
+        }
+        tables = [
+            Table(
+                heads[level],
+                tuple(
+                    (name, f"{rps:,.0f}", f"{rps / result[level]['no TTL']:.2f}")
+                    for name, rps in result[level].items()
+                ),
+            )
+            for level in ("access", "job")
+        ]
+        record("ttl_state", sitting.run(tables))
     return result
 
 

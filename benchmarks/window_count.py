@@ -39,6 +39,7 @@ import time
 import uuid
 from typing import Any
 
+from benchmarks.results import Sitting, add_result_option, rates_table, record
 from streamstate.common import Configuration, Duration, TimestampAssigner, WatermarkStrategy
 from streamstate.datastream import StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
@@ -208,7 +209,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--state-backends", default="hashmap", help="comma-separated keyed state backends"
     )
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.window_count", argv)
     backends = [b.strip() for b in args.state_backends.split(",") if b.strip()]
 
     from benchmarks.peers import spark_stateful as peers
@@ -245,6 +248,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "records": args.records}, f, indent=2)
+    if args.result:
+        table = rates_table("engine", rows, {"1": "1 batch / epoch", "10": "10 batches / epochs"})
+        notes = []
+        if not args.no_spark:
+            s, k = rows["streamstate"], rows["Spark Structured Streaming"]
+            notes.append(
+                f"Ratio streamstate / Spark: {s['1'] / k['1']:.2f}x (1 batch), "
+                f"{s['10'] / k['10']:.2f}x (10 batches)."
+            )
+        record("window_count", sitting.run([table], notes))
     spark.stop()
 
 

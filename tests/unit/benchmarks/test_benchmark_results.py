@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,20 @@ def test_the_check_mode_reports_a_stale_page(tmp_path: Path) -> None:
     assert report.main(["--check", "--results", str(tmp_path), "--page", str(page)]) == 0
     page.write_text(page.read_text() + "hand edit\n")
     assert report.main(["--check", "--results", str(tmp_path), "--page", str(page)]) == 1
+
+
+def test_links_into_the_page_name_its_headings() -> None:
+    """Other pages link to a benchmark's figures by heading; a renamed one is found here."""
+    anchors = {
+        report.slug(line.lstrip("#").strip())
+        for line in report.PAGE.read_text(encoding="utf-8").splitlines()
+        if line.startswith("#")
+    }
+    pages = [*sorted((results.REPO_DIR / "docs").glob("*.md")), results.REPO_DIR / "README.md"]
+    broken = [
+        f"{page.name}: #{anchor}"
+        for page in pages
+        for anchor in re.findall(r"benchmarks\.md#([\w-]+)", page.read_text(encoding="utf-8"))
+        if anchor not in anchors
+    ]
+    assert not broken, f"links to headings docs/benchmarks.md does not have: {broken}"
