@@ -22,7 +22,7 @@ Importing the modules starts no JVM: only the Python classes are inspected. The 
 A signature is the list of parameters (``self``/``cls`` dropped) as
 ``[name, kind, has_default, default]`` (``default``: the ``repr`` of a literal default,
 else null) with kind one of ``positional_only``, ``positional``,
-``var_positional``, ``keyword_only``, ``var_keyword``. ``tests/unit/test_pyflink_parity.py``
+``var_positional``, ``keyword_only``, ``var_keyword``. ``tests/unit/datastream/test_pyflink_parity.py``
 compares streamstate against it; ``tools/pyflink_compat_doc.py`` writes
 ``docs/pyflink-compat.md``.
 """

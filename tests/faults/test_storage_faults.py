@@ -2,7 +2,7 @@
 damaged checkpoints at restore. Expected: a typed error or a fallback to an older
 checkpoint, never a silent wrong restore. (Bit flips in ``_metadata``, damaged RocksDB
 local copies and shared files, and a second writer of a job directory are covered next to
-their code: tests/unit/test_checkpoint_storage.py and tests/unit/runtime/state/rocksdb/test_rocksdb_incremental.py.)"""
+their code: tests/unit/runtime/checkpoint/test_checkpoint_storage.py and tests/unit/runtime/state/rocksdb/test_rocksdb_incremental.py.)"""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from tests.support.backends import fast_local_dir
 from tests.support.files import committed_lines
 from tests.support.runners import on_both_runners
 from tests.support.savepoints import stop_with_savepoint
-from tests.unit import test_savepoints as S
+from tests.unit.runtime.checkpoint import test_savepoints as S
 
 spark = on_both_runners()
 

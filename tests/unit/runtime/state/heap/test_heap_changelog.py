@@ -24,7 +24,7 @@ from streamstate.runtime.state.registry import create_keyed_backend
 from streamstate.runtime.versions import commit_keyed_state
 from streamstate.testing import FailOnce
 from tests.support import backends as H
-from tests.unit import test_recovery_local as R
+from tests.unit.runtime import test_recovery_local as R
 
 clock = R.clock
 baseline = R.baseline

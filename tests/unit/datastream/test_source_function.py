@@ -7,7 +7,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from test_executor_local import find_in_chain, make_env, run_collect
 
 from streamstate.common.restart_strategy import RestartStrategies
 from streamstate.datastream import SourceFunction
@@ -15,6 +14,7 @@ from streamstate.errors import ConfigurationError, JobExecutionError, SourceNotR
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.opstate_jobs import CounterSource, SlowSource
 from tests.support import envs
+from tests.unit.runtime.test_executor_local import find_in_chain, make_env, run_collect
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 from streamstate.errors import StateMigrationError
 from tests.support.files import committed_lines
 from tests.support.savepoints import stop_with_savepoint
-from tests.unit.test_savepoints import expected, job  # noqa: F401 - the module's fixture
+from tests.unit.runtime.checkpoint.test_savepoints import expected, job  # noqa: F401 - the module's fixture
 
 
 def test_keyed_state_restores_only_with_the_same_max_parallelism(tmp_path, expected):  # noqa: F811

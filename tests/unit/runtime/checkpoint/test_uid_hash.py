@@ -11,7 +11,7 @@ import pytest
 
 from streamstate.errors import ConfigurationError, JobExecutionError, StreamStateError
 from streamstate.runtime.checkpoint.storage import load_restore_point
-from tests.unit import test_recovery_local as R
+from tests.unit.runtime import test_recovery_local as R
 
 clock = R.clock
 baseline = R.baseline

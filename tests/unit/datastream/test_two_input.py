@@ -4,8 +4,6 @@ on the in-process runner."""
 from __future__ import annotations
 
 import pytest
-from test_executor_local import make_env, run_collect
-from test_plan import plan_of
 
 from streamstate.datastream import (
     CoFlatMapFunction,
@@ -17,6 +15,8 @@ from streamstate.datastream.connectors import DiscardingSink
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.errors import ConfigurationError
 from streamstate.runtime.graph import Partitioning
+from tests.unit.runtime.test_executor_local import make_env, run_collect
+from tests.unit.runtime.test_plan import plan_of
 
 
 class Tag(CoMapFunction):

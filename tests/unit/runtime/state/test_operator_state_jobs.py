@@ -8,7 +8,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from test_executor_local import find_in_chain, make_env, run_collect
 
 from streamstate.common import Types
 from streamstate.common.restart_strategy import RestartStrategies
@@ -47,6 +46,7 @@ from tests.integration.opstate_jobs import (
     read_buffering_output,
 )
 from tests.support import envs
+from tests.unit.runtime.test_executor_local import find_in_chain, make_env, run_collect
 
 DATA = [(f"k{i % 7}", i) for i in range(40)]
 

@@ -84,7 +84,7 @@ def test_every_key_the_code_reads_is_known():
 
     from streamstate.datastream.config_validation import IGNORED_FLINK_KEYS
 
-    src = pathlib.Path(__file__).resolve().parents[2] / "src" / "streamstate"
+    src = pathlib.Path(__file__).resolve().parents[3] / "src" / "streamstate"
     owned = r"(execution|state|restart-strategy|pipeline|parallelism)"
     read = set()
     for p in src.rglob("*.py"):

@@ -11,7 +11,7 @@ import pytest
 from streamstate.errors import StreamStateError
 from tests.support.files import committed_lines
 from tests.support.savepoints import PauseAt
-from tests.unit import test_savepoints as S
+from tests.unit.runtime.checkpoint import test_savepoints as S
 
 expected = S.expected
 

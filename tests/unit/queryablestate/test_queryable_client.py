@@ -34,6 +34,7 @@ from streamstate.errors import (
 from streamstate.queryablestate import QueryableStateClient
 from streamstate.runtime.job_status import JobObserver
 from streamstate.runtime.queryable.service import service_of
+from streamstate.runtime.state.registry import registered_keyed_backends
 from streamstate.runtime.state_reader import read_keyed_state
 from streamstate.testing import FailOnce
 from tests.support.envs import checkpoint_every_epoch, make_env
@@ -157,7 +158,7 @@ def keyed_job(env, records, probe, fail_dir=None):
 RECORDS = [KEYS[(i * 7) % len(KEYS)] for i in range(48)]
 
 
-@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+@pytest.mark.parametrize("backend", registered_keyed_backends())
 def test_lookups_match_the_same_epochs_checkpoint(tmp_path, backend):
     env = env_for(tmp_path, backend=backend)
     probe = ClientProbe(tmp_path / "chk")
