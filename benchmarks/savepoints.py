@@ -28,6 +28,7 @@ import tempfile
 import time
 from typing import Any
 
+from benchmarks.results import Sitting, Table, add_result_option, record
 from benchmarks.rocksdb_state import DESC, key_groups, make
 from streamstate.common import Row, Types
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
@@ -183,7 +184,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--json", help="also write the figures to this file")
     p.add_argument("--write", nargs=2, metavar=("PATH", "N"), help=argparse.SUPPRESS)
     p.add_argument("--read", nargs=2, metavar=("MASTER", "PATH"), help=argparse.SUPPRESS)
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.savepoints", argv)
     if args.write:  # helper processes of --reader
         print(write_bootstrapped(args.write[0], int(args.write[1])))
         return
@@ -214,6 +217,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"backends": rows, "reader": reader}, f, indent=2)
+    if args.result:
+        table = Table(
+            ("figure", *(f"{r['keys']:,} keys" for r in rows)),
+            tuple((c, *(f"{r[c]:.3f}" for r in rows)) for c in cols),
+        )
+        notes = [f"read_keyed_state: {json.dumps(reader)}"] if reader else []
+        record("savepoints", sitting.run([table], notes))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from typing import Any
 
+from benchmarks.results import Sitting, Table, add_result_option, record
 from streamstate.common import Configuration, RestartStrategies, Types
 from streamstate.datastream import (
     ExternalizedCheckpointCleanup,
@@ -109,7 +110,7 @@ def run(
     return curves
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--keys", type=int, default=100_000)
@@ -121,7 +122,9 @@ def main() -> None:
     p.add_argument(
         "--interval-ms", type=int, default=1, help="checkpoint interval (clock: 1 s per reading)"
     )
-    a = p.parse_args()
+    add_result_option(p)
+    a = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.soak", argv)
     work = tempfile.mkdtemp(prefix="streamstate-soak-")
     try:
         curves = run(a.epochs, a.keys, a.records, a.fail_at, a.every, work, a.interval_ms)
@@ -144,6 +147,35 @@ def main() -> None:
             f"RSS after warm-up: min {min(rss):.1f} MB, max {max(rss):.1f} MB "
             f"(growth {100 * (max(rss) / min(rss) - 1):.1f}%)"
         )
+    if a.result:
+        table = Table(
+            (
+                "epoch",
+                "attempt",
+                "RSS MB",
+                "checkpoint dir MB",
+                "files",
+                "epoch-version files",
+                "files of attempt 0",
+            ),
+            tuple(
+                (
+                    str(e),
+                    str(att),
+                    f"{rss:.1f}",
+                    f"{size / 2**20:.2f}",
+                    str(files),
+                    str(ef),
+                    str(a0),
+                )
+                for e, att, rss, size, files, ef, a0 in curves.rows
+            ),
+        )
+        notes = []
+        if warm:
+            rss = [r[2] for r in warm]
+            notes.append(f"RSS after warm-up grows {100 * (max(rss) / min(rss) - 1):.1f} %.")
+        record("soak", sitting.run([table], notes))
 
 
 if __name__ == "__main__":
