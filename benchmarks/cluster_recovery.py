@@ -35,6 +35,7 @@ import threading
 import time
 from typing import Any
 
+from benchmarks.results import Sitting, add_result_option, record, rows_table
 from tests.cluster.bed import ROOT, Bed, running_bed
 from tests.cluster.checks import committed_lines
 
@@ -149,7 +150,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sizes-mb", default="1,8,32")
     p.add_argument("--backends", default="hashmap,rocksdb")
     p.add_argument("--json", help="write the rows to this file")
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.cluster_recovery", argv)
     rows = []
     t0 = time.monotonic()
     with running_bed(workers=3, extra=("driver",)) as bed:
@@ -173,6 +176,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    if args.result:
+        record("cluster_recovery", sitting.run([rows_table(rows)]))
 
 
 if __name__ == "__main__":

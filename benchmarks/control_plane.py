@@ -24,6 +24,7 @@ import urllib.request
 from typing import Any
 
 from benchmarks.keyed_count import CountPerKey, workload
+from benchmarks.results import Sitting, add_result_option, figures_table, record
 from streamstate.common import Configuration
 from streamstate.control.registry import list_jobs
 from streamstate.datastream import StreamExecutionEnvironment
@@ -137,7 +138,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--calls", type=int, default=50)
     p.add_argument("--json", help="also write the figures to this file")
     p.add_argument("--latency-only", action="store_true", help="skip the throughput runs")
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.control_plane", argv)
     figures: dict[str, Any] = {}
     if not args.latency_only:
         figures.update(throughput(args))
@@ -151,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=2)
+    if args.result:
+        record("control_plane", sitting.run([figures_table(figures)]))
 
 
 def throughput(args: argparse.Namespace) -> dict[str, Any]:

@@ -43,6 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.results import Sitting, add_result_option, record, rows_table
 from tests.support.job_scripts import CLI, COUNT_PER_KEY, cli_env, job_script
 
 JOB = (
@@ -153,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.first_job", argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     results: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="streamstate-first-job-") as tmp:
@@ -167,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     names = ["imports", "session", "to_running", "first_epoch", "rest", "exit", "total", "cpu"]
     print("\nmedians (s) over", args.rounds, "rounds; load average", os.getloadavg()[0])
     print(f"{'variant':10} " + " ".join(f"{n:>11}" for n in names))
+    medians = {}
     for v, runs in results.items():
-        med = {n: statistics.median(r[n] for r in runs) for n in names}
+        med = medians[v] = {n: statistics.median(r[n] for r in runs) for n in names}
         print(f"{v:10} " + " ".join(f"{med[n]:11.2f}" for n in names))
     if "default" in results:  # round by round: the same moment's load on both
         print("\n/ default's in the same round, median:   total     cpu")
@@ -176,7 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             pairs = list(zip(runs, results["default"], strict=True))
             wall = statistics.median(r["total"] / d["total"] for r, d in pairs)
             cpu = statistics.median(r["cpu"] / d["cpu"] for r, d in pairs)
+            medians[v]["total / default (same round)"] = wall
             print(f"{v:10} {' ':28} {wall:7.2f} {cpu:7.2f}")
+    if args.result:
+        rows = [{"variant, median s": v, **med} for v, med in medians.items()]
+        record("first_job", sitting.run([rows_table(rows)]))
     return 0
 
 

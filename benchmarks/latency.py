@@ -32,6 +32,7 @@ import time
 import uuid
 from typing import Any
 
+from benchmarks.results import Sitting, add_result_option, figures_table, record, rows_table
 from streamstate.common import Configuration, Types
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.functions import MapFunction, SinkFunction, SourceFunction
@@ -242,7 +243,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-records", type=int, default=100_000, help="budget of --fast runs")
     p.add_argument("--fast", type=int, default=0, help="unthrottled run of this many records")
     p.add_argument("--json", help="also write the figures to this file")
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.latency", argv)
 
     from benchmarks.peers import spark_stateful as peers
 
@@ -264,6 +267,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"args": vars(args), "fast": runs}, f, indent=2)
+        if args.result:
+            run = sitting.run([rows_table(runs)], name="A fast source: epochs cut by time")
+            record("latency", run)
         return
     try:
         ours = streamstate_latency(spark, args, out_dir)
@@ -274,6 +280,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "streamstate": ours, "spark": theirs}, f, indent=2)
+    if args.result:
+        tables = [figures_table({"streamstate": ours, "spark_structured_streaming": theirs})]
+        record("latency", sitting.run(tables, name=f"A steady rate: {args.rate:,} records/s"))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.results import Sitting, add_result_option, figures_table, record
 from streamstate.connectors.file_sink import RowPartFormat
 from streamstate.connectors.object_commit import PartUpload
 from streamstate.runtime.stores import StorageOptions, url_to_fs, write_atomic
@@ -122,14 +123,16 @@ def keyed_job(server: SeaweedS3, bucket: str, repeat: int) -> dict[str, float]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=100)
     ap.add_argument("--file-kib", type=int, default=256)
     ap.add_argument("--part-mib", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-job", action="store_true", help="skip the keyed job")
-    args = ap.parse_args()
+    add_result_option(ap)
+    args = ap.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.object_store", argv)
     with tempfile.TemporaryDirectory(prefix="streamstate-bench-s3-") as d:
         server = SeaweedS3.start(d)
         try:
@@ -153,6 +156,8 @@ def main() -> None:
         job = result["keyed_job"]
         job["ratio_s3_to_local"] = job["s3_s"] / job["local_s"]
     print(json.dumps({"args": vars(args), **result}, indent=2))
+    if args.result:
+        record("object_store", sitting.run([figures_table(result)]))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import tempfile
 import time
 from typing import Any
 
+from benchmarks.results import Sitting, add_result_option, figures_table, record
 from streamstate.common import Types
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.runtime import versions as versions_module
@@ -207,12 +208,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--full-every", type=int, default=20)
     p.add_argument("--backend", default="hashmap", choices=["hashmap", "rocksdb"])
     p.add_argument("--json", help="also write the figures to this file")
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.queryable_copies", argv)
     fig = run(args)
     print(json.dumps(fig, indent=2))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(fig, f, indent=2)
+    if args.result:
+        record("queryable_copies", sitting.run([figures_table(fig)]))
 
 
 if __name__ == "__main__":

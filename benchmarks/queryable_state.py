@@ -59,6 +59,7 @@ import threading
 import time
 from typing import Any
 
+from benchmarks.results import Sitting, add_result_option, figures_table, record
 from streamstate.common import Configuration, Types
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
@@ -528,12 +529,16 @@ def main(argv: list[str] | None = None) -> None:
         help="the paced client's keys per request (get_kv_states; --rate stays keys/s)",
     )
     p.add_argument("--json", help="also write the figures to this file")
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.queryable_state", argv)
     fig = run(args)
     print(json.dumps(fig, indent=2))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(fig, f, indent=2)
+    if args.result:
+        record("queryable_state", sitting.run([figures_table(fig)]))
 
 
 if __name__ == "__main__":

@@ -28,14 +28,15 @@ HEADER = """\
 generator's output). It shows one current result per benchmark; earlier figures are in git
 history (`git log -p -- benchmarks/results/NAME.json`).
 
-**How to add a result.** Run the benchmark with `--result` (it replaces its run in
-`benchmarks/results/NAME.json`: command, UTC date, load average, git sha, machine and
-tables), or edit that file's run by hand for a benchmark not wired yet; keep the sitting's
-caveats in the run's `notes` and what the figures mean in the file's `about`/`notes`.
-Then `.venv/bin/python -m benchmarks.report` and commit the JSON with this page. A new
-benchmark `benchmarks/NAME.py` needs its `benchmarks/results/NAME.json` (the unit test
-checks that every module has one; the format is described in `benchmarks/results.py`).
-Figures belong here only: other pages link to this one.
+**How to add a result.** Run the benchmark with `--result`: it replaces its run in
+`benchmarks/results/NAME.json` (command, UTC date, load average, git sha, machine,
+tables). Then add the sitting's caveats to that run's `notes` (what the figures mean goes
+in the file's `about`/`notes`, kept across runs), run `.venv/bin/python -m
+benchmarks.report` and commit the JSON with this page. A new benchmark
+`benchmarks/NAME.py` takes `--result` (`benchmarks.results`: `add_result_option`,
+`Sitting`, `record`) and needs a `benchmarks/results/NAME.json` written once by hand
+(the unit test checks both; the format is described in `benchmarks/results.py`). Figures
+belong here only: other pages link to this page's headings.
 
 Every comparison is a **ratio measured in the same run on the same data**. Nothing here
 is asserted by a test: the reference machine (2 cores, 24 GiB, Java 17, Python 3.11,

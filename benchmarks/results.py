@@ -389,3 +389,46 @@ def rates_table(
             for name, rates in rows.items()
         ),
     )
+
+
+def cell(value: Any) -> str:
+    """A figure as the page prints it: thousands separators, a few significant digits."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        if abs(value) >= 1:
+            return f"{value:.2f}"
+        return f"{value:.3g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(cell(v) for v in value)
+    return str(value)
+
+
+def _flat(figures: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for key, value in figures.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out += _flat(value, f"{path} / ")
+        else:
+            out.append((path, cell(value)))
+    return out
+
+
+def figures_table(figures: dict[str, Any], heading: str = "figure") -> Table:
+    """A two-column table of a benchmark's (nested) dict of figures: the key path
+    (``outer / inner``) and the value."""
+    return Table((heading, "value"), tuple(_flat(figures)))
+
+
+def rows_table(rows: list[dict[str, Any]]) -> Table:
+    """A table of dict rows: the columns are the keys of the rows, in first-seen order."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    return Table(
+        tuple(columns),
+        tuple(tuple(cell(row[c]) if c in row else "" for c in columns) for row in rows),
+    )

@@ -28,6 +28,7 @@ import tempfile
 import time
 from typing import Any
 
+from benchmarks.results import Sitting, add_result_option, figures_table, record, rows_table
 from streamstate.common import Types
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
@@ -258,7 +259,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--spark-records", type=int, default=1_000_000)
     p.add_argument("--spark-keys", type=int, default=10_000)
     p.add_argument("--json", help="also write the figures to this file")
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.rocksdb_state", argv)
     work = tempfile.mkdtemp(prefix="streamstate-bench-rocksdb-")
     local_dir = args.local_dir or os.path.join(work, "local")
     os.makedirs(local_dir, exist_ok=True)
@@ -285,6 +288,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+    if args.result:
+        tables = [figures_table({k: v for k, v in results.items() if k != "checkpoints"})]
+        tables.append(rows_table(results["checkpoints"]))
+        record("rocksdb_state", sitting.run(tables))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import tempfile
 import time
 from typing import Any
 
+from benchmarks.results import Sitting, add_result_option, record, rows_table
 from benchmarks.rocksdb_state import key_groups, make
 from streamstate.common import Row, Types
 from streamstate.datastream.state import ValueStateDescriptor
@@ -190,20 +191,25 @@ def serializers(m: int) -> list[dict[str, Any]]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="1000000")
     p.add_argument("--values", type=int, default=200_000)
     p.add_argument("--part", choices=["all", "serializers", "migration"], default="all")
-    a = p.parse_args()
+    add_result_option(p)
+    a = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.schema_migration", argv)
     # run from the importable module, so that pickle finds the dataclasses by reference
     # (a class of __main__ is pickled by value, which would not be a fair baseline)
     from benchmarks import schema_migration as importable
 
+    tables = []
     if a.part in ("all", "serializers"):
-        importable.serializers(a.values)
+        tables.append(rows_table(importable.serializers(a.values)))
     if a.part in ("all", "migration"):
-        importable.migration([int(s) for s in a.sizes.split(",")])
+        tables.insert(0, rows_table(importable.migration([int(s) for s in a.sizes.split(",")])))
+    if a.result:
+        record("schema_migration", sitting.run(tables))
 
 
 if __name__ == "__main__":

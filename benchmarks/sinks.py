@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.results import Sitting, add_result_option, figures_table, record
 from streamstate.common import Configuration, Encoder, Types
 from streamstate.datastream import StreamExecutionEnvironment
 from streamstate.datastream.connectors import BucketAssigner, DiscardingSink, FileSink
@@ -238,7 +239,7 @@ def file_figures(data: list[Any], epoch_records: int, repeat: int) -> dict[str, 
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--epoch-records", type=int, default=20_000)
@@ -246,7 +247,9 @@ def main() -> None:
     ap.add_argument("--url", help="a PostgreSQL conninfo URL (default: a throwaway server)")
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--no-files", action="store_true")
-    args = ap.parse_args()
+    add_result_option(ap)
+    args = ap.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.sinks", argv)
     data = rows(args.rows)
     report: dict[str, Any] = {"rows": args.rows, "epoch_records": args.epoch_records}
     if not args.no_files:
@@ -260,6 +263,8 @@ def main() -> None:
             with postgres_server() as url:
                 report["postgres"] = postgres_figures(url, data, args.epoch_records, args.repeat)
     print(json.dumps(report, indent=2))
+    if args.result:
+        record("sinks", sitting.run([figures_table(report)]))
 
 
 if __name__ == "__main__":

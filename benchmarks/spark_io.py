@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.results import Sitting, add_result_option, figures_table, record
 from benchmarks.sinks import (
     BATCH,
     INSERT,
@@ -142,7 +143,7 @@ def postgres_figures(url: str, data: list[Any], epoch_records: int, repeat: int)
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=200_000)
     p.add_argument("--pg-rows", type=int, default=100_000)
@@ -150,7 +151,9 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--no-postgres", action="store_true")
     p.add_argument("--json", default=None)
-    args = p.parse_args()
+    add_result_option(p)
+    args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.spark_io", argv)
     from benchmarks.peers import spark_stateful as peers
 
     spark = peers.build_spark("streamstate-spark-io")
@@ -171,6 +174,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
+    if args.result:
+        record("spark_io", sitting.run([figures_table(out)]))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ import time
 import urllib.request
 from typing import Any
 
+from benchmarks.results import Sitting, add_result_option, figures_table, record, rows_table
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOBS = os.path.join(ROOT, "tests", "integration")
 CONFIGS = [
@@ -128,7 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--worker-memory", default="1g")
     p.add_argument("--configs", default=",".join(CONFIGS))
     p.add_argument("--json", help="also write the figures to this file")
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.standalone_cluster", argv)
     work = tempfile.mkdtemp(prefix="ss-standalone-")
     t0 = time.monotonic()
     master, _, procs = start_cluster(work, 2, args.worker_memory)
@@ -171,6 +175,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"master_start_s": started, "runs": runs, "kill": kill}, f, indent=2)
+    if args.result:
+        record("standalone_cluster", sitting.run([rows_table(runs), figures_table(kill)]))
 
 
 if __name__ == "__main__":

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import tempfile
 import time
 from typing import Any
 
+from benchmarks.results import Image, Sitting, add_result_option, record, rows_table
 from streamstate.common import Configuration, Types
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
@@ -294,7 +296,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--json", help="also write the figures to this file")
     p.add_argument("--svg", help="also plot the epoch times vs keys into this SVG file")
     p.add_argument("--from-json", help="only plot (--svg) the figures of an earlier --json")
+    add_result_option(p)
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.state_scaling", argv)
     if args.from_json:
         with open(args.from_json) as f:
             saved = json.load(f)
@@ -349,6 +353,11 @@ def main(argv: list[str] | None = None) -> None:
             json.dump({"args": vars(args), "rows": rows}, f, indent=2)
     if args.svg:
         write_svg(rows, args.svg, _title(args))
+    if args.result:
+        images = []
+        if args.svg and os.path.abspath(args.svg).startswith(os.path.abspath("docs") + os.sep):
+            images.append(Image(os.path.relpath(args.svg, "docs"), _title(args)))
+        record("state_scaling", sitting.run([rows_table(rows)], images=images))
 
 
 def _title(args: Any) -> str:

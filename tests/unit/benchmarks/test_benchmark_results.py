@@ -134,3 +134,24 @@ def test_links_into_the_page_name_its_headings() -> None:
         if anchor not in anchors
     ]
     assert not broken, f"links to headings docs/benchmarks.md does not have: {broken}"
+
+
+def test_a_benchmarks_figures_become_tables() -> None:
+    figures = {"rest_off_rps": 177649, "ratio": 1.0234, "lat": {"median_ms": 4.61, "p": 0.0412}}
+    assert results.figures_table(figures).rows == (
+        ("rest_off_rps", "177,649"),
+        ("ratio", "1.02"),
+        ("lat / median_ms", "4.61"),
+        ("lat / p", "0.0412"),
+    )
+    table = results.rows_table([{"keys": 10, "s": 123.4}, {"keys": 100, "extra": True}])
+    assert table.columns == ("keys", "s", "extra")
+    assert table.rows == (("10", "123", ""), ("100", "", "True"))
+
+
+@pytest.mark.parametrize("module", benchmark_modules())
+def test_every_benchmark_can_write_its_result(module: str) -> None:
+    source = (results.BENCHMARKS_DIR / f"{module}.py").read_text(encoding="utf-8")
+    takes_result = "add_result_option(" in source or '"--result"' in source
+    assert takes_result, f"benchmarks/{module}.py takes no --result"
+    assert f'record("{module}"' in source, f"benchmarks/{module}.py records no result"
