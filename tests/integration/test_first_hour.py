@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.job_scripts import CLI, COUNT_PER_KEY, cli_env, job_script
+from tests.support.job_scripts import (
+    CLI,
+    COUNT_PER_KEY,
+    cli_env,
+    job_script,
+    retained_checkpoint_options,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -271,14 +277,7 @@ def _a_checkpoint(tmp_path: Path) -> str:
             CLI,
             "run",
             "-q",
-            "-D",
-            "execution.runner=local",
-            "-D",
-            "execution.checkpointing.interval=1",
-            "-D",
-            f"execution.checkpointing.dir={chk}",
-            "-D",
-            "execution.checkpointing.externalized-checkpoint-retention=RETAIN_ON_CANCELLATION",
+            *retained_checkpoint_options(chk),
             job,
             "a",
         ],

@@ -47,3 +47,18 @@ def cli_env(**extra: str) -> dict[str, str]:
     env.pop("STREAMSTATE_CONF", None)
     env.update(extra)
     return env
+
+
+def retained_checkpoint_options(checkpoint_dir: Path | str) -> list[str]:
+    """``streamstate run`` options: the in-process runner, a checkpoint every epoch into
+    ``checkpoint_dir``, retained after the job (for a test that restores it)."""
+    return [
+        "-D",
+        "execution.runner=local",
+        "-D",
+        "execution.checkpointing.interval=1",
+        "-D",
+        f"execution.checkpointing.dir={checkpoint_dir}",
+        "-D",
+        "execution.checkpointing.externalized-checkpoint-retention=RETAIN_ON_CANCELLATION",
+    ]

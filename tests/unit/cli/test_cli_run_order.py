@@ -8,7 +8,7 @@ import json
 import pytest
 
 from streamstate.cli.main import main
-from tests.support.job_scripts import COUNT_PER_KEY, job_script
+from tests.support.job_scripts import COUNT_PER_KEY, job_script, retained_checkpoint_options
 
 JOB = (
     "import json\nimport sys\n"
@@ -29,16 +29,7 @@ def job(tmp_path):
 
 
 def _conf(chk):
-    return [
-        "-D",
-        "execution.runner=local",
-        "-D",
-        "execution.checkpointing.interval=1",
-        "-D",
-        f"execution.checkpointing.dir={chk}",
-        "-D",
-        "execution.checkpointing.externalized-checkpoint-retention=RETAIN_ON_CANCELLATION",
-    ]
+    return retained_checkpoint_options(chk)
 
 
 def _run(capsys, *argv):
