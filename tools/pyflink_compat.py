@@ -319,7 +319,7 @@ def render(entries: list[Entry]) -> str:
         "",
         "Supported means: the name resolves at every module path PyFlink has it under, and a "
         "callable accepts every call PyFlink's signature accepts (`tests/unit/"
-        "test_pyflink_parity.py` checks both). Using a name that is not supported raises "
+        "datastream/test_pyflink_parity.py` checks both). Using a name that is not supported raises "
         "`streamstate.errors.UnsupportedFeatureError`, which names the feature and this page.",
         "",
         "Regenerate: `/tmp/pyflink-venv/bin/python tools/pyflink_surface.py > "
