@@ -172,6 +172,8 @@ def serializers(m: int) -> list[dict[str, Any]]:
     out = []
     for name, (typed, values) in cases.items():
         res: dict[str, Any] = {"type": name, "values": m}
+        # ratios from the unrounded times: a small --values rounds a time to 0.000 s
+        seconds: dict[str, float] = {}
         for label, ser in (("typed", typed), ("pickle", pickle)):
             blobs = [ser.serialize(v) for v in values]
             one = _time(lambda s=ser, vs=values: [s.serialize(v) for v in vs])
@@ -179,13 +181,14 @@ def serializers(m: int) -> list[dict[str, Any]]:
             bulk_blob = ser.serialize_many(values)
             bulk = _time(lambda s=ser, vs=values: s.serialize_many(vs))
             bulk += _time(lambda s=ser, b=bulk_blob: s.deserialize_many(b))
+            seconds[f"{label}_one_by_one"], seconds[f"{label}_bulk"] = one, bulk
             res[f"{label}_one_by_one_s"] = round(one, 3)
             res[f"{label}_bulk_s"] = round(bulk, 3)
             res[f"{label}_bytes"] = sum(len(b) for b in blobs)
         res["one_by_one_typed_over_pickle"] = round(
-            res["typed_one_by_one_s"] / res["pickle_one_by_one_s"], 2
+            seconds["typed_one_by_one"] / seconds["pickle_one_by_one"], 2
         )
-        res["bulk_typed_over_pickle"] = round(res["typed_bulk_s"] / res["pickle_bulk_s"], 2)
+        res["bulk_typed_over_pickle"] = round(seconds["typed_bulk"] / seconds["pickle_bulk"], 2)
         out.append(res)
         print(json.dumps(res), flush=True)
     return out
