@@ -148,3 +148,39 @@ def _parent(pid: int) -> int | None:
             return int(f.read().rsplit(")", 1)[1].split()[1])
     except OSError:
         return None
+
+
+def test_a_forked_host_sees_new_modules_but_keeps_its_zip_archives_read(tmp_path, monkeypatch):
+    """A host invalidates the import caches of the path's directories (a module written
+    since the zygote listed them is found) but not of its zip archives, whose directory
+    re-read cost ~10% of a one-epoch job."""
+    import importlib
+    import zipfile
+    import zipimport
+
+    from streamstate.runtime.host_process import invalidate_directory_caches
+
+    archive = tmp_path / "lib.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("zipped_helper_mod.py", "VALUE = 1\n")
+    directory = tmp_path / "dir"
+    directory.mkdir()
+    monkeypatch.syspath_prepend(str(directory))
+    monkeypatch.syspath_prepend(str(archive))
+    assert importlib.import_module("zipped_helper_mod").VALUE == 1
+    with pytest.raises(ImportError):  # the directory's listing is cached now
+        importlib.import_module("written_later_mod")
+    listing = zipimport._zip_directory_cache[str(archive)]
+    importer = sys.path_importer_cache[str(archive)]
+    listed = os.stat(directory)
+    (directory / "written_later_mod.py").write_text("VALUE = 2\n")
+    # as if written within the file system's mtime resolution: only invalidating finds it
+    os.utime(directory, ns=(listed.st_atime_ns, listed.st_mtime_ns))
+    try:
+        invalidate_directory_caches()
+        assert importlib.import_module("written_later_mod").VALUE == 2
+        assert sys.path_importer_cache[str(archive)] is importer
+        assert zipimport._zip_directory_cache[str(archive)] is listing  # not re-read
+    finally:
+        for name in ("zipped_helper_mod", "written_later_mod"):
+            sys.modules.pop(name, None)
