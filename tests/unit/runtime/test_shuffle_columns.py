@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamstate.datastream import KeyedCoProcessFunction, KeyedProcessFunction
 from streamstate.datastream.connectors import DiscardingSink
+from streamstate.errors import KeySerializationError
+from streamstate.runtime import shuffle
 from streamstate.runtime.graph import (
     Edge,
     ExecutionPlan,
@@ -77,22 +80,30 @@ def test_connected_keyed_streams_each_side_has_its_own_key_selector():
     assert {id(k) for k in dest.input_keyings} == {id(e.keying) for e in edges}
 
 
-def _receiver(mp: int = 128, keyings=(None, None)) -> Stage:
-    st = Stage(1, 2, mp)
+def _receiver(mp: int = 128, keyings=(None, None), parallelism: int = 2) -> Stage:
+    st = Stage(1, parallelism, mp)
     st.input_keyings = list(keyings)
     return st
 
 
-def _write(values, receiver_keys: bool, mp: int = 128, timestamps=None, key_of=None):
+def _write(
+    values,
+    receiver_keys: bool,
+    mp: int = 128,
+    timestamps=None,
+    key_of=None,
+    parallelism: int = 2,
+    cache: dict | None = None,
+):
     """Every target's payloads for ``values`` sent over one hash edge by subtask 0."""
     keying = KeyingSpec(key_of or (lambda v: v[0]), PickleSerializer())
-    dest = _receiver(mp, (keying, None))
+    dest = _receiver(mp, (keying, None), parallelism)
     edge = Edge(1, Partitioning.HASH, keying, 0, None, receiver_keys)
-    w = EdgeWriter(edge, dest, 0, "src", {})
+    w = EdgeWriter(edge, dest, 0, "src", {} if cache is None else cache)
     half = len(values) // 2  # two batches: the writer appends across adds
     w.add(values[:half], None if timestamps is None else timestamps[:half])
     w.add(values[half:], None if timestamps is None else timestamps[half:])
-    per_target: dict[int, list] = {0: [], 1: []}
+    per_target: dict[int, list] = {t: [] for t in range(parallelism)}
     for seq, (target, blob) in enumerate(w.chunks()):
         per_target[target].append((target, (DATA, 0, 0, seq, blob, 0)))
     return per_target, dest
@@ -174,3 +185,74 @@ def test_a_side_that_mixes_record_and_column_chunks_decodes_to_a_list_in_order()
     assert isinstance(inputs[0], list)
     hashed = [t for t in inputs[0] if len(t) == 3]
     assert inputs[0][-2:] == rows and hashed == list(decode_input(per_target[0], dest)[0][0])
+
+
+#: keys that compare equal across types but serialize differently, and unhashable ones
+mixed_keys_st = st.one_of(
+    st.sampled_from(["1", 1, True, 1.0, 0, False, "", (1,)]), st.text(max_size=2)
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    values=st.lists(st.tuples(mixed_keys_st, st.integers()), max_size=80),
+    parallelism=st.sampled_from([1, 2, 3, 8, 9, 40]),
+    mp=st.sampled_from([40, 128, 300]),
+    limit=st.sampled_from([0, 2, 200_000]),
+    timed=st.booleans(),
+)
+def test_a_batch_routed_at_once_matches_the_per_record_rule(values, parallelism, mp, limit, timed):
+    """Whatever the parallelism, key types (equal across types, unhashable: named) and
+    cache state (empty, full, warm), every target gets exactly the triples, in batch
+    order, that murmur3 of each serialized key gives one record at a time."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shuffle, "_KEY_CACHE_LIMIT", limit)
+        _check_routes(values, parallelism, mp, limit, timed)
+
+
+def _check_routes(values, parallelism, mp, limit, timed):
+    ser = PickleSerializer().serialize
+    ts = list(range(len(values))) if timed else None
+    cache: dict = {}
+    for _round in range(2):  # the second time, the cache knows the keys (up to its limit)
+        per_target, dest = _write(values, False, mp, ts, None, parallelism, cache)
+        for target in range(parallelism):
+            inputs, _acks, tss, _wm = decode_input(per_target[target], dest)
+            mine = [
+                (kg, v[0], v, t)
+                for v, t in zip(values, ts or [None] * len(values), strict=True)
+                if (kg := compute_key_group_for_serialized_key(ser(v[0]), mp)) * parallelism // mp
+                == target
+            ]
+            got = list(inputs[0])
+            assert [(kg, type(k), k, v) for kg, k, v in got] == [
+                (kg, type(k), k, v) for kg, k, v, _t in mine
+            ]
+            if timed and mine:
+                assert tss[0] == [t for *_x, t in mine]
+    assert len(cache) <= limit
+
+
+def test_an_unhashable_key_is_named_whatever_the_batch_route():
+    with pytest.raises(KeySerializationError, match="not hashable"):
+        _write([("a", 1), (["list"], 2), ("b", 3)], True)
+
+
+def test_keys_equal_across_types_keep_their_own_key_groups_across_batches():
+    """1, True and 1.0 compare equal but serialize differently: a batch of each, after a
+    batch of the others, gets its own key groups, not the ones cached for an equal key."""
+    ser = PickleSerializer().serialize
+    keying = KeyingSpec(lambda v: v[0], PickleSerializer())
+    dest = _receiver(4096, (keying, None))
+    w = EdgeWriter(Edge(1, Partitioning.HASH, keying, 0, None, False), dest, 0, "src", {})
+    batches = [[(1, "a"), (0, "b")], [(True, "c"), (False, "d")], [(1.0, "e")], [("1", "f")]]
+    for batch in batches:
+        w.add(batch)
+    got = []
+    for seq, (target, blob) in enumerate(w.chunks()):
+        got += list(decode_input([(target, (DATA, 0, 0, seq, blob, 0))], dest)[0][0])
+    expected = {
+        (compute_key_group_for_serialized_key(ser(v[0]), 4096), v[1]) for b in batches for v in b
+    }
+    assert {(kg, v[1]) for kg, _k, v in got} == expected
+    assert len({kg for kg, _k, _v in got}) == 6  # every key its own (no collisions here)
