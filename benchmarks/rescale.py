@@ -1,0 +1,276 @@
+"""Rescaling in place vs restarting from a savepoint, at 10^6 keys of state (issue 31).
+
+One run on Spark ``local[2]``, per backend (``--backends``):
+
+* the state: ``--keys`` keys of a ``ValueState[int]``, bootstrapped into a savepoint by
+  the State Processor API and restored by job 1;
+* the work: a keyed running count (uid ``count``) over ``--records`` records per epoch
+  (a sequence source at parallelism 2), touching ``--records`` keys spread over the key
+  space; no periodic checkpoints (the interval is huge), so the only checkpoint epochs
+  are those a rescale or a savepoint asks for;
+* job 1 runs ``--warm`` epochs with ``count`` at ``--from`` parallelism, is rescaled in
+  place to ``--to`` (``JobClient.rescale(operators={"count": to})``), runs ``--after``
+  epochs, is rescaled in place back to ``--from``, runs ``--after`` epochs, and stops
+  with a savepoint;
+* job 2 restores that savepoint with ``count`` at ``--to`` (restart-from-savepoint at the
+  new parallelism, in the same process and SparkSession) and runs ``--after`` epochs.
+
+An epoch's cost is the wall time from the end of the epoch before it to its own end (the
+driver's work between epochs included). A rescale asked after epoch ``r`` runs epoch
+``r+1`` with a checkpoint barrier (the *barrier epoch*), then restores that checkpoint at
+the new parallelism and runs epoch ``r+2`` (the *rescaling epoch*). Reported: the
+rescaling epoch / the median normal epoch at the new parallelism (the issue's goal:
+<= 2x), and the restart's first epoch (from the savepoint epoch's end: the job ends, the
+new one starts and restores) / the same median; the barrier epoch next to the savepoint
+epoch; the load average before and after.
+
+Run: ``python -m benchmarks.rescale [--keys 1000000] [--backends heap,rocksdb] [--json F]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from typing import Any
+
+from benchmarks.state_scaling import COUNT, MAX_PARALLELISM, bootstrap
+from streamstate.common import Configuration, Types
+from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from streamstate.datastream.connectors import DiscardingSink
+from streamstate.runtime.job_status import EpochStats, JobObserver
+
+#: a prime stride spreads an epoch's keys over all key groups
+STRIDE = 1_000_003
+
+
+class CountPerKey(KeyedProcessFunction):
+    def open(self, ctx: Any) -> None:
+        self.count = ctx.get_state(COUNT)
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        c = (self.count.value() or 0) + 1
+        self.count.update(c)
+        yield value, c
+
+
+class KeyOf:
+    """Record ``i`` -> one of ``keys`` keys, strided over the key space."""
+
+    def __init__(self, keys: int) -> None:
+        self.keys = keys
+
+    def __call__(self, i: int) -> str:
+        return f"k{(i * STRIDE) % self.keys}"
+
+
+class Script(JobObserver):
+    """Records every epoch's end (wall time) and, after the ``n``-th epoch the job ran
+    (counted from 1) for ``n`` in ``actions``, calls ``action(client)`` (a rescale, a
+    stop-with-savepoint, a cancel) on the job's client."""
+
+    def __init__(self, actions: dict[int, Any]) -> None:
+        self.actions = actions
+        self.client: Any = None
+        self.ready = threading.Event()
+        self.ends: list[float] = [0.0]  # [n]: when the n-th epoch ended
+        self.stats: list[EpochStats | None] = [None]
+        self.futures: list[Any] = []
+
+    def on_status_change(self, job_id: str, status: Any, timestamp_ms: int) -> None:
+        pass
+
+    def on_failure(self, job_id: str, failure: Any) -> None:
+        pass
+
+    def on_epoch(self, job_id: str, stats: EpochStats) -> None:
+        self.ends.append(time.perf_counter())
+        self.stats.append(stats)
+        action = self.actions.get(len(self.ends) - 1)
+        if action is not None:
+            assert self.ready.wait(60)
+            self.futures.append(action(self.client))
+
+
+def backend_conf(backend: str, local_dir: str) -> dict[str, str]:
+    if backend == "rocksdb":
+        return {
+            "state.backend.type": "rocksdb",
+            "state.backend.incremental": "true",
+            "state.backend.rocksdb.localdir": local_dir,
+        }
+    return {"state.backend.type": "hashmap"}
+
+
+def start(
+    spark: Any, args: Any, backend: str, work: str, restore: str, count_p: int, script: Script
+) -> Any:
+    conf = Configuration()
+    for k, v in {
+        "execution.epoch.max-records": str(args.records // 2),  # per source subtask
+        "execution.state-recovery.path": restore,
+        "execution.checkpointing.dir": f"file://{work}/checkpoints",
+        "execution.checkpointing.savepoint-dir": f"file://{work}/savepoints",
+        **backend_conf(backend, f"{work}/rocksdb"),
+    }.items():
+        conf.set_string(k, v)
+    env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
+    env.add_job_observer(script)
+    env.set_parallelism(2).set_max_parallelism(MAX_PARALLELISM)
+    env.enable_checkpointing(10**9)  # only the checkpoints a rescale or savepoint asks for
+    (
+        env.from_sequence(0, 10**12)
+        .uid("numbers")
+        .map(KeyOf(args.keys), output_type=Types.STRING())
+        .uid("key-of")
+        .key_by(lambda k: k)
+        .process(CountPerKey())
+        .uid("count")
+        .set_parallelism(count_p)
+        .add_sink(DiscardingSink())
+        .uid("discard")
+        .set_parallelism(count_p)
+    )
+    client = env.execute_async("rescale-bench")
+    script.client = client
+    script.ready.set()
+    return client
+
+
+def cost(script: Script, epoch: int, since: float | None = None) -> float:
+    """Seconds from the end of the epoch before (or ``since``) to the end of ``epoch``."""
+    before = script.ends[epoch - 1] if since is None else since
+    return script.ends[epoch] - before
+
+
+def measure(spark: Any, args: Any, backend: str, savepoint: str, work: str) -> dict[str, Any]:
+    w, a, p_from, p_to = args.warm, args.after, args.from_p, args.to_p
+    # epochs of job 1 (its first restores the bootstrap savepoint): after epoch w the
+    # rescale to p_to is asked (w+1 carries its barrier, w+2 is the rescaling epoch) ...
+    out_asked = w
+    back_asked = out_asked + 1 + a
+    stop_asked = back_asked + 1 + a
+    stopped: dict[str, str] = {}
+
+    def stop(client: Any) -> Any:
+        future = client.stop_with_savepoint()
+        stopped["future"] = future
+        return future
+
+    job1 = Script(
+        {
+            out_asked: lambda c: c.rescale(operators={"count": p_to}),
+            back_asked: lambda c: c.rescale(operators={"count": p_from}),
+            stop_asked: stop,
+        }
+    )
+    result1 = start(spark, args, backend, work, savepoint, p_from, job1).get_job_execution_result()
+    result1.result(3600)
+    applied = [f.result(1) for f in job1.futures[:2]]
+    assert [x["count"] for x in applied] == [p_to, p_from], applied
+    taken = str(stopped["future"].result(1))
+    savepoint_epoch = stop_asked + 1
+    savepoint_end = job1.ends[savepoint_epoch]
+
+    job2 = Script({a + 1: lambda c: c.cancel()})
+    start(spark, args, backend, work, taken, p_to, job2).get_job_execution_result().result(3600)
+
+    def normal(epochs: range) -> float:
+        return statistics.median(cost(job1, e) for e in epochs)
+
+    # normal epochs: those after each rescaling epoch, before the next request's barrier
+    normal_to = normal(range(out_asked + 3, back_asked + 1))
+    normal_from = normal(range(back_asked + 3, stop_asked + 1))
+    normal_to_job2 = statistics.median(cost(job2, e) for e in range(2, len(job2.ends)))
+    rescale_out = cost(job1, out_asked + 2)
+    rescale_in = cost(job1, back_asked + 2)
+    restart = cost(job2, 1, since=savepoint_end)
+    return {
+        "backend": backend,
+        "keys": args.keys,
+        "records_per_epoch": args.records,
+        "from": p_from,
+        "to": p_to,
+        "normal epoch at to s": normal_to,
+        "normal epoch at from s": normal_from,
+        "normal epoch at to, job 2 s": normal_to_job2,
+        "barrier epoch (checkpoint) s": cost(job1, out_asked + 1),
+        "savepoint epoch s": cost(job1, savepoint_epoch),
+        "rescaling epoch from->to s": rescale_out,
+        "rescaling epoch to->from s": rescale_in,
+        "restart from savepoint, first epoch at to s": restart,
+        "rescale out / normal": rescale_out / normal_to,
+        "rescale in / normal": rescale_in / normal_from,
+        "restart / normal": restart / normal_to,
+        "restart / rescale out": restart / rescale_out,
+        "barrier + rescaling epoch s": cost(job1, out_asked + 1) + rescale_out,
+        "savepoint epoch + restart s": cost(job1, savepoint_epoch) + restart,
+        "cache misses, rescaling epoch": misses(job1, out_asked + 2),
+        "cache misses, restart's first epoch": misses(job2, 1),
+    }
+
+
+def misses(script: Script, n: int) -> int:
+    stats = script.stats[n]
+    assert stats is not None
+    return stats.cache_misses
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--keys", type=int, default=1_000_000)
+    p.add_argument("--records", type=int, default=100_000, help="records per epoch")
+    p.add_argument("--backends", default="heap,rocksdb")
+    p.add_argument("--warm", type=int, default=4, help="epochs before the first rescale")
+    p.add_argument("--after", type=int, default=4, help="epochs after each rescale")
+    p.add_argument("--from", dest="from_p", type=int, default=2)
+    p.add_argument("--to", dest="to_p", type=int, default=4)
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args(argv)
+
+    from benchmarks.peers import spark_stateful as peers
+
+    spark = peers.build_spark("streamstate-rescale")
+    spark.sparkContext.setLogLevel("ERROR")
+    load_before = os.getloadavg()
+    rows = []
+    work = tempfile.mkdtemp(prefix="ss-rescale-bench-")
+    try:
+        t0 = time.perf_counter()
+        savepoint = bootstrap(spark, args.keys, f"{work}/bootstrap")
+        print(f"bootstrap of {args.keys} keys: {time.perf_counter() - t0:.1f} s", flush=True)
+        for backend in args.backends.split(","):
+            run_dir = tempfile.mkdtemp(prefix=f"{backend}-", dir=work)
+            row = measure(spark, args, backend, savepoint, run_dir)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    load_after = os.getloadavg()
+    print(f"\nload average before {load_before}, after {load_after}")
+    for r in rows:
+        print(f"\n{r['backend']}: {r['keys']} keys, {r['from']} -> {r['to']}")
+        for k, v in r.items():
+            if isinstance(v, float):
+                print(f"  {k:45s} {v:8.3f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "args": vars(args),
+                    "load_before": load_before,
+                    "load_after": load_after,
+                    "rows": rows,
+                },
+                f,
+                indent=2,
+            )
+
+
+if __name__ == "__main__":
+    main()
