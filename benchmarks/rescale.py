@@ -108,7 +108,14 @@ def backend_conf(backend: str, local_dir: str) -> dict[str, str]:
 
 
 def start(
-    spark: Any, args: Any, backend: str, work: str, restore: str, count_p: int, script: Script
+    spark: Any,
+    args: Any,
+    backend: str,
+    work: str,
+    restore: str,
+    count_p: int,
+    script: Script,
+    in_place: bool = True,
 ) -> Any:
     conf = Configuration()
     for k, v in {
@@ -116,6 +123,7 @@ def start(
         "execution.state-recovery.path": restore,
         "execution.checkpointing.dir": f"file://{work}/checkpoints",
         "execution.checkpointing.savepoint-dir": f"file://{work}/savepoints",
+        "execution.rescale.keep-state-in-place": str(in_place).lower(),
         **backend_conf(backend, f"{work}/rocksdb"),
     }.items():
         conf.set_string(k, v)
@@ -148,7 +156,11 @@ def cost(script: Script, epoch: int, since: float | None = None) -> float:
     return script.ends[epoch] - before
 
 
-def measure(spark: Any, args: Any, backend: str, savepoint: str, work: str) -> dict[str, Any]:
+def measure(
+    spark: Any, args: Any, backend: str, savepoint: str, work: str, in_place: bool, restart: bool
+) -> dict[str, Any]:
+    """One job 1 (``in_place``: ``execution.rescale.keep-state-in-place``) and, when
+    ``restart``, its job 2."""
     w, a, p_from, p_to = args.warm, args.after, args.from_p, args.to_p
     # epochs of job 1 (its first restores the bootstrap savepoint): after epoch w the
     # rescale to p_to is asked (w+1 carries its barrier, w+2 is the rescaling epoch) ...
@@ -169,16 +181,12 @@ def measure(spark: Any, args: Any, backend: str, savepoint: str, work: str) -> d
             stop_asked: stop,
         }
     )
-    result1 = start(spark, args, backend, work, savepoint, p_from, job1).get_job_execution_result()
-    result1.result(3600)
+    client1 = start(spark, args, backend, work, savepoint, p_from, job1, in_place)
+    acc1 = client1.get_job_execution_result().result(3600).get_all_accumulator_results()
     applied = [f.result(1) for f in job1.futures[:2]]
     assert [x["count"] for x in applied] == [p_to, p_from], applied
     taken = str(stopped["future"].result(1))
     savepoint_epoch = stop_asked + 1
-    savepoint_end = job1.ends[savepoint_epoch]
-
-    job2 = Script({a + 1: lambda c: c.cancel()})
-    start(spark, args, backend, work, taken, p_to, job2).get_job_execution_result().result(3600)
 
     def normal(epochs: range) -> float:
         return statistics.median(cost(job1, e) for e in epochs)
@@ -186,39 +194,44 @@ def measure(spark: Any, args: Any, backend: str, savepoint: str, work: str) -> d
     # normal epochs: those after each rescaling epoch, before the next request's barrier
     normal_to = normal(range(out_asked + 3, back_asked + 1))
     normal_from = normal(range(back_asked + 3, stop_asked + 1))
-    normal_to_job2 = statistics.median(cost(job2, e) for e in range(2, len(job2.ends)))
     rescale_out = cost(job1, out_asked + 2)
     rescale_in = cost(job1, back_asked + 2)
-    restart = cost(job2, 1, since=savepoint_end)
-    return {
+    row: dict[str, Any] = {
         "backend": backend,
+        "keep state in place": in_place,
         "keys": args.keys,
         "records_per_epoch": args.records,
         "from": p_from,
         "to": p_to,
+        "key groups kept": acc1.get("key_groups_kept.count", 0),
+        "key groups read": acc1.get("key_groups_read.count", 0),
         "normal epoch at to s": normal_to,
         "normal epoch at from s": normal_from,
-        "normal epoch at to, job 2 s": normal_to_job2,
         "barrier epoch (checkpoint) s": cost(job1, out_asked + 1),
         "savepoint epoch s": cost(job1, savepoint_epoch),
         "rescaling epoch from->to s": rescale_out,
         "rescaling epoch to->from s": rescale_in,
-        "restart from savepoint, first epoch at to s": restart,
         "rescale out / normal": rescale_out / normal_to,
         "rescale in / normal": rescale_in / normal_from,
-        "restart / normal": restart / normal_to,
-        "restart / rescale out": restart / rescale_out,
         "barrier + rescaling epoch s": cost(job1, out_asked + 1) + rescale_out,
-        "savepoint epoch + restart s": cost(job1, savepoint_epoch) + restart,
-        "cache misses, rescaling epoch": misses(job1, out_asked + 2),
-        "cache misses, restart's first epoch": misses(job2, 1),
     }
-
-
-def misses(script: Script, n: int) -> int:
-    stats = script.stats[n]
-    assert stats is not None
-    return stats.cache_misses
+    if not restart:
+        return row
+    job2 = Script({a + 1: lambda c: c.cancel()})
+    start(spark, args, backend, work, taken, p_to, job2).get_job_execution_result().result(3600)
+    restart_s = cost(job2, 1, since=job1.ends[savepoint_epoch])
+    row.update(
+        {
+            "normal epoch at to, job 2 s": statistics.median(
+                cost(job2, e) for e in range(2, len(job2.ends))
+            ),
+            "restart from savepoint, first epoch at to s": restart_s,
+            "restart / normal": restart_s / normal_to,
+            "restart / rescale out": restart_s / rescale_out,
+            "savepoint epoch + restart s": cost(job1, savepoint_epoch) + restart_s,
+        }
+    )
+    return row
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -245,16 +258,21 @@ def main(argv: list[str] | None = None) -> None:
         savepoint = bootstrap(spark, args.keys, f"{work}/bootstrap")
         print(f"bootstrap of {args.keys} keys: {time.perf_counter() - t0:.1f} s", flush=True)
         for backend in args.backends.split(","):
-            run_dir = tempfile.mkdtemp(prefix=f"{backend}-", dir=work)
-            row = measure(spark, args, backend, savepoint, run_dir)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            for in_place in (True, False):  # after vs before keeping state in place
+                run_dir = tempfile.mkdtemp(prefix=f"{backend}-", dir=work)
+                row = measure(spark, args, backend, savepoint, run_dir, in_place, in_place)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     load_after = os.getloadavg()
     print(f"\nload average before {load_before}, after {load_after}")
     for r in rows:
-        print(f"\n{r['backend']}: {r['keys']} keys, {r['from']} -> {r['to']}")
+        print(
+            f"\n{r['backend']}: {r['keys']} keys, {r['from']} -> {r['to']}, keep state in "
+            f"place {r['keep state in place']}, key groups kept {r['key groups kept']}, "
+            f"read {r['key groups read']}"
+        )
         for k, v in r.items():
             if isinstance(v, float):
                 print(f"  {k:45s} {v:8.3f}")

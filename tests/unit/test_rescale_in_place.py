@@ -83,9 +83,14 @@ class RescaleAt(JobObserver):
 
 
 def keyed_job(
-    tmp_path: Path, backend: str, fail_epoch: int, spark: Any = None, max_records: int = 10
+    tmp_path: Path,
+    backend: str,
+    fail_epoch: int,
+    spark: Any = None,
+    max_records: int = 10,
+    conf: dict[str, str] | None = None,
 ) -> tuple[Any, CollectSink]:
-    conf = {"state.backend.type": backend}
+    conf = {"state.backend.type": backend, **(conf or {})}
     if backend == "rocksdb":
         conf["state.backend.rocksdb.localdir"] = fast_local_dir()
     env = envs.make_env(2, spark=spark, max_records=max_records, conf=conf)
@@ -167,6 +172,37 @@ def test_rescaled_2_4_1_3_with_a_failure_equals_a_run_without_rescaling(tmp_path
     counts, op_total, buckets = final_state(chk)
     assert (counts, op_total, buckets) == final_state(base_chk)
     assert counts == dict(Counter(k for k, _, _ in DATA)) and op_total == len(DATA)
+
+
+def kept_and_read(result: Any, uid: str) -> tuple[int, int]:
+    acc = result.get_all_accumulator_results()
+    return acc.get(f"key_groups_kept.{uid}", 0), acc.get(f"key_groups_read.{uid}", 0)
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_subtasks_keep_the_key_groups_they_keep_and_read_only_those_they_gain(
+    tmp_path, clock, backend
+):
+    """Max parallelism 128. 2 -> 4: subtask 0 keeps [0, 31] of [0, 63] and reads nothing;
+    subtask 1 ([64, 127] -> [32, 63]) keeps nothing, reads 32; new subtasks 2 and 3 read 32
+    each. 4 -> 1: subtask 0 keeps [0, 31], reads [32, 127]. 1 -> 3: subtask 0 keeps
+    [0, 42]; subtasks 1 and 2 read 43 and 42. Without keeping state in place every
+    subtask reads all its key groups (128 per rescale)."""
+    out, result, applied, chk = run(tmp_path / "kept", backend, {3: 4, 9: 1, 14: 3})
+    assert [a["timers"] for a in applied] == [4, 1, 3]
+    for uid in ("my-function", "timers"):
+        assert kept_and_read(result, uid) == (32 + 32 + 43, 96 + 96 + 85)
+    (tmp_path / "reload").mkdir()
+    reload_out, reload_result, _, reload_chk = run(
+        tmp_path / "reload",
+        backend,
+        {3: 4, 9: 1, 14: 3},
+        conf={"execution.rescale.keep-state-in-place": "false"},
+    )
+    for uid in ("my-function", "timers"):
+        assert kept_and_read(reload_result, uid) == (0, 3 * 128)
+    assert Counter(out) == Counter(reload_out)
+    assert final_state(chk) == final_state(reload_chk)
 
 
 def test_a_rescale_beyond_max_parallelism_is_refused_with_a_typed_error(tmp_path, clock):

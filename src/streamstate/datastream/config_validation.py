@@ -220,6 +220,7 @@ KNOWN_KEYS: dict[str, Validator] = {
     "queryable-state.proxy.query-threads": _int(1),
     "queryable-state.cache.max-entries": _int(1),
     "queryable-state.serve-on-executors": _bool,
+    "execution.rescale.keep-state-in-place": _bool,
     "execution.runner.spark.quiet": _bool,
     # the stores' endpoint and credentials (runtime/stores/options.py)
     S3_ENDPOINT: _any,

@@ -231,6 +231,9 @@ class JobExecutor:
         if after != before:
             path = job.storage.checkpoint_location(md.checkpoint_id)
             epoch = int(md.properties.get("epoch", 0))
+            # the version every subtask's instance holds now: the checkpoint's (the
+            # rescale happens right after the epoch that wrote it)
+            in_place = (job.state.attempt, epoch)
             job.state.attempt += 1
             job.history.stamp = replay_stamp(
                 job.plan, job.settings.epoch_records, job.settings.epoch_interval_s
@@ -239,6 +242,8 @@ class JobExecutor:
             job.features.rescaled(job.plan)
             job.state.reset()
             self._restore(md, path)
+            if job.settings.rescale_in_place:
+                job.state.versions.keep_in_place(in_place)
             try:
                 job.storage.discard_epoch_attempts_before(job.state.attempt)
             except OSError as e:

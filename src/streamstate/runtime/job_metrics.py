@@ -3,6 +3,8 @@
 They become the accumulators of the :class:`~streamstate.common.JobExecutionResult`
 (``records-in.<uid>``, ``epochs``, ``checkpoints``, ``restarts``, ``cache_hits``,
 ``cache_misses``, ``executor_kept``, ``executor_moved``, ``state_restores_<path>``,
+``key_groups_kept`` / ``key_groups_read`` (and ``.<uid>``: key groups a rebuilt keyed
+backend kept in place after a rescale / read from storage),
 ``state_migrated_entries`` and ``state_migrated_entries.<uid>.<state>`` (schema
 migration), ``subtask-seconds.<phase>``, ``subtask-workers``, ``subtask-executors``) and,
 while the job runs, what the control plane shows (the last
@@ -59,6 +61,12 @@ class JobMetrics:
             self.bump("cache_hits" if ack.cache_hit else "cache_misses")
         for path, n in ack.state_restores.items():
             self.bump(f"state_restores_{path}", n)
+        for uid, (kept, read) in ack.key_groups.items():
+            # a rescale in place keeps key groups, every other rebuild reads them all
+            self.bump("key_groups_kept", kept)
+            self.bump("key_groups_read", read)
+            self.bump(f"key_groups_kept.{uid}", kept)
+            self.bump(f"key_groups_read.{uid}", read)
         where = f"{stage}/{ack.subtask}"
         self.workers.setdefault(where, set()).add(ack.worker)
         if ack.executor is not None:

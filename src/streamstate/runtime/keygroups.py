@@ -102,6 +102,15 @@ class KeyGroupRange:
     def to_list(self) -> list[int]:
         return [self.start, self.end]
 
+    def difference(self, other: KeyGroupRange) -> tuple[KeyGroupRange, ...]:
+        """The key groups of this range not in ``other``: at most two ranges (none when
+        ``other`` covers this one)."""
+        inter = self.intersection(other)
+        if not len(inter):
+            return (self,) if len(self) else ()
+        parts = (KeyGroupRange(self.start, inter.start - 1), KeyGroupRange(inter.end + 1, self.end))
+        return tuple(r for r in parts if len(r))
+
 
 def compute_key_group_range_for_operator_index(
     max_parallelism: int, parallelism: int, operator_index: int

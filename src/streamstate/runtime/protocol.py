@@ -47,13 +47,14 @@ __all__ = [
 ]
 
 #: Bumped whenever a message changes shape; driver and workers must agree on it.
-PROTOCOL_VERSION = 12  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated;
+PROTOCOL_VERSION = 13  # v3: EpochSpec.ending; v4: SubtaskAck.user_metrics; v5: .migrated;
 # v6: .executor; v7: SubtaskAck.query_host, StageTaskSpec.serve_queries;
 # v8: StageTaskSpec.source_interval_s / source_slice; v9: StateVersion.bridge, Lineage.bridge;
 # v10: StageTaskSpec.storage_options
 # v11: EpochSpec.replay_stamp
 # v12: StageTaskSpec.features, SubtaskAck.features (optional features: runtime/features.py)
 #      instead of .serve_queries, .keyed_states, .query_host
+# v13: Lineage.kept_from, SubtaskAck.key_groups
 
 #: The destination index of acks that go back to the driver (leaf stages).
 DRIVER = -1
@@ -121,6 +122,10 @@ class Lineage:
     base: tuple[Any, ...] = ()
     deltas: tuple[Any, ...] = ()
     bridge: tuple[tuple[Any, ...], tuple[Any, ...], Any] | None = None
+    #: a rescale in place (runtime/rescale.py): a worker whose instance of this subtask
+    #: index is at this version holds ``base``'s state for its previous key groups, so
+    #: it keeps the key groups it still owns and reads only those it gains from ``base``
+    kept_from: Token | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +295,9 @@ class SubtaskAck:
     cache_hit: bool | None = False
     #: restore path ("reused" | "local" | "remote") -> keyed backends restored that way
     state_restores: Mapping[str, int] = field(default_factory=dict)
+    #: keyed operator uid -> (key groups kept in place, key groups read from storage)
+    #: when its backend was built this epoch (a rescale in place keeps some)
+    key_groups: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     #: "host:pid" of the Python worker that ran the subtask
     worker: str = "?"
     #: the Spark executor whose task ran the subtask, as a task location

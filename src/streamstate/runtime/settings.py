@@ -136,6 +136,10 @@ class JobSettings:
     #: ``s3.*`` / ``fsspec.*``: endpoint and credentials of the stores (runtime/stores/),
     #: installed on the driver and on every executor
     storage_options: StorageOptions = field(default_factory=StorageOptions)
+    #: ``execution.rescale.keep-state-in-place``: after a rescale in place, a subtask that
+    #: keeps key groups keeps their state where it is and reads only the key groups it
+    #: gains (false: every subtask reads its state from the rescale's checkpoint)
+    rescale_in_place: bool = True
 
     @staticmethod
     def from_environment(
@@ -213,6 +217,9 @@ class JobSettings:
                 configuration, "queryable-state.serve-on-executors", default=True
             ),
             storage_options=StorageOptions.from_configuration(configuration),
+            rescale_in_place=_conf_bool(
+                configuration, "execution.rescale.keep-state-in-place", default=True
+            ),
         )
 
 

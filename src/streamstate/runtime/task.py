@@ -65,11 +65,16 @@ def run_stage_partition(
     check_shared(spec.storage)  # this machine sees the driver's state directory
     key: InstanceKey = (spec.job_id, spec.stage.id, index)
     clock = PhaseClock()
+    previous = HOST.take_stale(key, epoch_spec.previous_token)
     inst = HOST.cached_instance(key, epoch_spec.previous_token)
     cache_hit = inst is not None
     try:
         if inst is None:
-            inst = _new_instance(spec, key, epoch_spec)
+            try:
+                inst = _new_instance(spec, key, epoch_spec, previous)
+            finally:
+                if previous is not None:
+                    previous.close()
         clock.restored()
         _start_epoch(inst, epoch_spec)
         chain = OperatorChain(spec.stage, inst, stages_meta, index)
@@ -88,11 +93,18 @@ def run_stage_partition(
     yield from emit(chain, index, [ack, *epoch_input.forwarded], node_watermarks)
 
 
-def _new_instance(spec: StageTaskSpec, key: InstanceKey, epoch_spec: EpochSpec) -> SubtaskInstance:
-    """Subtask ``key`` built at version ``n-1`` and kept by the host; a SourceFunction that
-    moved to this process checks that it can resume where its assignment says."""
+def _new_instance(
+    spec: StageTaskSpec,
+    key: InstanceKey,
+    epoch_spec: EpochSpec,
+    previous: SubtaskInstance | None = None,
+) -> SubtaskInstance:
+    """Subtask ``key`` built at version ``n-1`` (from ``previous``, its instance at another
+    version, where a rescale in place lets it keep key groups) and kept by the host; a
+    SourceFunction that moved to this process checks that it can resume where its
+    assignment says."""
     index = key[2]
-    inst = build_instance(spec, index, epoch_spec, epoch_spec.subtasks[index])
+    inst = build_instance(spec, index, epoch_spec, epoch_spec.subtasks[index], previous)
     HOST.keep(key, inst)  # kept first: a failed check closes it with the epoch
     if epoch_spec.moved and stage_kind(spec.stage) is StageKind.SOURCE_FUNCTION:
         reader = epoch_reader(spec.stage, inst)

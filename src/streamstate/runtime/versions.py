@@ -40,6 +40,7 @@ Writes are idempotent: a re-executed task writes the same version under the same
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -320,6 +321,13 @@ class StateVersions:
             rng = compute_key_group_range_for_operator_index(max_parallelism, parallelism, i)
             base = tuple(h for h in handles if h.intersects(rng))
             self.keyed[(uid, i)] = Lineage(token, base, ())
+
+    def keep_in_place(self, token: Token) -> None:
+        """After a rescale in place: a worker still holding a keyed subtask's instance
+        at ``token`` (the rescale's checkpoint) keeps the key groups it still owns and
+        reads only the others from the lineage (``Lineage.kept_from``)."""
+        for k, lineage in self.keyed.items():
+            self.keyed[k] = dataclasses.replace(lineage, kept_from=token)
 
     def restore_operator(
         self, uid: str, old: tuple[Any, ...], parallelism: int, token: Token

@@ -159,6 +159,10 @@ class KeyedStateBackend(ABC, Generic[StoreT]):
         self._disposed = False
         #: state name -> entries migrated to a new schema at restore (job metrics)
         self.migrated_entries: dict[str, int] = {}
+        #: key groups this backend read from storage at its restore, and key groups it
+        #: took over from the subtask's previous backend instead (a rescale in place)
+        self.key_groups_read = 0
+        self.key_groups_kept = 0
 
     # ------------------------------------------------------------------- what a backend supplies
     @abstractmethod
@@ -352,14 +356,56 @@ class KeyedStateBackend(ABC, Generic[StoreT]):
             store.clear_changes()
 
     # ------------------------------------------------------------------- restore
-    def restore(self, handles: Sequence[KeyGroupsStateHandle]) -> None:
-        """Load the key groups of this backend's range from every intersecting handle.
+    def restore(
+        self, handles: Sequence[KeyGroupsStateHandle], key_groups: KeyGroupRange | None = None
+    ) -> None:
+        """Load the key groups of this backend's range (only those of ``key_groups``, a
+        part of it, when given: the rest came from :meth:`take_key_groups`) from every
+        intersecting handle; adds them to :attr:`key_groups_read`.
 
         Call on a fresh backend, before any state is registered.
         """
         self._check_alive()
         rm.check_restore_first(self.operator_name, self._handles)
-        rm.restore_handles(handles, self.key_group_range, self._resolve_states)
+        self.key_groups_read += rm.count_covered(handles, key_groups or self.key_group_range)
+        rm.restore_handles(handles, self.key_group_range, self._resolve_states, key_groups)
+
+    def take_key_groups(self, other: KeyedStateBackend[Any], key_groups: KeyGroupRange) -> int:
+        """Move the entries of ``key_groups`` (in both backends' ranges) out of ``other``, a
+        backend of the same operator at another key-group range (the subtask's previous
+        range before a rescale), into this fresh one: the state kept in place, nothing read
+        from storage. ``other`` is disposed of afterwards, never used again. Returns the
+        number of key groups taken (:attr:`key_groups_kept`).
+
+        Call before :meth:`restore` and before any state is registered. What moves is
+        not recorded as a change: both backends hold the same version."""
+        self._check_alive()
+        rm.check_restore_first(self.operator_name, self._handles)
+        mine = key_groups.intersection(self.key_group_range)
+        mine = mine.intersection(other.key_group_range)
+        if len(mine) != len(key_groups):
+            raise ValueError(
+                f"key groups {key_groups} are not in both ranges "
+                f"{self.key_group_range} and {other.key_group_range}"
+            )
+        for name, source in other._stores.items():
+            target = self._stores.get(name)
+            if target is None:
+                target = self._new_store(name, source.kind, source.serializers)
+                target.restored_meta = source.restored_meta or source.meta()
+            self._take_store_key_groups(source, target, other._first_key_group, key_groups)
+        self.key_groups_kept += len(key_groups)
+        return len(key_groups)
+
+    def _take_store_key_groups(
+        self, source: Any, target: StoreT, source_first: int, key_groups: KeyGroupRange
+    ) -> None:
+        """Move one state's entries of ``key_groups`` from ``source`` (a store of another
+        backend of this kind) into ``target``; backends with a faster way override it."""
+        first = self._first_key_group
+        for kg in key_groups:
+            for namespace, keys, stored in source.entries(kg - source_first):
+                target.load(kg - first, namespace, keys, stored)
 
     def apply_delta(self, data: bytes) -> None:
         """Replay a delta from :meth:`snapshot_delta` (entries outside the range are skipped)."""

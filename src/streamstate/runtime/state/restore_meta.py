@@ -46,6 +46,7 @@ from streamstate.runtime.state.format.serializers import (
 
 __all__ = [
     "apply_delta",
+    "count_covered",
     "check_migration",
     "check_restore_first",
     "read_serializers",
@@ -225,31 +226,44 @@ def resolve_states(
     return out
 
 
+def count_covered(handles: Iterable[Any], wanted: KeyGroupRange) -> int:
+    """How many key groups of ``wanted`` the ``handles`` hold: what a restore of them
+    reads from storage."""
+    covered: set[int] = set()
+    for handle in handles:
+        covered.update(handle.key_group_range.intersection(wanted))
+    return len(covered)
+
+
 def restore_handles(
     handles: Iterable[KeyGroupsStateHandle],
     key_group_range: KeyGroupRange,
     resolve: Callable[[list[dict[str, Any]]], list[tuple[Any, StateSerializers]]],
+    wanted: KeyGroupRange | None = None,
 ) -> None:
-    """Read the key groups of ``key_group_range`` from full (heap-format) ``handles``,
-    reading only their byte ranges; ``resolve`` is the backend's :func:`resolve_states`."""
+    """Read the key groups of ``key_group_range`` (only those of ``wanted``, a part of it,
+    when given) from full (heap-format) ``handles``, reading only their byte ranges;
+    ``resolve`` is the backend's :func:`resolve_states`."""
+    wanted = key_group_range if wanted is None else wanted
     for handle in handles:
         if isinstance(handle, ChangelogStateHandle):  # its full base, then its deltas
             base, deltas = handle.expand()
-            restore_handles([base], key_group_range, resolve)
-            if base.intersects(key_group_range):
+            restore_handles([base], key_group_range, resolve, wanted)
+            if base.intersects(wanted):
                 for d in deltas:
-                    apply_delta(d.read(), key_group_range, resolve)
+                    fmt.read_delta(d.read(), resolve, _kg_index(key_group_range, wanted))
             continue
-        _restore_full(handle, key_group_range, resolve)
+        _restore_full(handle, key_group_range, resolve, wanted)
 
 
 def _restore_full(
     handle: KeyGroupsStateHandle,
     key_group_range: KeyGroupRange,
     resolve: Callable[[list[dict[str, Any]]], list[tuple[Any, StateSerializers]]],
+    wanted: KeyGroupRange,
 ) -> None:
     start = key_group_range.start
-    inter = handle.key_group_range.intersection(key_group_range)
+    inter = handle.key_group_range.intersection(wanted)
     if not len(inter):
         return
     fmt.check_meta(handle.meta)
@@ -284,9 +298,20 @@ def _read_span(handle: KeyGroupsStateHandle, kgs: list[int]) -> tuple[bytes, int
     return handle.stream.read_range(first, end - first), first
 
 
-def _kg_index(key_group_range: KeyGroupRange) -> Callable[[int], int | None]:
-    """Key group -> its index in ``key_group_range`` (``None``: another subtask's)."""
+def _kg_index(
+    key_group_range: KeyGroupRange, wanted: KeyGroupRange | None = None
+) -> Callable[[int], int | None]:
+    """Key group -> its index in ``key_group_range`` (``None``: another subtask's, or one
+    outside ``wanted`` when given)."""
     start, n = key_group_range.start, len(key_group_range)
+    if wanted is not None and wanted != key_group_range:
+        lo, hi = wanted.start - start, wanted.end - start
+
+        def wanted_index(kg: int) -> int | None:
+            kgi = kg - start
+            return kgi if lo <= kgi <= hi else None
+
+        return wanted_index
 
     def kg_index(kg: int) -> int | None:
         kgi = kg - start

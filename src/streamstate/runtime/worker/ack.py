@@ -91,6 +91,7 @@ def subtask_ack(
         watermarks=watermark_states(stage, inst),
         cache_hit=cache_hit,
         state_restores=restore_paths(inst, cache_hit),
+        key_groups={} if cache_hit else dict(inst.key_groups),
         savepoint_error=done.savepoint_error,
         worker=who.worker,
         executor=who.executor,

@@ -97,6 +97,15 @@ class WorkerHost:
         self.discard(key)
         return None
 
+    def take_stale(self, key: InstanceKey, token: Token) -> SubtaskInstance | None:
+        """The instance of ``key`` at a version other than ``token``, out of the cache:
+        the caller builds the new one from it (a rescale in place keeps key groups) and
+        then closes it."""
+        inst = self.instances.get(key)
+        if inst is None or inst.token == token:
+            return None
+        return self.instances.pop(key)
+
     def keep(self, key: InstanceKey, inst: SubtaskInstance) -> None:
         self.instances[key] = inst
 

@@ -62,6 +62,8 @@ class SubtaskInstance:
         self.ts_aware: set[int] = set()
         #: node tid -> the check of its declared output type (only nodes that declared one)
         self.output_checks: dict[int, OutputTypeCheck] = {}
+        #: keyed uid -> (key groups kept in place, key groups read) when it was built
+        self.key_groups: dict[str, tuple[int, int]] = {}
 
     def close(self) -> None:
         for op in self.ops.values():
@@ -77,9 +79,16 @@ class SubtaskInstance:
 
 
 def build_instance(
-    spec: StageTaskSpec, index: int, epoch_spec: EpochSpec, sub: SubtaskSpec
+    spec: StageTaskSpec,
+    index: int,
+    epoch_spec: EpochSpec,
+    sub: SubtaskSpec,
+    previous: SubtaskInstance | None = None,
 ) -> SubtaskInstance:
-    """Subtask ``index`` of ``spec.stage`` at the version ``sub`` describes, opened."""
+    """Subtask ``index`` of ``spec.stage`` at the version ``sub`` describes, opened.
+    ``previous``: this process's instance of the same subtask at another version (the
+    caller closes it afterwards); after a rescale in place its keyed backends hand the
+    new ones the key groups the subtask keeps (``Lineage.kept_from``)."""
     from streamstate.runtime.operators.checkpointing import StateInitializationContext
 
     st = spec.stage
@@ -89,7 +98,7 @@ def build_instance(
     kg_range = compute_key_group_range_for_operator_index(st.max_parallelism, st.parallelism, index)
     for node in st.nodes.values():
         if node.factory is not None:  # else a source node without an operator (a Source)
-            _add_node(inst, spec, index, epoch_spec, sub, node, kg_range)
+            _add_node(inst, spec, index, epoch_spec, sub, node, kg_range, previous)
     # Flink's order: initializeState (operator and keyed state stores) before open()
     for tid, op in inst.ops.items():
         store = inst.op_stores[st.nodes[tid].uid]
@@ -107,6 +116,7 @@ def _add_node(
     sub: SubtaskSpec,
     node: OpNode,
     kg_range: KeyGroupRange,
+    previous: SubtaskInstance | None,
 ) -> None:
     """The operator of ``node`` with its state, set up (not yet initialized nor opened)."""
     from streamstate.runtime.state.operator import DefaultOperatorStateStore
@@ -115,7 +125,11 @@ def _add_node(
     op: StreamOperator = pickle.loads(spec.factories[node.tid])()
     backend = None
     if node.keyed:
-        backend = _keyed_backend(spec, node, kg_range, epoch_spec, sub.lineages.get(node.uid))
+        lineage = sub.lineages.get(node.uid)
+        backend = _keyed_backend(spec, node, kg_range, epoch_spec)
+        if lineage is not None:
+            _restore_keyed(backend, lineage, previous, node.uid)
+            inst.key_groups[node.uid] = (backend.key_groups_kept, backend.key_groups_read)
         inst.backends[node.uid] = backend
     store = DefaultOperatorStateStore(node.name, allow_broadcast=op.allows_broadcast_state)
     inst.op_crcs[node.uid] = restore_operator_store(
@@ -143,13 +157,9 @@ def _add_node(
 
 
 def _keyed_backend(
-    spec: StageTaskSpec,
-    node: OpNode,
-    kg_range: KeyGroupRange,
-    epoch_spec: EpochSpec,
-    lineage: Lineage | None,
+    spec: StageTaskSpec, node: OpNode, kg_range: KeyGroupRange, epoch_spec: EpochSpec
 ) -> Any:
-    """A keyed backend of ``node``'s key groups, restored from ``lineage`` when given."""
+    """A new, empty keyed backend of ``node``'s key groups."""
     from streamstate.runtime.state.registry import create_keyed_backend
 
     st: Stage = spec.stage
@@ -164,12 +174,38 @@ def _keyed_backend(
     if spec.ttl_time_provider is not None:
         backend.ttl_time_provider = spec.ttl_time_provider.for_backend()
     backend.ttl_time_provider.on_epoch(epoch_spec.epoch, epoch_spec.processing_time_ms)
-    if lineage is not None:
+    return backend
+
+
+def _restore_keyed(
+    backend: Any, lineage: Lineage, previous: SubtaskInstance | None, uid: str
+) -> None:
+    """Bring a new keyed ``backend`` to the version of ``lineage``. After a rescale in
+    place (``lineage.kept_from`` is the version ``previous`` holds), the key groups of
+    the previous backend's range that the new one still owns move over, and only the
+    others are read from the lineage's base."""
+    kept = None
+    if (
+        lineage.kept_from is not None
+        and previous is not None
+        and previous.token == lineage.kept_from
+        and not lineage.deltas
+    ):
+        old = previous.backends.get(uid)
+        if old is not None and type(old) is type(backend):
+            kept = old.key_group_range.intersection(backend.key_group_range)
+            if len(kept):
+                backend.take_key_groups(old, kept)
+            else:
+                kept = None
+    if kept is None:
         if lineage.base:
             backend.restore(list(lineage.base))
         for d in lineage.deltas:
             backend.apply_delta(d.read())
-    return backend
+        return
+    for gained in backend.key_group_range.difference(kept):
+        backend.restore(list(lineage.base), gained)
 
 
 def _setup_time(inst: SubtaskInstance, node: OpNode, op: StreamOperator, state: Any) -> None:

@@ -323,6 +323,40 @@ def test_rescale_from_p3(made: Made, new_p: int) -> None:
     assert len(seen["v"]) == len(KEYS)
 
 
+@pytest.mark.parametrize(("old_p", "new_p"), [(2, 4), (4, 1), (1, 3), (3, 2)])
+def test_rescale_in_place_keeps_key_groups_and_reads_the_gained_ones(
+    made: Made, old_p: int, new_p: int
+) -> None:
+    """Subtask ``i`` at ``new_p`` takes the key groups it keeps from its backend at
+    ``old_p`` and restores only the others from the old subtasks' snapshots: the same
+    state as a restore of all its key groups, counting what it kept and what it read."""
+    olds = [made.backend(p=old_p, idx=i) for i in range(old_p)]
+    for b in olds:
+        fill(b, [k for k in KEYS if kg_of(k) in b.key_group_range])
+    handles = [handle_of(b, b.snapshot()) for b in olds]
+    for i in range(min(old_p, new_p)):
+        full = made.backend(p=new_p, idx=i)
+        full.restore(handles)
+        kept_in_place = made.backend(p=new_p, idx=i)
+        kept = olds[i].key_group_range.intersection(kept_in_place.key_group_range)
+        assert kept_in_place.take_key_groups(olds[i], kept) == len(kept)
+        for gained in kept_in_place.key_group_range.difference(kept):
+            kept_in_place.restore(handles, gained)
+        assert dump(kept_in_place) == dump(full)
+        assert kept_in_place.key_groups_kept == len(kept)
+        assert kept_in_place.key_groups_read == len(kept_in_place.key_group_range) - len(kept)
+        assert full.key_groups_read == len(full.key_group_range)
+        # what it holds is its own: a snapshot names only its key groups
+        assert set(kept_in_place.snapshot().offsets) <= set(kept_in_place.key_group_range)
+
+
+def test_take_key_groups_refuses_key_groups_outside_either_range(made: Made) -> None:
+    old = made.backend(p=2, idx=0)
+    new = made.backend(p=4, idx=1)
+    with pytest.raises(ValueError, match="not in both ranges"):
+        new.take_key_groups(old, KeyGroupRange(0, 63))
+
+
 def test_unregistered_restored_state_is_carried_over(made: Made) -> None:
     b = made.backend()
     fill(b, KEYS[:50])

@@ -51,6 +51,16 @@ class HeapKeyedStateBackend(KeyedStateBackend[HeapStore]):
         self._stores[name] = store
         return store
 
+    def _take_store_key_groups(
+        self, source: HeapStore, target: HeapStore, source_first: int, key_groups: KeyGroupRange
+    ) -> None:
+        # a key group's entries are one dict per namespace: hand the dicts over as they are
+        first = self._first_key_group
+        for namespace, maps in source.namespaces.items():
+            into = target.maps(namespace)
+            for kg in key_groups:
+                into[kg - first] = maps[kg - source_first]
+
     def _migrate(self, store: HeapStore, serializers: StateSerializers) -> None:
         if needs_migration(store.serializers, serializers):
             migrate_holder(self, store, serializers, migrate_heap_table)

@@ -226,17 +226,42 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[StateColumn]):
         return install_compaction_filter(self, state_name, ttl_config, time_provider)
 
     # ------------------------------------------------------------------- restore
-    def restore(self, handles: Sequence[Any]) -> None:
-        """Restore canonical handles and incremental RocksDB handles (any mix)."""
+    def restore(self, handles: Sequence[Any], key_groups: KeyGroupRange | None = None) -> None:
+        """Restore canonical handles and incremental RocksDB handles (any mix); only the
+        key groups of ``key_groups`` when given (see the base class)."""
         self._check_alive()
         rm.check_restore_first(self.operator_name, self._handles)
+        wanted = self.key_group_range if key_groups is None else key_groups
         native = [h for h in handles if isinstance(h, IncrementalKeyedStateHandle)]
         if native:
-            restore_incremental(self, native)
+            self.key_groups_read += rm.count_covered(native, wanted)
+            restore_incremental(self, native, wanted)
             handles = [h for h in handles if not isinstance(h, IncrementalKeyedStateHandle)]
-        if any(h.intersects(self.key_group_range) for h in handles):
+        if any(h.intersects(wanted) for h in handles):
             self.restore_source = "remote"
-        super().restore(handles)
+        super().restore(handles, key_groups)
+
+    def _take_store_key_groups(
+        self,
+        source: StateColumn,
+        target: StateColumn,
+        source_first: int,
+        key_groups: KeyGroupRange,
+    ) -> None:
+        # keys start with their key group: copy the range's RocksDB entries as they are
+        lo = struct.pack(">H", key_groups.start)
+        hi = struct.pack(">H", key_groups.end + 1) if key_groups.end < 0xFFFF else None
+        pairs = [(source.cf, target.cf)]
+        if source.ns_cf is not None:
+            pairs.append((source.ns_cf, target.namespaced_cf()))
+        for src, dst in pairs:
+            batch: list[tuple[bytes, bytes | None]] = []
+            for rk, value in source.scan(lo, hi, src):
+                batch.append((rk, value))
+                if len(batch) >= 10_000:
+                    target.apply(batch, dst)
+                    batch = []
+            target.apply(batch, dst)
 
     def apply_delta(self, data: bytes) -> None:
         if self.restore_source is None:

@@ -48,6 +48,7 @@ from streamstate.runtime.checkpoint.incremental import (
     shared_file_name,
 )
 from streamstate.runtime.job_end import on_job_end
+from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.state.rocksdb.columns import NS_CF_SUFFIX
 from streamstate.runtime.state.rocksdb.database import open_database
 
@@ -354,20 +355,24 @@ def materialize(
 
 
 def restore_incremental(
-    backend: RocksDBKeyedStateBackend, handles: list[IncrementalKeyedStateHandle]
+    backend: RocksDBKeyedStateBackend,
+    handles: list[IncrementalKeyedStateHandle],
+    wanted: KeyGroupRange | None = None,
 ) -> None:
-    """Restore ``handles`` into a fresh ``backend`` (see the module docstring)."""
+    """Restore ``handles`` into a fresh ``backend`` (see the module docstring), only the
+    key groups of ``wanted`` (a part of the backend's range) when given."""
+    wanted = backend.key_group_range if wanted is None else wanted
     for h in handles:
         if h.meta.get("format") != FORMAT or h.meta.get("format_version") != FORMAT_VERSION:
             raise CorruptCheckpointError(
                 f"incremental RocksDB handle has format {h.meta.get('format')!r} version "
                 f"{h.meta.get('format_version')!r}; expected {FORMAT!r} version {FORMAT_VERSION}"
             )
-    mine = [h for h in handles if h.intersects(backend.key_group_range)]
+    mine = [h for h in handles if h.intersects(wanted)]
     sources = []
     if (
         len(mine) == 1
-        and mine[0].key_group_range == backend.key_group_range
+        and mine[0].key_group_range == backend.key_group_range == wanted
         and not backend.columns()
     ):
         h = mine[0]
@@ -383,7 +388,7 @@ def restore_incremental(
             aside = os.path.join(backend.local_dir, f"restore-{uuid.uuid4().hex}")
             try:
                 sources.append(materialize(backend, h, aside))
-                _copy_key_groups(backend, h, aside)
+                _copy_key_groups(backend, h, aside, wanted)
             finally:
                 shutil.rmtree(aside, ignore_errors=True)
     if sources:
@@ -391,10 +396,13 @@ def restore_incremental(
 
 
 def _copy_key_groups(
-    backend: RocksDBKeyedStateBackend, handle: IncrementalKeyedStateHandle, path: str
+    backend: RocksDBKeyedStateBackend,
+    handle: IncrementalKeyedStateHandle,
+    path: str,
+    wanted: KeyGroupRange,
 ) -> None:
-    """Copy this backend's key groups of every state of the database at ``path``."""
-    inter = handle.key_group_range.intersection(backend.key_group_range)
+    """Copy the ``wanted`` key groups of every state of the database at ``path``."""
+    inter = handle.key_group_range.intersection(wanted)
     lo = struct.pack(">H", inter.start)
     hi = struct.pack(">H", inter.end + 1) if inter.end < 0xFFFF else None
     states = handle.meta.get("states", [])
