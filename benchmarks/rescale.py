@@ -5,24 +5,27 @@ One run on Spark ``local[2]``, per backend (``--backends``):
 * the state: ``--keys`` keys of a ``ValueState[int]``, bootstrapped into a savepoint by
   the State Processor API and restored by job 1;
 * the work: a keyed running count (uid ``count``) over ``--records`` records per epoch
-  (a sequence source at parallelism 2), touching ``--records`` keys spread over the key
-  space; no periodic checkpoints (the interval is huge), so the only checkpoint epochs
-  are those a rescale or a savepoint asks for;
-* job 1 runs ``--warm`` epochs with ``count`` at ``--from`` parallelism, is rescaled in
-  place to ``--to`` (``JobClient.rescale(operators={"count": to})``), runs ``--after``
-  epochs, is rescaled in place back to ``--from``, runs ``--after`` epochs, and stops
-  with a savepoint;
-* job 2 restores that savepoint with ``count`` at ``--to`` (restart-from-savepoint at the
-  new parallelism, in the same process and SparkSession) and runs ``--after`` epochs.
+  (a sequence source at parallelism 2), keys spread over the key space; no periodic
+  checkpoints (the interval is huge), so the only checkpoint epochs are those a rescale
+  or a savepoint asks for;
+* job 1 runs ``--warm`` epochs with ``count`` at ``--from`` parallelism, then
+  ``--cycles`` times: rescaled in place to ``--to``
+  (``JobClient.rescale(operators={"count": to})``), ``--after`` epochs, rescaled in
+  place back to ``--from``, ``--after`` epochs; then it stops with a savepoint. It runs
+  twice, keeping state in place (``execution.rescale.keep-state-in-place``, the
+  default) and not (every subtask reads its key groups from the rescale's checkpoint);
+* job 2 restores that savepoint with ``count`` at ``--to`` (restart-from-savepoint at
+  the new parallelism, in the same process and SparkSession) and runs ``--after``
+  epochs, ``--cycles`` times.
 
 An epoch's cost is the wall time from the end of the epoch before it to its own end (the
 driver's work between epochs included). A rescale asked after epoch ``r`` runs epoch
 ``r+1`` with a checkpoint barrier (the *barrier epoch*), then restores that checkpoint at
-the new parallelism and runs epoch ``r+2`` (the *rescaling epoch*). Reported: the
-rescaling epoch / the median normal epoch at the new parallelism (the issue's goal:
-<= 2x), and the restart's first epoch (from the savepoint epoch's end: the job ends, the
-new one starts and restores) / the same median; the barrier epoch next to the savepoint
-epoch; the load average before and after.
+the new parallelism and runs epoch ``r+2`` (the *rescaling epoch*). Reported (medians
+over the cycles): the rescaling epoch / the normal epoch at the new parallelism (the
+issue's goal: <= 2x); the restart (job 1's end after its savepoint epoch, plus job 2's
+start, restore and first epoch) / the same normal epoch; the barrier epoch next to the
+savepoint epoch; key groups kept in place and read; the load average before and after.
 
 Run: ``python -m benchmarks.rescale [--keys 1000000] [--backends heap,rocksdb] [--json F]``.
 """
@@ -160,42 +163,45 @@ def measure(
     spark: Any, args: Any, backend: str, savepoint: str, work: str, in_place: bool, restart: bool
 ) -> dict[str, Any]:
     """One job 1 (``in_place``: ``execution.rescale.keep-state-in-place``) and, when
-    ``restart``, its job 2."""
+    ``restart``, ``--cycles`` runs of job 2 from its savepoint."""
     w, a, p_from, p_to = args.warm, args.after, args.from_p, args.to_p
-    # epochs of job 1 (its first restores the bootstrap savepoint): after epoch w the
-    # rescale to p_to is asked (w+1 carries its barrier, w+2 is the rescaling epoch) ...
-    out_asked = w
-    back_asked = out_asked + 1 + a
-    stop_asked = back_asked + 1 + a
-    stopped: dict[str, str] = {}
+    # ordinals of job 1's epochs (its first restores the bootstrap savepoint): a rescale
+    # asked after epoch r runs its barrier in r+1 and its rescaling epoch in r+2; the
+    # ``a`` epochs after that one are normal epochs at the new parallelism
+    outs, backs = [], []
+    asked = w
+    actions: dict[int, Any] = {}
+    for _ in range(args.cycles):
+        outs.append(asked)
+        actions[asked] = lambda c: c.rescale(operators={"count": p_to})
+        asked += 2 + a
+        backs.append(asked)
+        actions[asked] = lambda c: c.rescale(operators={"count": p_from})
+        asked += 2 + a
+    stopped: dict[str, Any] = {}
 
     def stop(client: Any) -> Any:
-        future = client.stop_with_savepoint()
-        stopped["future"] = future
+        stopped["future"] = future = client.stop_with_savepoint()
         return future
 
-    job1 = Script(
-        {
-            out_asked: lambda c: c.rescale(operators={"count": p_to}),
-            back_asked: lambda c: c.rescale(operators={"count": p_from}),
-            stop_asked: stop,
-        }
-    )
+    actions[asked] = stop
+    job1 = Script(actions)
     client1 = start(spark, args, backend, work, savepoint, p_from, job1, in_place)
     acc1 = client1.get_job_execution_result().result(3600).get_all_accumulator_results()
-    applied = [f.result(1) for f in job1.futures[:2]]
-    assert [x["count"] for x in applied] == [p_to, p_from], applied
+    ended = time.perf_counter()
+    applied = [f.result(1)["count"] for f in job1.futures[:-1]]
+    assert applied == [p_to, p_from] * args.cycles, applied
     taken = str(stopped["future"].result(1))
-    savepoint_epoch = stop_asked + 1
+    savepoint_epoch = asked + 1
 
-    def normal(epochs: range) -> float:
-        return statistics.median(cost(job1, e) for e in epochs)
+    def median(xs: Any) -> float:
+        return statistics.median(list(xs))
 
-    # normal epochs: those after each rescaling epoch, before the next request's barrier
-    normal_to = normal(range(out_asked + 3, back_asked + 1))
-    normal_from = normal(range(back_asked + 3, stop_asked + 1))
-    rescale_out = cost(job1, out_asked + 2)
-    rescale_in = cost(job1, back_asked + 2)
+    normal_to = median(cost(job1, r + e) for r in outs for e in range(3, 3 + a))
+    normal_from = median(cost(job1, r + e) for r in backs for e in range(3, 3 + a))
+    rescale_out = median(cost(job1, r + 2) for r in outs)
+    rescale_in = median(cost(job1, r + 2) for r in backs)
+    barrier = median(cost(job1, r + 1) for r in outs + backs)
     row: dict[str, Any] = {
         "backend": backend,
         "keep state in place": in_place,
@@ -203,28 +209,35 @@ def measure(
         "records_per_epoch": args.records,
         "from": p_from,
         "to": p_to,
+        "cycles": args.cycles,
         "key groups kept": acc1.get("key_groups_kept.count", 0),
         "key groups read": acc1.get("key_groups_read.count", 0),
         "normal epoch at to s": normal_to,
         "normal epoch at from s": normal_from,
-        "barrier epoch (checkpoint) s": cost(job1, out_asked + 1),
+        "barrier epoch (checkpoint) s": barrier,
         "savepoint epoch s": cost(job1, savepoint_epoch),
         "rescaling epoch from->to s": rescale_out,
         "rescaling epoch to->from s": rescale_in,
         "rescale out / normal": rescale_out / normal_to,
         "rescale in / normal": rescale_in / normal_from,
-        "barrier + rescaling epoch s": cost(job1, out_asked + 1) + rescale_out,
+        "barrier + rescaling epoch s": barrier + rescale_out,
     }
     if not restart:
         return row
-    job2 = Script({a + 1: lambda c: c.cancel()})
-    start(spark, args, backend, work, taken, p_to, job2).get_job_execution_result().result(3600)
-    restart_s = cost(job2, 1, since=job1.ends[savepoint_epoch])
+    # restart from the savepoint at p_to: job 1's end (its savepoint epoch's end to its
+    # result), then a new job until its first epoch ended; job 2 runs --cycles times
+    stop_s = ended - job1.ends[savepoint_epoch]
+    restarts, normal2 = [], []
+    for _ in range(args.cycles):
+        job2 = Script({a + 1: lambda c: c.cancel()})
+        t0 = time.perf_counter()
+        start(spark, args, backend, work, taken, p_to, job2).get_job_execution_result().result(3600)
+        restarts.append(stop_s + cost(job2, 1, since=t0))
+        normal2 += [cost(job2, e) for e in range(2, len(job2.ends))]
+    restart_s = median(restarts)
     row.update(
         {
-            "normal epoch at to, job 2 s": statistics.median(
-                cost(job2, e) for e in range(2, len(job2.ends))
-            ),
+            "normal epoch at to, job 2 s": median(normal2),
             "restart from savepoint, first epoch at to s": restart_s,
             "restart / normal": restart_s / normal_to,
             "restart / rescale out": restart_s / rescale_out,
@@ -243,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--after", type=int, default=4, help="epochs after each rescale")
     p.add_argument("--from", dest="from_p", type=int, default=2)
     p.add_argument("--to", dest="to_p", type=int, default=4)
+    p.add_argument("--cycles", type=int, default=3, help="rescales out and back (medians)")
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
 

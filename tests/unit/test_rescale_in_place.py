@@ -156,10 +156,11 @@ def clock():
 def test_rescaled_2_4_1_3_with_a_failure_equals_a_run_without_rescaling(tmp_path, clock, backend):
     base_out, base_result, _, base_chk = run(tmp_path / "base", backend, {})
     (tmp_path / "elastic").mkdir()
-    # rescale asked after epochs 3, 9 and 14: applied after the next epoch's checkpoint;
-    # the first epoch at parallelism 1 (epoch 11) fails once in subtask 0
+    # rescales asked while epochs 3, 9 and 14 run: applied once their checkpoints
+    # completed; the first epoch at parallelism 1 (epoch 10), the rescaling epoch, fails
+    # once in subtask 0, after the subtask kept its key groups in place
     out, result, applied, chk = run(
-        tmp_path / "elastic", backend, {3: 4, 9: 1, 14: 3}, fail_epoch=11
+        tmp_path / "elastic", backend, {3: 4, 9: 1, 14: 3}, fail_epoch=10
     )
     assert result.get_accumulator_result("rescales") == 3
     assert result.get_accumulator_result("restarts") == 1
@@ -172,6 +173,10 @@ def test_rescaled_2_4_1_3_with_a_failure_equals_a_run_without_rescaling(tmp_path
     counts, op_total, buckets = final_state(chk)
     assert (counts, op_total, buckets) == final_state(base_chk)
     assert counts == dict(Counter(k for k, _, _ in DATA)) and op_total == len(DATA)
+    # 2 -> 4 keeps 32 key groups and reads 96; the failed rescaling epoch's build is not
+    # counted and its restart reads all 128 from the checkpoint; 1 -> 3 keeps 43, reads 85
+    for uid in ("my-function", "timers"):
+        assert kept_and_read(result, uid) == (32 + 43, 96 + 128 + 85)
 
 
 def kept_and_read(result: Any, uid: str) -> tuple[int, int]:
