@@ -42,12 +42,15 @@ import threading
 import time
 from typing import Any
 
+from benchmarks.report import render_table
+from benchmarks.results import Sitting, Table, ratio, record
 from benchmarks.state_scaling import COUNT, MAX_PARALLELISM, bootstrap
 from streamstate.common import Configuration, Types
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
 from streamstate.runtime.job_status import EpochStats, JobObserver
 
+RESTART = "restart from savepoint, first epoch at to s"
 #: a prime stride spreads an epoch's keys over all key groups
 STRIDE = 1_000_003
 
@@ -247,6 +250,49 @@ def measure(
     return row
 
 
+#: (row label, key in a measured row, unit) of the page's table
+FIGURES = (
+    ("normal epoch at the new parallelism (s)", "normal epoch at to s", "s"),
+    ("rescaling epoch, out (s)", "rescaling epoch from->to s", "s"),
+    ("**rescaling epoch / normal epoch**, out", "rescale out / normal", "x"),
+    ("rescaling epoch / normal epoch, back in", "rescale in / normal", "x"),
+    ("barrier epoch (its checkpoint) (s)", "barrier epoch (checkpoint) s", "s"),
+    ("savepoint epoch (s)", "savepoint epoch s", "s"),
+    ("restart from savepoint at the new parallelism (s)", RESTART, "s"),
+    ("restart / normal epoch", "restart / normal", "x"),
+    ("**restart / rescaling epoch**", "restart / rescale out", "x"),
+    ("key groups kept in place / read", "key groups", ""),
+)
+
+
+def tables(rows: list[dict[str, Any]]) -> list[Table]:
+    """One column per (backend, keep state in place) run, one row per figure."""
+    columns = [
+        "",
+        *(f"{r['backend']}, {'in place' if r['keep state in place'] else 'reload'}" for r in rows),
+    ]
+    out = []
+    for label, key, unit in FIGURES:
+        cells = []
+        for r in rows:
+            if key == "key groups":
+                cells.append(f"{r['key groups kept']} / {r['key groups read']}")
+            elif key not in r:
+                cells.append("-")
+            elif unit == "x":
+                cells.append(f"{ratio(r[key])}x")
+            else:
+                cells.append(f"{r[key]:.2f}")
+        out.append((label, *cells))
+    first = rows[0]
+    caption = (
+        f"{first['keys']:,} keys, {first['records_per_epoch']:,} records per epoch, "
+        f"count at {first['from']} -> {first['to']} -> {first['from']}, medians over "
+        f"{first['cycles']} cycles"
+    )
+    return [Table(tuple(columns), tuple(out), caption)]
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--keys", type=int, default=1_000_000)
@@ -258,7 +304,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--to", dest="to_p", type=int, default=4)
     p.add_argument("--cycles", type=int, default=3, help="rescales out and back (medians)")
     p.add_argument("--json", help="also write the figures to this file")
+    p.add_argument("--result", action="store_true", help="record the run in benchmarks/results")
     args = p.parse_args(argv)
+    sitting = Sitting.begin("benchmarks.rescale", argv)
 
     from benchmarks.peers import spark_stateful as peers
 
@@ -302,6 +350,12 @@ def main(argv: list[str] | None = None) -> None:
                 f,
                 indent=2,
             )
+    run = sitting.run(tables(rows))
+    print(f"\nload average (1 min): {run.load_average} (start-end)")
+    for table in run.tables:
+        print("\n" + "\n".join(render_table(table)))
+    if args.result:
+        record("rescale", run)
 
 
 if __name__ == "__main__":
