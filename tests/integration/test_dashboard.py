@@ -63,3 +63,42 @@ def test_job_page_shows_checkpoints_charts_and_no_js_error(tmp_path):
         gate.release()
         client.cancel()
         client.get_job_execution_result().result(60)
+
+
+def test_the_autoscalers_decisions_are_traced_with_their_reasons(tmp_path):
+    """A job whose sequence source has a backlog the keyed stage cannot catch up with: the
+    autoscaler rescales it in place, and the job page lists the decision (operator,
+    parallelism before and after, the reason)."""
+    assert CHROMIUM is not None, "CI must have chromium (.ci/run installs it)"
+    env = envs.make_env(
+        1,
+        max_records=20,
+        restarts=0,
+        conf={
+            "job.autoscaler.enabled": "true",
+            "job.autoscaler.stabilization.interval": "3 s",
+            "job.autoscaler.metrics.window": "2 s",
+            "job.autoscaler.catch-up.duration": "1 ms",
+            "job.autoscaler.vertex.max-parallelism": "3",
+        },
+    )
+    env.set_clock(TickingClock())
+    env.enable_checkpointing(1)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
+    env.from_sequence(0, 10**9).key_by(lambda v: v % 5).reduce(lambda a, b: a + b).uid(
+        "sum"
+    ).sink_to(DiscardingSink())
+    client = env.execute_async("scaling-job")
+    try:
+        (rec,) = [r for r in list_jobs() if r.job_id == client.get_job_id()]
+        with Browser(CHROMIUM) as b:
+            b.goto(f"{rec.address}/#/job/{rec.job_id}")
+            reason = b.wait_for(
+                "[...document.querySelectorAll('#scaling-table tbody tr')]"
+                ".map(r => r.innerText).find(t => t.includes('sum') && t.includes('1 → 3'))"
+            )
+            assert "busy: true processing rate" in reason and "yes" in reason
+            assert b.errors == [], b.errors
+    finally:
+        client.cancel()
+        client.get_job_execution_result().result(60)

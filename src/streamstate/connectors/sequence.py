@@ -61,6 +61,11 @@ class SequenceSource(Source):
                 splits[idx][0] = nxt
         return {"splits": splits}
 
+    def backlog(self, state: Any, now_ms: int) -> int | None:
+        """Numbers not read yet: all of the sequence is available at once (the
+        autoscaler's backlog, runtime/autoscaling.py)."""
+        return sum(max(0, hi - lo) for lo, hi in state["splits"]) if state else None
+
     def is_finished(self, state: Any) -> bool:
         return all(lo >= hi for lo, hi in state["splits"])
 

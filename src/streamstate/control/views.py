@@ -140,6 +140,10 @@ def job_details(job: Any) -> dict[str, Any]:
         },
         "stats": dict(ex.parts.metrics.stats),
         "placement": placement(ex.parts.metrics),
+        "autoscaler": {
+            "enabled": ex.parts.settings.autoscaler.enabled,
+            "decisions": list(ex.parts.metrics.scaling),
+        },
         "records": dict(ex.parts.metrics.counts),
         "epochs": [asdict(e) for e in epochs[-job.epochs_shown :]],
     }

@@ -95,6 +95,10 @@ class JobExecutor:
         settings.storage_options.install()
         storage.initialize_job(job_id)
         metrics = JobMetrics()
+        if settings.autoscaler.enabled:  # the autoscaler's one seam (runtime/autoscaling.py)
+            from streamstate.runtime.autoscaling import AutoscalingObserver
+
+            observers = (*observers, AutoscalingObserver(self, settings))
         #: the job's parts, shared with the epoch loop
         self.parts = JobParts(
             job_id=job_id,

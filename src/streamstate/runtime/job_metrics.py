@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from streamstate.runtime.autoscaler import ScalingDecision
 from streamstate.runtime.job_status import EpochStats, FailureInfo, StageEpochStats
 from streamstate.runtime.protocol import SubtaskAck
 from streamstate.runtime.user_metrics import UserMetrics
@@ -25,6 +26,7 @@ __all__ = ["EPOCH_HISTORY", "FAILURE_HISTORY", "JobMetrics"]
 
 EPOCH_HISTORY = 1000
 FAILURE_HISTORY = 100
+SCALING_HISTORY = 100
 
 
 class JobMetrics:
@@ -49,8 +51,15 @@ class JobMetrics:
         self.timings: dict[str, float] = {}
         self.epochs: deque[EpochStats] = deque(maxlen=EPOCH_HISTORY)
         self.failures: deque[FailureInfo] = deque(maxlen=FAILURE_HISTORY)
+        #: the autoscaler's decisions, newest last (``ScalingDecision.to_json`` + note)
+        self.scaling: deque[dict[str, Any]] = deque(maxlen=SCALING_HISTORY)
         #: the functions' own metrics (RuntimeContext.get_metrics_group())
         self.user = UserMetrics()
+
+    def record_scaling(self, decision: ScalingDecision, note: str = "") -> None:
+        """An autoscaler decision (runtime/autoscaler.py), with what became of it."""
+        self.bump("autoscaler_decisions")
+        self.scaling.append({**decision.to_json(), "note": note})
 
     def bump(self, name: str, n: int = 1) -> None:
         self.stats[name] = self.stats.get(name, 0) + n

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any
 
 from streamstate.errors import ConfigurationError
+from streamstate.runtime.autoscaler import AutoscalerSettings
 from streamstate.runtime.clock import Clock, system_clock_ms
 from streamstate.runtime.state.registry import DEFAULT_BACKEND, backend_settings, registration
 from streamstate.runtime.state.ttl_clock import ttl_time_provider_from_configuration
@@ -140,6 +141,8 @@ class JobSettings:
     #: keeps key groups keeps their state where it is and reads only the key groups it
     #: gains (false: every subtask reads its state from the rescale's checkpoint)
     rescale_in_place: bool = True
+    #: ``job.autoscaler.*`` (runtime/autoscaler.py; off by default)
+    autoscaler: AutoscalerSettings = field(default_factory=AutoscalerSettings)
 
     @staticmethod
     def from_environment(
@@ -220,6 +223,7 @@ class JobSettings:
             rescale_in_place=_conf_bool(
                 configuration, "execution.rescale.keep-state-in-place", default=True
             ),
+            autoscaler=AutoscalerSettings.from_configuration(configuration),
         )
 
 

@@ -190,8 +190,10 @@ class DataFrameEpochRunner(EpochRunner):
         self._hosted = _hosted(configuration)
         self._large_binary = False
         self._artifacts: str | None = None
-        #: stage id -> its tick rows' DataFrame (built once per job)
+        #: stage id -> its tick rows' DataFrame (built once per job and parallelism)
         self._ticks: dict[int, Any] = {}
+        #: rescales so far (names the large specs' artifacts apart)
+        self._spec_generation = 0
         #: gives a classic session its Spark console progress bar back when the job ends
         self._resume_console_progress: Callable[[], None] | None = None
         self._routed = _routed_struct()
@@ -216,6 +218,17 @@ class DataFrameEpochRunner(EpochRunner):
         self._job_id = job_id
         large = self.spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
         self._large_binary = str(large).strip().lower() == "true"
+        self._ship_specs(job_id, specs)
+
+    def restage(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
+        """The plan was rescaled (runtime/rescale.py): its new stage specs (a large one
+        under a new artifact name: a session's artifacts cannot be replaced) and tick rows
+        at the new parallelism."""
+        self._ticks = {}
+        self._spec_generation += 1
+        self._ship_specs(job_id, specs)
+
+    def _ship_specs(self, job_id: str, specs: dict[int, bytes]) -> None:
         for sid, blob in specs.items():
             if len(blob) <= _INLINE_SPEC_BYTES:
                 self.blobs[sid] = (job_id, sid, blob)  # inside the plan's function
@@ -223,12 +236,12 @@ class DataFrameEpochRunner(EpochRunner):
             self.blobs[sid] = (job_id, sid, self._upload(job_id, sid, blob))
 
     def _upload(self, job_id: str, sid: int, blob: bytes) -> _FileSpec:
-        """Ship a large spec once per job as a file artifact of the session."""
+        """Ship a large spec once per job (and rescale) as a file artifact of the session."""
         if self._artifacts is None:
             # a claimed scratch dir: removed when this process exits (or, killed, by the
             # next sweep); on Spark Connect already when the job stops
             self._artifacts = scratch_dir("specs")
-        name = f"streamstate-{job_id}-{sid}.spec"
+        name = f"streamstate-{job_id}-{sid}-{self._spec_generation}.spec"
         path = os.path.join(self._artifacts, name)
         with open(path, "wb") as f:
             f.write(blob)

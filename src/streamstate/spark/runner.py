@@ -179,6 +179,33 @@ class SparkEpochRunner(EpochRunner):
         self._broadcasts = []
         self._ship_specs(job_id, specs)
 
+    def request_executors(self, subtasks: int) -> str:
+        """The autoscaler's ask (runtime/autoscaling.ExecutorRequests): enough executors
+        for ``subtasks`` tasks at once, by ``SparkContext.requestTotalExecutors`` where the
+        cluster manager takes it; what happened, in words."""
+        sc = self.spark.sparkContext
+        conf = sc.getConf()
+        if sc.master.startswith("local"):
+            return (
+                f"no executors asked: {sc.master} runs every task in the driver's JVM "
+                f"({sc.defaultParallelism} task slots)"
+            )
+        if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+            return "executors left to Spark's dynamic allocation (it follows pending tasks)"
+        cores = int(conf.get("spark.executor.cores", "1") or 1)
+        task_cpus = int(conf.get("spark.task.cpus", "1") or 1)
+        wanted = -(-subtasks * task_cpus // max(1, cores))
+        try:
+            jvm = sc._jvm
+            hosts = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
+            granted = bool(sc._jsc.sc().requestTotalExecutors(wanted, 0, hosts))
+        except Exception as e:  # noqa: BLE001 - a cluster manager without the call
+            return f"asking for {wanted} executors failed: {type(e).__name__}: {e}"
+        return (
+            f"asked the cluster manager for {wanted} executors ({subtasks} subtasks, "
+            f"{cores} cores each): {'acknowledged' if granted else 'refused'}"
+        )
+
     def restage(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
         """The plan was rescaled: ship its new stage specs (the old broadcasts go)."""
         _destroy(self._broadcasts)

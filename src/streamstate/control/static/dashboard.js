@@ -63,7 +63,7 @@ async function renderJobs(view) {
 
 // -- job page ------------------------------------------------------------------------------
 function jobSkeleton(view, jid) {
-  document.getElementById("job-nav").innerHTML = ["overview", "checkpoints", "exceptions", "configuration"]
+  document.getElementById("job-nav").innerHTML = ["overview", "checkpoints", "scaling", "exceptions", "configuration"]
     .map(s => `<a href="#/job/${jid}" data-section="${s}">${s[0].toUpperCase() + s.slice(1)}</a>`).join("");
   document.querySelectorAll("#job-nav a").forEach(a => a.addEventListener("click", ev => {
     ev.preventDefault();
@@ -88,6 +88,9 @@ function jobSkeleton(view, jid) {
       <th>Duration</th><th>State size</th><th>Path</th></tr></thead><tbody></tbody></table>
     <h2 style="margin-top:14px">Per subtask <span class="muted" id="cp-detail-id"></span></h2>
     <table id="checkpoint-detail"></table></section>
+  <section id="sec-scaling"><h2>Autoscaler decisions</h2><div class="muted" id="scaling-state"></div>
+    <table id="scaling-table"><thead><tr><th>Time</th><th>Operator</th><th>Parallelism</th>
+      <th>Applied</th><th>Reason</th></tr></thead><tbody></tbody></table></section>
   <section id="sec-exceptions"><h2>Restarts and exceptions</h2><div id="exceptions"></div></section>
   <section id="sec-configuration"><h2>Configuration</h2><table id="config-table"></table></section>`;
 }
@@ -117,6 +120,16 @@ function renderEpochCharts(job) {
     <th>Restore s</th><th>Process s</th><th>Commit s</th><th>Slowest subtask s</th></tr></thead><tbody>${last.stages.map(s =>
     `<tr><td>${s.stage}: ${escapeHtml(names[s.stage] || "")}</td><td>${s.restore_s.toFixed(3)}</td><td>${s.process_s.toFixed(3)}</td>
      <td>${s.commit_s.toFixed(3)}</td><td>${s.max_subtask_s.toFixed(3)}</td></tr>`).join("")}</tbody>` : "";
+}
+
+function renderScaling(job) {
+  const a = job.autoscaler || { enabled: false, decisions: [] };
+  document.getElementById("scaling-state").textContent = a.enabled
+    ? `${a.decisions.length} decision(s), newest first` : "off (job.autoscaler.enabled: false)";
+  document.querySelector("#scaling-table tbody").innerHTML = a.decisions.slice().reverse().flatMap(d =>
+    d.vertices.map(v => `<tr><td>${fmtTime(d.timestamp)}</td><td>${escapeHtml(v.uid)}</td>
+      <td>${v.from} → ${v.to}</td><td>${d.applied ? "yes" : "no"}</td>
+      <td>${escapeHtml(v.reason)}${d.note ? `<div class="muted">${escapeHtml(d.note)}</div>` : ""}</td></tr>`)).join("");
 }
 
 function renderCheckpoints(cps, jid) {
@@ -172,6 +185,7 @@ async function renderJob(view, jid, first) {
     renderConfig(await api(`/jobs/${jid}/config`));
   }
   renderEpochCharts(job);
+  renderScaling(job);
   renderCheckpoints(cps, jid);
   renderExceptions(exc);
   await renderCheckpointDetail(jid);
