@@ -288,7 +288,7 @@ def tables(rows: list[dict[str, Any]]) -> list[Table]:
     caption = (
         f"{first['keys']:,} keys, {first['records_per_epoch']:,} records per epoch, "
         f"count at {first['from']} -> {first['to']} -> {first['from']}, medians over "
-        f"{first['cycles']} cycles"
+        f"{first['cycles']} cycle(s)"
     )
     return [Table(tuple(columns), tuple(out), caption)]
 
