@@ -239,7 +239,7 @@ def test_the_decisions_are_in_the_job_metrics_with_their_reasons(tmp_path):
         result = client.get_job_execution_result().result(300)
     assert result.get_accumulator_result("autoscaler_decisions") >= 1
     assert result.get_accumulator_result("rescales") in (None, 0)
-    decisions = list(client._executor.metrics.scaling)
+    decisions = list(client._executor.parts.metrics.scaling)
     count = [v for d in decisions for v in d["vertices"] if v["uid"] == "count"]
     assert count and not decisions[0]["applied"]
     assert count[0]["from"] == 1 and count[0]["to"] == 3
