@@ -43,7 +43,7 @@ import time
 from typing import Any
 
 from benchmarks.report import render_table
-from benchmarks.results import Sitting, Table, ratio, record
+from benchmarks.results import Sitting, Table, add_result_option, ratio, record
 from benchmarks.state_scaling import COUNT, MAX_PARALLELISM, bootstrap
 from streamstate.common import Configuration, Types
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--to", dest="to_p", type=int, default=4)
     p.add_argument("--cycles", type=int, default=3, help="rescales out and back (medians)")
     p.add_argument("--json", help="also write the figures to this file")
-    p.add_argument("--result", action="store_true", help="record the run in benchmarks/results")
+    add_result_option(p)
     args = p.parse_args(argv)
     sitting = Sitting.begin("benchmarks.rescale", argv)
 

@@ -1,12 +1,12 @@
 """Rescaling in place on a Spark Connect session (the DataFrame runner, subtask hosts on):
-the keyed job of tests/unit/test_rescale_in_place.py rescaled 2 -> 4 -> 1 -> 3 while it
+the keyed job of tests/unit/runtime/test_rescale_in_place.py rescaled 2 -> 4 -> 1 -> 3 while it
 runs, a failure in a rescaling epoch, equals the in-process run without rescaling."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from tests.unit import test_rescale_in_place as R
+from tests.unit.runtime import test_rescale_in_place as R
 
 
 def test_rescaled_on_a_connect_session_equals_a_run_without_rescaling(connect_spark, tmp_path):

@@ -1,5 +1,5 @@
 """Rescaling in place on Spark local[2] (the RDD runner, subtask hosts on): the keyed job
-of tests/unit/test_rescale_in_place.py rescaled 2 -> 4 -> 1 -> 3 while it runs, a failure
+of tests/unit/runtime/test_rescale_in_place.py rescaled 2 -> 4 -> 1 -> 3 while it runs, a failure
 in a rescaling epoch, equals the in-process run without rescaling, output and state."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from tests.unit import test_rescale_in_place as R
+from tests.unit.runtime import test_rescale_in_place as R
 
 
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
