@@ -8,7 +8,8 @@ tell, :class:`BacklogReporting`), asks the :class:`~streamstate.runtime.autoscal
 and, for a decision, records it in the job's metrics (REST ``/jobs/<id>`` under
 ``autoscaler``, the dashboard) and applies it as a rescale in place of the operators it
 names. It then asks the runner for executors to match (:class:`ExecutorRequests`; the
-Spark runner implements it) and records the answer with the decision.
+Spark runner implements it: more when the plan grows, fewer when it shrinks) and
+records the answer with the decision.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ class BacklogReporting(Protocol):
 class ExecutorRequests(Protocol):
     """A runner that can ask its cluster manager for executors."""
 
-    def request_executors(self, subtasks: int) -> str:
-        """Ask for enough executors to run ``subtasks`` tasks at once; returns what
-        happened, in words (asked, left to dynamic allocation, not possible here)."""
+    def request_executors(self, subtasks: int, before: int) -> str:
+        """Executors to run ``subtasks`` tasks at once, the plan having had ``before``:
+        more asked for when it grows, the surplus released when it shrinks; returns what
+        happened, in words (asked, released, left to dynamic allocation, not possible)."""
         ...
 
 
@@ -75,11 +77,14 @@ class AutoscalingObserver(JobObserver):
                 note = f"not applied: {e}"
             else:
                 if isinstance(job.runner, ExecutorRequests):
+                    # the plan still has the old parallelisms: the rescale applies at the
+                    # next epoch boundary
+                    before = sum(st.parallelism for st in job.plan.stages)
                     subtasks = sum(
                         decision.operators().get(st.nodes[st.heads[0]].uid, st.parallelism)
                         for st in job.plan.stages
                     )
-                    note = job.runner.request_executors(subtasks)
+                    note = job.runner.request_executors(subtasks, before)
         self.scaler.rescaled(now)  # measure again once the change applied
         job.metrics.record_scaling(decision, note)
         for v in decision.vertices:

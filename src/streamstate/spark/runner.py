@@ -179,10 +179,13 @@ class SparkEpochRunner(EpochRunner):
         self._broadcasts = []
         self._ship_specs(job_id, specs)
 
-    def request_executors(self, subtasks: int) -> str:
-        """The autoscaler's ask (runtime/autoscaling.ExecutorRequests): enough executors
-        for ``subtasks`` tasks at once, by ``SparkContext.requestTotalExecutors`` where the
-        cluster manager takes it; what happened, in words."""
+    def request_executors(self, subtasks: int, before: int) -> str:
+        """The autoscaler's ask (runtime/autoscaling.ExecutorRequests): executors for
+        ``subtasks`` tasks at once (the plan had ``before``). A plan that shrinks to
+        fewer executors than the application holds releases the surplus with
+        ``SparkContext.killExecutors`` (their subtasks are rebuilt elsewhere from the
+        rescale's checkpoint); otherwise the total is asked for with
+        ``SparkContext.requestTotalExecutors``. What happened, in words."""
         sc = self.spark.sparkContext
         conf = sc.getConf()
         if sc.master.startswith("local"):
@@ -194,16 +197,32 @@ class SparkEpochRunner(EpochRunner):
             return "executors left to Spark's dynamic allocation (it follows pending tasks)"
         cores = int(conf.get("spark.executor.cores", "1") or 1)
         task_cpus = int(conf.get("spark.task.cpus", "1") or 1)
-        wanted = -(-subtasks * task_cpus // max(1, cores))
+        wanted = max(1, -(-subtasks * task_cpus // max(1, cores)))
         try:
-            jvm = sc._jvm
+            jvm, jsc = sc._jvm, sc._jsc.sc()
+            held = jsc.getExecutorIds()
+            ids = sorted((str(held.apply(i)) for i in range(held.size())), key=_executor_order)
+            if subtasks < before and len(ids) > wanted:
+                # the newest go: the oldest hold the subtasks placed first
+                surplus = ids[wanted:]
+                as_list = jvm.java.util.ArrayList()
+                for executor_id in surplus:
+                    as_list.add(executor_id)
+                killed = bool(
+                    jsc.killExecutors(jvm.org.apache.spark.api.python.PythonUtils.toSeq(as_list))
+                )
+                return (
+                    f"released {len(surplus)} of {len(ids)} executors (ids "
+                    f"{', '.join(surplus)}; {wanted} wanted for {subtasks} subtasks, {cores} "
+                    f"cores each): {'acknowledged' if killed else 'refused'}"
+                )
             hosts = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
-            granted = bool(sc._jsc.sc().requestTotalExecutors(wanted, 0, hosts))
-        except Exception as e:  # noqa: BLE001 - a cluster manager without the call
-            return f"asking for {wanted} executors failed: {type(e).__name__}: {e}"
+            granted = bool(jsc.requestTotalExecutors(wanted, 0, hosts))
+        except Exception as e:  # noqa: BLE001 - a cluster manager without the calls
+            return f"matching {wanted} executors failed: {type(e).__name__}: {e}"
         return (
             f"asked the cluster manager for {wanted} executors ({subtasks} subtasks, "
-            f"{cores} cores each): {'acknowledged' if granted else 'refused'}"
+            f"{cores} cores each; {len(ids)} held): {'acknowledged' if granted else 'refused'}"
         )
 
     def restage(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
@@ -457,3 +476,8 @@ def translate_spark_error(e: BaseException) -> BaseException:
     err.error_type = qualified  # type: ignore[attr-defined]  # an annotation on the rebuilt error
     err.remote_traceback = tb  # type: ignore[attr-defined]  # an annotation on the rebuilt error
     return err
+
+
+def _executor_order(executor_id: str) -> tuple[int, str]:
+    """Executor ids in the order they were started (numeric ids by number)."""
+    return (int(executor_id), "") if executor_id.isdigit() else (1 << 62, executor_id)
