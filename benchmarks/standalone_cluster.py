@@ -57,8 +57,11 @@ def spark_class() -> str:
     return os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
 
 
-def start_cluster(work: str, workers: int, memory: str) -> tuple[str, str, list[subprocess.Popen]]:
-    """Master URL, its web UI and the started processes (master first)."""
+def start_cluster(
+    work: str, workers: int, memory: str, cores: int = 1
+) -> tuple[str, str, list[subprocess.Popen]]:
+    """Master URL, its web UI and the started processes (master first); every worker
+    offers ``cores`` cores and ``memory``."""
     import pyspark
 
     env = dict(os.environ)
@@ -84,7 +87,7 @@ def start_cluster(work: str, workers: int, memory: str) -> tuple[str, str, list[
         procs.append(
             subprocess.Popen(
                 [spark_class(), "org.apache.spark.deploy.worker.Worker"]
-                + ["--cores", "1", "--memory", memory, "--work-dir", wdir]
+                + ["--cores", str(cores), "--memory", memory, "--work-dir", wdir]
                 + ["--webui-port", str(free_port()), "--host", "127.0.0.1", master],
                 stdout=wlog,
                 stderr=subprocess.STDOUT,
