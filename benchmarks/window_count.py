@@ -23,6 +23,9 @@ runs the window operator, the assigner, the trigger and the AggregateFunction in
 
 ``--state-backends hashmap,rocksdb`` runs streamstate on each keyed state backend
 (one row per backend; RocksDB databases under the system temp dir).
+``--source-parallelism 1,2`` reads the collection with 1 and with 2 subtasks (a row each;
+adjacent stripes of every epoch, as K1's ``--source-parallelism``): with one reader the
+source stage (reading, timestamps, the shuffle write of every record) runs in one task.
 
 Run: ``python -m benchmarks.window_count [--records N] [--repeat 2] [--no-spark]
 [--state-backends hashmap,rocksdb]``.
@@ -88,10 +91,12 @@ class KeyWindowCount(WindowFunction):
 
 
 def run_streamstate(
-    spark: Any, data: list[Any], epochs: int, backend: str = "hashmap"
+    spark: Any, data: list[Any], epochs: int, backend: str = "hashmap", readers: int = 1
 ) -> tuple[float, dict[str, Any]]:
+    """``readers``: the collection's reader subtasks (adjacent stripes of every epoch)."""
     conf = Configuration()
-    conf.set_string("execution.epoch.max-records", str(-(-len(data) // epochs)))
+    # max-records is per reader subtask: an epoch reads len(data) / epochs records in all
+    conf.set_string("execution.epoch.max-records", str(-(-len(data) // (epochs * readers))))
     conf.set_string("state.backend.type", backend)
     env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
     env.set_parallelism(2)
@@ -100,6 +105,7 @@ def run_streamstate(
     ).with_timestamp_assigner(Ts())
     counts = (
         env.from_collection(data)
+        .set_parallelism(readers)
         .assign_timestamps_and_watermarks(strategy)
         .key_by(lambda v: v[0])
         .window(TumblingEventTimeWindows.of(Duration.of_millis(WINDOW_MS)))
@@ -209,10 +215,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--state-backends", default="hashmap", help="comma-separated keyed state backends"
     )
+    p.add_argument(
+        "--source-parallelism",
+        default="1",
+        help="comma-separated reader counts of the collection (a row each; the first is the "
+        "ratio's base; Flink's fromCollection reads with 1)",
+    )
     add_result_option(p)
     args = p.parse_args(argv)
     sitting = Sitting.begin("benchmarks.window_count", argv)
     backends = [b.strip() for b in args.state_backends.split(",") if b.strip()]
+    readers = [int(r) for r in args.source_parallelism.split(",") if r.strip()]
 
     from benchmarks.peers import spark_stateful as peers
 
@@ -221,12 +234,18 @@ def main(argv: list[str] | None = None) -> None:
     data = workload(args.records, args.keys)
     verify_streamstate(spark, data[:100_000])  # correctness check + warm-up
     rows: dict[str, dict[str, float]] = {}
+    names = []
     for backend in backends:
-        name = "streamstate" if backend == "hashmap" else f"streamstate ({backend})"
-        for epochs in (1, 10):
-            rows.setdefault(name, {})[str(epochs)] = best_of(
-                args.repeat, lambda e=epochs, b=backend: run_streamstate(spark, data, e, b)[0]
-            )
+        for n in readers:
+            name = "streamstate" if backend == "hashmap" else f"streamstate ({backend})"
+            if readers != [1]:
+                name = f"{name}, {n} reader{'s' if n > 1 else ''}"
+            names.append(name)
+            for epochs in (1, 10):
+                rows.setdefault(name, {})[str(epochs)] = best_of(
+                    args.repeat,
+                    lambda e=epochs, b=backend, n=n: run_streamstate(spark, data, e, b, n)[0],
+                )
     if not args.no_spark:
         run_spark(spark, data[:50_000], 1)  # warm-up
         for batches in (1, 10):
@@ -240,23 +259,22 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'engine':32s} {'1 batch/epoch':>15s} {'10 batches/epochs':>18s}")
     for name, r in rows.items():
         print(f"{name:32s} {r.get('1', 0):>13,.0f}/s {r.get('10', 0):>16,.0f}/s")
+    ratios = []
     if not args.no_spark:
-        s, k = rows["streamstate"], rows["Spark Structured Streaming"]
-        print(
-            f"ratio streamstate / Spark: 1: {s['1'] / k['1']:.2f}x   10: {s['10'] / k['10']:.2f}x"
-        )
+        k = rows["Spark Structured Streaming"]
+        for name in names:
+            s = rows[name]
+            ratios.append(
+                f"{name} / Spark: {s['1'] / k['1']:.2f}x (1 batch), "
+                f"{s['10'] / k['10']:.2f}x (10 batches)"
+            )
+            print(ratios[-1])
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "records": args.records}, f, indent=2)
     if args.result:
         table = rates_table("engine", rows, {"1": "1 batch / epoch", "10": "10 batches / epochs"})
-        notes = []
-        if not args.no_spark:
-            s, k = rows["streamstate"], rows["Spark Structured Streaming"]
-            notes.append(
-                f"Ratio streamstate / Spark: {s['1'] / k['1']:.2f}x (1 batch), "
-                f"{s['10'] / k['10']:.2f}x (10 batches)."
-            )
+        notes = [f"Ratio {'; '.join(ratios)}."] if ratios else []
         record("window_count", sitting.run([table], notes))
     spark.stop()
 
