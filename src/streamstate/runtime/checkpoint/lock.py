@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from streamstate.errors import CheckpointStorageError
+from streamstate.runtime.host_owner import start_time
 from streamstate.runtime.stores import write_once
 
 __all__ = ["LOCK_FILE_NAME", "JobLock", "is_local", "make_private", "process_alive"]
@@ -62,6 +63,9 @@ class JobLock:
         self.owner = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            # with the pid, the process's start time: a killed driver's pid is handed out
+            # again (pid_max is often 32768), and that process does not hold the lock
+            "pid_start": start_time(os.getpid()) or 0,
             "job_id": job_id,
             "since_ms": time.time_ns() // 1_000_000,
         }
@@ -105,13 +109,17 @@ class JobLock:
             return {}  # an unreadable lock: its owner is unknown, treat as held
 
     def _stale(self, other: dict[str, Any]) -> bool:
-        pid = other.get("pid")
-        return (
-            other.get("host") == self.owner["host"]
-            and isinstance(pid, int)
-            and pid != os.getpid()
-            and not process_alive(pid)
-        )
+        """Whether ``other`` (a lock's owner) is gone: a process on this host whose pid no
+        longer exists, or exists but started at another time (a reused pid). A lock of
+        another host is never stale here: that host's processes cannot be seen."""
+        pid, pid_start = other.get("pid"), other.get("pid_start")
+        if other.get("host") != self.owner["host"] or not isinstance(pid, int):
+            return False
+        started = start_time(pid)
+        if started is None:
+            return True
+        # locks written before the start time was recorded: the pid alone decides
+        return isinstance(pid_start, int) and pid_start != 0 and started != pid_start
 
     def release(self) -> None:
         """Remove the lock (idempotent; only this owner's lock)."""

@@ -493,6 +493,33 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path, caplog):
     assert not (job_dir / "_lock").exists()
 
 
+def test_a_lock_whose_pid_was_handed_out_again_is_taken_over(tmp_path, caplog):
+    """A driver killed without releasing its lock leaves a pid the kernel reuses: a live
+    process with that pid but another start time (here this process) does not hold it."""
+    import json
+    import socket
+
+    from streamstate.runtime.host_owner import start_time
+
+    job_dir = tmp_path / JOB
+    job_dir.mkdir()
+    me = start_time(os.getpid())
+    assert me
+    owner = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "pid_start": me - 1,
+        "job_id": JOB,
+        "since_ms": 1,
+    }
+    (job_dir / "_lock").write_text(json.dumps(owner))
+    with caplog.at_level(logging.WARNING):
+        s = fs_storage(str(tmp_path))
+    assert "stale lock" in caplog.text
+    assert json.loads((job_dir / "_lock").read_text())["pid_start"] == me
+    s.release_job()
+
+
 def test_job_directories_are_owner_only(tmp_path):
     s = fs_storage(str(tmp_path))
     assert (tmp_path / JOB).stat().st_mode & 0o777 == 0o700
