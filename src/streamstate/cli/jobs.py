@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from datetime import datetime
 from typing import Any, TextIO
@@ -132,7 +133,16 @@ def _cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     rows: dict[str, dict[str, Any]] = {}
     registered = {r.job_id for r in list_jobs()}
     for address, token in servers.items():
-        for j in RestClient(address, token).call("GET", "/jobs/overview")["jobs"]:
+        try:
+            overview = RestClient(address, token).call("GET", "/jobs/overview")
+        except ControlPlaneError as e:
+            if args.address:
+                raise
+            # one registered driver that does not answer (stopping, hung, its machine gone)
+            # must not hide the others: name it and list the rest
+            sys.stderr.write(f"streamstate list: skipped a registered job server: {e}\n")
+            continue
+        for j in overview["jobs"]:
             j["address"] = address
             if args.all or args.address or j["jid"] in registered:
                 rows[j["jid"]] = j

@@ -6,7 +6,9 @@ default ``~/.streamstate/jobs/<user>``), written atomically (temp file + rename)
 :data:`REGISTRY_VERSION`. The registry is per user: a home shared by several users (or a
 ``STREAMSTATE_HOME`` shared by a team) lists each user's own jobs, and a file another user
 owns is never listed. A file whose process is gone is stale: :func:`list_jobs` skips and
-deletes it.
+deletes it. A process is told by its pid AND its start time: a driver killed without
+removing its file leaves a pid the kernel hands out again (``pid_max`` is 32768 on many
+machines), and the new process with that pid is not the job.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from streamstate.runtime.checkpoint.lock import process_alive
+from streamstate.runtime.host_owner import start_time
 
 __all__ = ["REGISTRY_VERSION", "JobRecord", "list_jobs", "registry_dir"]
 
-REGISTRY_VERSION = 1
+#: 2: the driver's process start time (``pid_start``) next to its pid
+REGISTRY_VERSION = 2
 HOME_ENV_VAR = "STREAMSTATE_HOME"
 
 
@@ -57,6 +60,14 @@ class JobRecord:
     version: int = REGISTRY_VERSION
     #: ``host:port`` of the queryable-state server answering for the job (None: off)
     queryable_address: str | None = None
+    #: when the driver process started (``/proc/<pid>/stat`` field 22; 0: unknown)
+    pid_start: int = 0
+
+    def driver_alive(self) -> bool:
+        """Whether the process that registered the job still runs: a process with its pid
+        exists and (when known) started when the driver did, so not a reused pid."""
+        started = start_time(self.pid)
+        return started is not None and (self.pid_start == 0 or started == self.pid_start)
 
     def path(self) -> Path:
         return registry_dir() / f"{self.job_id}.json"
@@ -109,7 +120,7 @@ def list_jobs() -> list[JobRecord]:
         rec = JobRecord.read(p)
         if rec is None:
             continue
-        if not process_alive(rec.pid):
+        if not rec.driver_alive():
             p.unlink(missing_ok=True)
             continue
         out.append(rec)

@@ -29,6 +29,7 @@ from typing import Any
 from streamstate.control.addresses import LOOPBACK, advertised_host, reach_note
 from streamstate.control.registry import JobRecord
 from streamstate.errors import ConfigurationError
+from streamstate.runtime.host_owner import start_time
 
 __all__ = ["FINISHED_KEPT", "ControlServer", "JobHandle", "RestSettings", "attach_job"]
 
@@ -268,6 +269,7 @@ def attach_job(executor: Any, configuration: Mapping[str, str]) -> JobHandle | N
         pid=os.getpid(),
         start_ms=int(time.time() * 1000),
         queryable_address=queryable,
+        pid_start=start_time(os.getpid()) or 0,
     )
     try:
         record.write()

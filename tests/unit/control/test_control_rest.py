@@ -99,6 +99,58 @@ def test_registry_file_is_private_and_goes_with_the_job(running):
     assert job["state"] == "CANCELED"
 
 
+def _dead_address() -> str:
+    """A local URL nothing listens on (a port bound, then let go)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_a_killed_drivers_record_goes_even_when_its_pid_is_reused():
+    """A driver killed without removing its file leaves a pid that the kernel hands out
+    again: the new process with that pid (here this one) is not the job."""
+    from streamstate.control.registry import JobRecord
+    from streamstate.runtime.host_owner import start_time
+
+    me = start_time(os.getpid())
+    assert me
+    reused = JobRecord("0" * 32, "gone", _dead_address(), "t", os.getpid(), 1, pid_start=me - 1)
+    path = reused.write()
+    assert reused.job_id not in {r.job_id for r in list_jobs()}
+    assert not path.exists()
+
+
+def test_list_names_and_skips_a_registered_server_that_does_not_answer(running):
+    from streamstate.control.registry import JobRecord
+    from streamstate.runtime.host_owner import start_time
+
+    client, gate, rec = running
+    silent = JobRecord(
+        "f" * 32,
+        "silent",
+        _dead_address(),
+        "t",
+        os.getpid(),
+        1,
+        pid_start=start_time(os.getpid()) or 0,
+    )
+    silent.write()
+    try:
+        out = cli("list")
+        assert out.returncode == 0, out.stderr
+        assert "rest-test (RUNNING)" in out.stdout and "silent" not in out.stdout
+        assert (
+            f"skipped a registered job server: no streamstate REST server answers at {silent.address}"
+            in out.stderr
+        )
+        out = cli("list", "--address", silent.address)
+        assert out.returncode == 2 and silent.address in out.stderr
+    finally:
+        silent.remove()
+
+
 def test_mutating_calls_need_the_job_token(running):
     client, gate, rec = running
     url = f"{rec.address}/jobs/{rec.job_id}"
