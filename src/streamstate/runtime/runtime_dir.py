@@ -190,6 +190,10 @@ def release_claims() -> None:
         shutil.rmtree(path, ignore_errors=True)
         remove_empty(os.path.dirname(path))
     _CLAIMED.clear()
+    # the scratch parent is every process's: one that ended without its cleanup (killed)
+    # or whose cleanup ran while another's dir was still there leaves it empty; any
+    # process that leaves tidies it, and the runtime dir with it when that is empty
+    remove_empty(os.path.join(_path(), SCRATCH))
 
 
 def sweep(parent: str) -> list[str]:

@@ -42,7 +42,7 @@ from typing import Any
 
 from streamstate.errors import ConfigurationError, StreamStateError
 from streamstate.runtime.host_owner import running, this_owner
-from streamstate.runtime.runtime_dir import private_dir
+from streamstate.runtime.runtime_dir import private_dir, runtime_dir
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",
@@ -51,6 +51,7 @@ __all__ = [
     "authkey",
     "child_env",
     "dir_lock",
+    "existing_host_dir",
     "fork_host",
     "host_dir",
     "run_hosted",
@@ -87,6 +88,17 @@ def host_dir() -> str:
             f"names): set TMPDIR to a shorter directory"
         )
     return path
+
+
+def existing_host_dir() -> str | None:
+    """:func:`host_dir` when it exists, else None: never created, so a caller that only
+    looks in it (stopping hosts, a zygote) does not leave an empty directory behind for an
+    owner that never had a host here, which nothing would remove."""
+    try:
+        path = os.path.join(runtime_dir(create=False), f"app-{this_owner().key}")
+    except FileNotFoundError:
+        return None
+    return path if os.path.isdir(path) else None
 
 
 def _socket_path(job_id: str, stage: int, index: int) -> str:
@@ -248,8 +260,14 @@ def stop_hosts(job_id: str, _items: Iterable[Any] = ()) -> list[int]:
     job); returns how many were stopped."""
     prefix = hashlib.sha256(job_id.encode()).hexdigest()[:20] + "-"
     stopped = 0
-    d = host_dir()
-    for name in os.listdir(d):
+    d = existing_host_dir()
+    if d is None:
+        return [0]  # no host ever ran for this owner here
+    try:
+        names = os.listdir(d)
+    except FileNotFoundError:  # its owner ended meanwhile: the zygote removed it
+        names = []
+    for name in names:
         if not (name.startswith(prefix) and name.endswith(".sock")):
             continue
         path = os.path.join(d, name)
@@ -338,7 +356,10 @@ def stop_zygote(directory: str | None = None) -> bool:
     """End this application's zygote on this machine and every host it started, as the
     owner's end does (for a process that is its own owner: tests, tools). Whether one
     answered."""
-    zp = _zygote_path(directory or host_dir())
+    directory = directory or existing_host_dir()
+    if directory is None:
+        return False  # no host ever ran for this owner here
+    zp = _zygote_path(directory)
     try:
         with Client(zp, family="AF_UNIX") as conn:
             conn.send(("exit",))

@@ -145,3 +145,35 @@ def test_scratch_directories_go_with_their_process_or_at_the_next_sweep(tmp):
     assert not os.path.exists(left) and os.path.isdir(mine)
     rd.release_claims()
     assert not (tmp / f"streamstate-{os.getuid()}").exists()
+
+
+def test_an_empty_scratch_parent_goes_with_the_next_process_that_leaves(tmp):
+    """A scratch parent left empty (its last user killed before its cleanup) is removed by
+    any process's exit, not only by a process that had a scratch dir in it."""
+    import subprocess
+    import sys
+
+    scratch = rd.private_dir(rd.SCRATCH)
+    done = rd.private_dir("jobs", "done")
+    code = f"from streamstate.runtime import runtime_dir as rd; rd.claim({done!r})"
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TMPDIR": str(tmp)})
+    assert not os.path.exists(done) and not os.path.exists(scratch)
+    assert not (tmp / f"streamstate-{os.getuid()}").exists()
+
+
+def test_stopping_hosts_where_none_ran_leaves_no_directory(tmp):
+    """The runner's last Spark job stops hosts on every executor; an executor whose owner
+    never had a host must not be left an empty ``app-<owner>`` directory, which nothing
+    (no zygote of that owner) would remove."""
+    import subprocess
+    import sys
+
+    code = (
+        "from streamstate.runtime.subtask_host import stop_hosts, stop_zygote\n"
+        "from streamstate.runtime.queryable.query_host import stop_query_host\n"
+        "print(stop_hosts('job'), stop_zygote(), stop_query_host('job'))\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.stdout.split() == ["[0]", "False", "[0]"], out.stderr
+    assert not (tmp / f"streamstate-{os.getuid()}").exists()

@@ -67,6 +67,7 @@ from streamstate.runtime.subtask_host import (
     DEFAULT_IDLE_TIMEOUT_S,
     child_env,
     dir_lock,
+    existing_host_dir,
     fork_host,
     host_dir,
 )
@@ -223,9 +224,12 @@ def query_host_stats(job_id: str) -> dict[str, float] | None:
 
 def stop_query_host(job_id: str) -> list[int]:
     """Stop this machine's query host of ``job_id`` (idempotent; with the subtask hosts)."""
-    path = _info_path(job_id)
-    got = _read_info(path)
     PROCESS.query_hosts.pop(job_id, None)
+    directory = existing_host_dir()  # not created: no host ran here, nothing to stop
+    if directory is None:
+        return [0]
+    path = os.path.join(directory, _info_name(job_id))
+    got = _read_info(path)
     stopped = 0
     if got is not None:
         try:
