@@ -29,8 +29,9 @@ def advertised_host(bind_address: str, configured: str | None = None) -> str:
         return name
 
 
-def reach_note(bind_address: str) -> str:
-    """Who can reach a server bound to ``bind_address``, for the line a job prints."""
+def reach_note(bind_address: str, setting: str = "rest.bind-address") -> str:
+    """Who can reach a server bound to ``bind_address`` (configured by ``setting``), for
+    the line a job prints."""
     if bind_address.startswith(LOOPBACK):
-        return "this machine only; rest.bind-address serves others"
+        return f"this machine only; {setting} serves others"
     return f"bound to {bind_address}, reachable from other machines with the token"

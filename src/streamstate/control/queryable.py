@@ -13,12 +13,12 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from streamstate.control.addresses import LOOPBACK, advertised_host
+from streamstate.control.addresses import LOOPBACK, advertised_host, reach_note
 from streamstate.errors import ConfigurationError
 from streamstate.runtime.queryable.process import PROCESS
 from streamstate.runtime.queryable.server import QueryServer
 
-__all__ = ["QueryableSettings", "attach_queryable", "detach_queryable"]
+__all__ = ["QueryableSettings", "attach_queryable", "detach_queryable", "queryable_reach"]
 
 log = logging.getLogger("streamstate")
 
@@ -69,6 +69,11 @@ def attach_queryable(job_id: str, token: str, conf: Mapping[str, str]) -> str | 
     server.register(job_id, token)
     host = advertised_host(settings.bind_address)
     return f"[{host}]:{server.port}" if ":" in host else f"{host}:{server.port}"
+
+
+def queryable_reach(conf: Mapping[str, str]) -> str:
+    """Where the queryable-state server of ``conf`` listens and who can reach it there."""
+    return reach_note(QueryableSettings.of(conf).bind_address, "queryable-state.bind-address")
 
 
 def detach_queryable(job_id: str) -> None:

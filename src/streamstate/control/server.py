@@ -254,7 +254,7 @@ def attach_job(executor: Any, configuration: Mapping[str, str]) -> JobHandle | N
             e,
         )
         return None
-    from streamstate.control.queryable import attach_queryable
+    from streamstate.control.queryable import attach_queryable, queryable_reach
 
     token = settings.token or secrets.token_urlsafe(24)
     conf = {str(k): str(v) for k, v in configuration.items()}
@@ -279,7 +279,7 @@ def attach_job(executor: Any, configuration: Mapping[str, str]) -> JobHandle | N
     print(
         f"streamstate: job {executor.job_name!r} ({handle.job_id}): {server.address}/ "
         f"({reach_note(settings.bind_address)})"
-        + (f" (queryable state: {queryable})" if queryable else ""),
+        + (f" (queryable state: {queryable}; {queryable_reach(conf)})" if queryable else ""),
         file=sys.stderr,
         flush=True,
     )

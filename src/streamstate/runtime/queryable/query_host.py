@@ -7,7 +7,8 @@ there (:func:`ensure_query_host`). It is not a thread of a subtask host: its loo
 copy refreshes never compete with an epoch for a subtask host's interpreter lock.
 
 It listens on TCP on the executor's address (loopback when the executor is unknown, i.e.
-local mode) and writes ``{pid, address, secret}`` into ``<host dir>/<job digest>-query.json``
+local mode), says where in a line on its stderr (the executor's log, :func:`listening_line`),
+and writes ``{pid, address, secret}`` into ``<host dir>/<job digest>-query.json``
 (owner-only directory, written atomically); the subtask hosts put address and secret into
 their acks (``QueryableAck.query_host``, ``feature.py``), so the driver learns them like the state versions.
 A connection authenticates both ways with the secret (HMAC challenges, see :func:`handshake`)
@@ -146,6 +147,21 @@ def bind_address(executor: str | None) -> str:
         return "127.0.0.1"
     host = executor[len("executor_") :].rsplit("_", 1)[0]
     return host or "127.0.0.1"
+
+
+def listening_line(job_id: str, address: str) -> str:
+    """The line a query host prints (into its executor's stderr) when it listens: where,
+    and who can reach it there (an operator checks a cluster's addresses with it)."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    reach = (
+        "this machine only (local mode)"
+        if host.startswith("127.") or host == "::1"
+        else "reachable from other machines; clients need the job's token at its driver"
+    )
+    return (
+        f"streamstate: query host of job {job_id} on {socket.gethostname()}: "
+        f"listening on {address} ({reach})"
+    )
 
 
 def ensure_query_host(
@@ -333,6 +349,7 @@ class QueryHost:
         with os.fdopen(fd, "w") as f:
             json.dump({"pid": os.getpid(), "address": self.address, "secret": self.secret}, f)
         os.replace(tmp, self.path)  # atomic: a reader sees no file or the whole one
+        print(listening_line(self.job_id, self.address), file=sys.stderr, flush=True)
         threading.Thread(target=self._watchdog, daemon=True).start()
         while True:
             try:
