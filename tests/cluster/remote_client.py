@@ -4,7 +4,7 @@
     python -m tests.cluster.remote_client rest http://DRIVER:PORT TOKEN JOB_ID
     python -m tests.cluster.remote_client query HOST:PORT TOKEN JOB_ID
     python -m tests.cluster.remote_client dashboard http://DRIVER:PORT TOKEN JOB_ID SHOT.png
-    python -m tests.cluster.remote_client read-state s3://.../savepoint-...
+    python -m tests.cluster.remote_client read-state s3://.../savepoint-... [...]
 """
 
 from __future__ import annotations
@@ -105,8 +105,9 @@ def dashboard(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def read_state(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``sums`` operator's totals of a savepoint or checkpoint, read as a DataFrame by
-    the State Processor API in this machine's own SparkSession (``local[2]``)."""
+    """The ``sums`` operator's totals of each savepoint or checkpoint given, read as a
+    DataFrame by the State Processor API in this machine's own SparkSession (``local[2]``):
+    ``{"columns", "totals": {path: {key: total}}}``."""
     from pyspark.sql import SparkSession
 
     from streamstate.state_processor import KeyedStateReaderFunction, SavepointReader
@@ -125,10 +126,14 @@ def read_state(args: argparse.Namespace) -> dict[str, Any]:
         .getOrCreate()
     )
     try:
-        df = SavepointReader.read(spark, args.path).read_keyed_state(
-            "sums", TotalReader(), output_type=Types.TUPLE([Types.STRING(), Types.LONG()])
-        )
-        return {"columns": df.columns, "totals": dict(map(tuple, df.collect()))}
+        found: dict[str, Any] = {"columns": [], "totals": {}}
+        for path in args.paths:
+            df = SavepointReader.read(spark, path).read_keyed_state(
+                "sums", TotalReader(), output_type=Types.TUPLE([Types.STRING(), Types.LONG()])
+            )
+            found["columns"] = df.columns
+            found["totals"][path] = dict(map(tuple, df.collect()))
+        return found
     finally:
         spark.stop()
 
@@ -146,7 +151,7 @@ def main(argv: list[str]) -> None:
         s.add_argument("job_id")
         if verb == "dashboard":
             s.add_argument("shot")
-    sub.add_parser("read-state").add_argument("path")
+    sub.add_parser("read-state").add_argument("paths", nargs="+")
     args = p.parse_args(argv)
     print("RESULT " + json.dumps(VERBS[args.verb](args)), flush=True)
 

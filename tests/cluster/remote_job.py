@@ -1,7 +1,8 @@
 """The job of the bed's remote-access scenarios (tests/cluster/test_remote_access.py): a
 running sum per key whose state is queryable (``totals``), held at gates as the
 machine-loss job is (tests/cluster/fault_job.py), a checkpoint every epoch on S3, output
-discarded (the scenarios check the state itself); heap or RocksDB (incremental)::
+discarded (the scenarios check the state itself); heap or RocksDB (incremental); prints
+``REPORT {"job_id", "checkpoint"}`` (its last checkpoint) when it ends::
 
     streamstate run --master spark://MASTER:7077 -p 3 remote_job.py -- --backend rocksdb \\
         --checkpoints s3://bed/RUN/chk --gates s3://bed/RUN/gates --records 600 --gate 200
@@ -10,6 +11,7 @@ discarded (the scenarios check the state itself); heap or RocksDB (incremental):
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -73,7 +75,10 @@ def main(argv: list[str]) -> None:
         .uid("sums")
         .sink_to(DiscardingSink())
     )
-    env.execute("bed-remote")
+    result = env.execute("bed-remote")
+    acc = result.get_all_accumulator_results()
+    report = {"job_id": str(result.get_job_id()), "checkpoint": acc.get("latest-checkpoint")}
+    print("REPORT " + json.dumps(report), flush=True)
 
 
 if __name__ == "__main__":

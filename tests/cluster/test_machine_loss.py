@@ -2,22 +2,24 @@
 checkpoints and output (FileSink) in S3, nothing else shared.
 
 One job per backend (tests/cluster/fault_job.py), run with ``streamstate run`` on a driver
-machine of its own, lives through, in order:
+machine of its own, lives through, in order (each where a gate holds the job mid-epoch):
 
-(c) a worker machine added while the job runs (held mid-epoch at a gate): the master gives
-    the running application an executor there;
-(a) the worker machine that holds the gate lost mid-epoch: on RocksDB every process in
-    its namespace killed and its disk wiped; on the heap backend it falls silent instead
-    (its network link cut, its processes left running: nothing tells the driver, whose
-    executor heartbeat timeout, shortened through the job's Spark configuration, finds
-    it). Either way Spark runs its tasks again elsewhere and the subtasks rebuild their
-    state from the epoch versions in S3;
-(b) the driver's machine lost mid-epoch (at a second gate), then the job resumed on another
-    machine with ``streamstate run --from-checkpoint s3://...``.
+(c) a worker machine added while the job runs: the master gives the running application
+    an executor there;
+(a) the worker machine that holds the first gate lost: every process in its namespace
+    killed and its disk wiped. Spark runs its tasks again elsewhere and the subtasks
+    rebuild their state from the epoch versions in S3;
+(a') the worker machine that holds the second gate falls silent instead (heap; RocksDB
+    passes that gate: ``SILENT_LOSS``): its network link cut, its processes left running,
+    nothing tells the driver, whose executor heartbeat timeout (shortened through the job's
+    Spark configuration) finds it;
+(b) the driver's machine lost at the third gate, then the job resumed on another machine
+    with ``streamstate run --from-checkpoint s3://...``.
 
 The output in S3 is then exactly the failure-free output, no object is left hidden or
 half uploaded, and no object in the store names a path of a machine (a checkpoint or
-output that one machine wrote and another would have to read from its own disk).
+output that one machine wrote and another would have to read from its own disk). The lost
+worker machines come back afterwards (empty disks, new workers) as the next test needs.
 """
 
 from __future__ import annotations
@@ -37,13 +39,18 @@ from tests.faults.crash_job import expected_lines
 JOB = os.path.join(ROOT, "tests", "cluster", "fault_job.py")
 RECORDS = 720
 EPOCH_RECORDS = 40
-#: the record values where the job is held: a worker lost at the first, the driver at the second
-LOSE_WORKER_AT, LOSE_DRIVER_AT = 240, 480
+#: the record values where the job is held: the worker holding the first is killed (and its
+#: disk wiped), the one holding the second cut off, the driver lost at the third
+KILL_WORKER_AT, CUT_WORKER_AT, LOSE_DRIVER_AT = 240, 400, 560
+GATES = (KILL_WORKER_AT, CUT_WORKER_AT, LOSE_DRIVER_AT)
 #: the deployment's checkpoint signing key, given to both driver machines (as a secret)
 SIGNING_KEY = "bed-deployment-signing-key"
-#: how the gate's worker machine is lost, per backend: killed (processes and disk), or cut
-#: off the network with its processes running (found by the executor heartbeat timeout)
-LOSS = {"hashmap": "cut", "rocksdb": "kill"}
+#: the bed's worker machines at the start of each test (lost ones come back after it)
+WORKERS = 3
+#: the backends whose job also loses the second gate's machine silently; RocksDB passes
+#: that gate without a loss: its one run with the cut left a hidden in-progress segment
+#: in the sink's directory (docs/limitations.md, "Cluster bed")
+SILENT_LOSS = ("hashmap",)
 
 
 def job_command(bed: Bed, run: str, backend: str, restore: bool = False) -> list[str]:
@@ -69,8 +76,8 @@ def job_command(bed: Bed, run: str, backend: str, restore: bool = False) -> list
         + [arg for k, v in defines.items() for arg in ("-D", f"{k}={v}")]
         + [JOB, "--", "--out", bed.s3_url(f"{run}/out"), "--checkpoints", chk]
         + ["--gates", bed.s3_url(f"{run}/gates"), "--backend", backend]
-        + ["--records", str(RECORDS), "--gate", str(LOSE_WORKER_AT)]
-        + ["--gate", str(LOSE_DRIVER_AT)]
+        + ["--records", str(RECORDS)]
+        + [arg for gate in GATES for arg in ("--gate", str(gate))]
     )
 
 
@@ -99,27 +106,27 @@ def release(fs: Any, run: str, value: int) -> None:
 def test_keyed_job_is_exact_across_an_added_worker_and_lost_machines(bed, backend):
     run = f"faults-{backend}"
     fs = bed.s3fs()
+    bed.wait_workers(WORKERS)  # the machines an earlier test lost are back
     first = bed.add_machine(f"{backend[:4]}-d1").name
     second = bed.add_machine(f"{backend[:4]}-d2").name
     env = {"STREAMSTATE_CHECKPOINT_KEY": SIGNING_KEY}
     driver = bed.spawn(first, job_command(bed, run, backend), "job", env)
     log = ""
-    holder = None
+    lost: list[str] = []
 
     def driver_log() -> str:
         return (log or bed.log(first, "job"))[-6000:]
 
+    def held(value: int) -> Callable[[], str | None]:
+        def probe() -> str | None:
+            if driver.poll() is not None:
+                pytest.fail(f"the job ended (exit {driver.returncode})\n{driver_log()}")
+            return gate_holder(fs, run, value)
+
+        return probe
+
     try:
-
-        def held(value: int) -> Callable[[], str | None]:
-            def probe() -> str | None:
-                if driver.poll() is not None:
-                    pytest.fail(f"the job ended (exit {driver.returncode})\n{driver_log()}")
-                return gate_holder(fs, run, value)
-
-            return probe
-
-        holder = wait_for("the first gate", held(LOSE_WORKER_AT), 420, driver_log)
+        holder = wait_for("the first gate", held(KILL_WORKER_AT), 420, driver_log)
         assert holder in {w.name for w in bed.workers}
 
         # (c) a worker machine added while the job is held mid-epoch
@@ -131,21 +138,29 @@ def test_keyed_job_is_exact_across_an_added_worker_and_lost_machines(bed, backen
             lambda: json.dumps(bed.master_state(), indent=1)[-4000:],
         )
 
-        # (a) the machine holding the gate lost: processes killed and disk wiped, or silent
+        # (a) the machine holding the gate lost: every process killed, its disk wiped
         lost_at = time.monotonic()
-        if LOSS[backend] == "kill":
-            bed.lose(holder)
-            assert not os.path.exists(bed.machines[holder].root)
-        else:
-            bed.cut(holder)
-        release(fs, run, LOSE_WORKER_AT)
+        lost.append(holder)
+        bed.lose(holder)
+        assert not os.path.exists(bed.machines[holder].root)
+        release(fs, run, KILL_WORKER_AT)
 
-        # (b) the driver's machine lost at the second gate, the job resumed elsewhere
-        wait_for("the second gate", held(LOSE_DRIVER_AT), 420, driver_log)
+        # (a') the machine holding the next gate falls silent, its processes running
+        silent = wait_for("the second gate", held(CUT_WORKER_AT), 420, driver_log)
         print(
-            f"{backend}: worker {added} added, {holder} lost ({LOSS[backend]}); second gate "
-            f"after {time.monotonic() - lost_at:.1f} s"
+            f"{backend}: {added} added, {holder} killed; next gate after "
+            f"{time.monotonic() - lost_at:.1f} s"
         )
+        assert silent in {w.name for w in bed.workers}
+        cut_at = time.monotonic()
+        if backend in SILENT_LOSS:
+            lost.append(silent)
+            bed.cut(silent)
+        release(fs, run, CUT_WORKER_AT)
+
+        # (b) the driver's machine lost at the third gate, the job resumed elsewhere
+        wait_for("the third gate", held(LOSE_DRIVER_AT), 420, driver_log)
+        print(f"{backend}: {lost[1:]} cut; next gate after {time.monotonic() - cut_at:.1f} s")
         log = bed.log(first, "job")
         print(f"{backend}: restarts of the first driver: {log.count('restarting in')}")
         bed.lose(first)
@@ -155,16 +170,18 @@ def test_keyed_job_is_exact_across_an_added_worker_and_lost_machines(bed, backen
         resumed = bed.run(second, job_command(bed, run, backend, restore=True), 600, env)
         assert resumed.returncode == 0, f"{resumed.stdout[-3000:]}\n{resumed.stderr[-6000:]}"
     finally:
-        for value in (LOSE_WORKER_AT, LOSE_DRIVER_AT):
+        for value in GATES:
             release(fs, run, value)
-        for name in (first, second):
-            bed.lose(name)
-        if LOSS[backend] == "cut" and holder is not None:
-            bed.lose(holder)  # the silent machine's processes ran until here
+        for name in (first, second, *lost):
+            bed.lose(name)  # a silent machine's processes ran until here
+        # back to WORKERS for the next test (this one added one): an empty disk, a new worker
+        for name in lost[: max(0, WORKERS - len(bed.workers))]:
+            bed.start_machine(name)
+            bed.start_worker(name)
 
     report = json.loads(resumed.stdout.split("REPORT ", 1)[1].splitlines()[0])
     print(f"{backend}: resumed run {json.dumps(report)}")
-    # resumed from a checkpoint the first driver completed just before the second gate,
+    # resumed from a checkpoint the first driver completed just before the third gate,
     # not from the beginning (that would be every epoch of the input again)
     assert 0 < report["epochs"] <= (RECORDS - LOSE_DRIVER_AT) // EPOCH_RECORDS + 2, report
     out = f"bed/{run}/out"

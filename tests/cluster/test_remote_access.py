@@ -1,24 +1,30 @@
-"""A job used from machines other than its driver's, and moved to another cluster, with
-its state in S3 only (tests/cluster/bed.py; the job: tests/cluster/remote_job.py). One
-scenario in two steps, on the bed every test of tests/cluster shares, heap and RocksDB:
+"""A job used from machines other than its driver's, and moved between clusters, with its
+state in S3 only (tests/cluster/bed.py; the job: tests/cluster/remote_job.py). One scenario
+in three steps, on the bed every test of tests/cluster shares; the state goes RocksDB ->
+heap -> RocksDB, and each backend's job is steered from the ``client`` machine:
 
 1. A job on the ``driver`` machine (the bed's cluster, parallelism 3, RocksDB incremental
    checkpoints on S3) binds its REST and query servers to every interface with a token.
-   From the ``client`` machine, while the job is held mid-epoch: ``streamstate list`` and
-   ``info``, the REST API (401 without the token), queryable state looked up at the query
-   hosts on the worker machines (the driver only hands out their route), the dashboard in
+   From the ``client`` machine, while the job is held mid-epoch (:func:`steer`):
+   ``streamstate list`` and ``info``, the REST API (401 without the token), queryable
+   state looked up at the query hosts on the worker machines (the driver only hands out
+   their route; each host printed the worker address it listens on), the dashboard in
    headless Chromium; then ``streamstate savepoint`` to S3 and ``streamstate cancel``.
 2. A second Spark cluster (its own master and two worker machines) restores that savepoint
    on the heap backend at parallelism 2 on a driver machine of its own, while the
    ``client`` machine reads the savepoint as a DataFrame (State Processor API, its own
-   SparkSession). The restored job's state is queried from the ``client`` at its own query
-   hosts; ``streamstate stop`` from the ``driver`` machine ends it with a savepoint on S3,
-   which ``streamstate state`` / ``describe`` / ``checkpoints`` read there: exactly the
-   totals of a prefix of the input, past where the first cluster stopped.
+   SparkSession). The restored job is steered from the ``client`` as in step 1, at the
+   second cluster's query hosts; ``streamstate stop`` from the ``driver`` machine ends it
+   with a savepoint on S3, which ``streamstate state`` / ``describe`` / ``checkpoints``
+   read there: exactly the totals of a prefix of the input, past where step 1 stopped.
+3. That heap savepoint restored on the first cluster on RocksDB at parallelism 3, run to
+   the end of the input while the ``client`` reads it as a DataFrame: the job's last
+   checkpoint holds exactly the totals of the whole input.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -37,12 +43,10 @@ from tests.cluster.test_machine_loss import gate_holder, release, wait_for
 
 JOB = os.path.join(ROOT, "tests", "cluster", "remote_job.py")
 RUN = "remote"
-RECORDS = 120
+RECORDS = 180
 EPOCH_RECORDS = 15
 #: held here: the reads and the savepoint (first gate), the cancel (second), the stop (third)
 FIRST, SECOND, THIRD = 30, 60, 90
-#: the first cluster's backend, and the one the second cluster restores its savepoint on
-FIRST_BACKEND, SECOND_BACKEND = "rocksdb", "hashmap"
 TOKEN = "bed-remote-token"
 #: every driver and reader of the deployment signs and checks checkpoints with this key
 SIGNING = {"STREAMSTATE_CHECKPOINT_KEY": "bed-deployment-signing-key"}
@@ -96,18 +100,31 @@ def served_at(bed: Bed, machine: str, log_name: str, driver: subprocess.Popen[by
             pytest.fail(f"the job ended\n{bed.log(machine, log_name)[-6000:]}")
         return re.search(
             r"streamstate: job '[^']*' \((\w+)\): (http://\S+)/ \(([^)]*)\) "
-            r"\(queryable state: (\S+)\)",
+            r"\(queryable state: ([^;\s]+); ([^)]*)\)",
             bed.log(machine, log_name),
         )
 
     m = wait_for("the job's address line", probe, 300, lambda: bed.log(machine, log_name))
+    # the queryable-state server says where it listens too (bound to every interface)
+    assert m.group(5).startswith("bound to 0.0.0.0, reachable from other machines"), m.group(0)
     return m.group(1), m.group(2), m.group(3), m.group(4)
+
+
+def listening(bed: Bed, address: str) -> list[str]:
+    """The lines the query hosts on the machine of ``address`` printed where they listen
+    (into their executors' stderr: ``<work dir>/app-*/<executor>/stderr``)."""
+    (machine,) = [m for m in bed.machines.values() if m.address == address]
+    lines = []
+    for path in glob.glob(os.path.join(machine.tmp, "spark-work", "app-*", "*", "stderr")):
+        with open(path, errors="replace") as f:
+            lines += [ln for ln in f if ln.startswith("streamstate: query host of job ")]
+    return lines
 
 
 def queried(bed: Bed, queryable: str, job_id: str, workers: set[str]) -> int:
     """Every key's total looked up from the ``client`` machine, each lookup answered by a
-    query host on one of the ``workers`` (addresses); the count of first records the
-    totals are of."""
+    query host on one of the ``workers`` (addresses) that said where it listens; the count
+    of first records the totals are of."""
     got = result(
         bed.run(
             "client",
@@ -118,6 +135,11 @@ def queried(bed: Bed, queryable: str, job_id: str, workers: set[str]) -> int:
     # the driver checked the token and named the hosts; the hosts answered every lookup
     assert (got["direct"], got["via_driver"]) == (1 + KEYS, 0), got
     assert got["hosts"] and {h.rsplit(":", 1)[0] for h in got["hosts"]} <= workers, got
+    for host in got["hosts"]:  # each printed the routable address it listens on
+        said = listening(bed, host.rsplit(":", 1)[0])
+        expected = f"job {job_id} on "
+        mine = [ln for ln in said if expected in ln and f"listening on {host} " in ln]
+        assert mine and "reachable from other machines" in mine[0], (host, said)
     as_of = prefix_of(got["values"])
     # one consistent epoch's values: the totals of the records before some epoch end
     assert as_of is not None and as_of % EPOCH_RECORDS == 0, got
@@ -210,12 +232,38 @@ def second_cluster(bed: Bed) -> Iterator[Cluster]:
                 bed.lose(name)
 
 
+def steer(bed: Bed, job_id: str, address: str, queryable: str, workers: set[str]) -> int:
+    """From the ``client`` machine, with the token: ``streamstate list`` and ``info``, the
+    REST API, the CLI refused without the token, every key's total at the query hosts on
+    ``workers``, the dashboard. The count of first records the queried totals are of."""
+    listed = cli(bed, "client", "list", "--address", address, "--token", TOKEN)
+    assert job_id in listed and "RUNNING" in listed, listed
+    info = cli(bed, "client", "info", job_id, "--address", address, "--token", TOKEN)
+    assert "bed-remote" in info and "sums" in info, info
+    client = ["python", "-m", "tests.cluster.remote_client"]
+    got = result(bed.run("client", [*client, "rest", address, TOKEN, job_id], 60))
+    assert (got["anonymous"], got["wrong"], got["with_token"]) == (401, 403, 200), got
+    assert got["state"] == "RUNNING" and got["epochs"] >= 1, got
+    # the CLI without the token: refused, naming it
+    refused = bed.run("client", ["streamstate", "list", "--address", address], 60)
+    assert refused.returncode != 0 and "token" in refused.stderr.lower(), refused
+
+    as_of = queried(bed, queryable, job_id, workers)
+
+    shot = f"/tmp/dashboard-{job_id}.png"
+    got = result(bed.run("client", [*client, "dashboard", address, TOKEN, job_id, shot], 180))
+    print(f"dashboard from the client machine: {got}")
+    assert got["checkpoint_rows"] >= 1 and got["running"] and not got["token_in_url"], got
+    assert got["screenshot_bytes"] > 10_000 and got["errors"] == [], got
+    return as_of
+
+
 def test_a_job_is_watched_and_steered_from_another_machine(bed, second_cluster):
     """Step 1 (see the module docstring)."""
     fs = bed.s3fs()
     driver_address = bed.machines["driver"].address
     driver = bed.spawn(
-        "driver", run_command(bed, bed.spark_master, 3, FIRST_BACKEND, None), "job", SIGNING
+        "driver", run_command(bed, bed.spark_master, 3, "rocksdb", None), "job", SIGNING
     )
     try:
         job_id, address, reach, queryable = served_at(bed, "driver", "job", driver)
@@ -225,37 +273,8 @@ def test_a_job_is_watched_and_steered_from_another_machine(bed, second_cluster):
         assert "reachable from other machines" in reach
         held(bed, FIRST, driver, "driver")
 
-        listed = cli(bed, "client", "list", "--address", address, "--token", TOKEN)
-        assert job_id in listed and "RUNNING" in listed, listed
-        info = cli(bed, "client", "info", job_id, "--address", address, "--token", TOKEN)
-        assert "bed-remote" in info and "sums" in info, info
-        got = result(
-            bed.run(
-                "client",
-                ["python", "-m", "tests.cluster.remote_client", "rest"] + [address, TOKEN, job_id],
-                60,
-            )
-        )
-        assert (got["anonymous"], got["wrong"], got["with_token"]) == (401, 403, 200), got
-        assert got["state"] == "RUNNING" and got["epochs"] >= 1, got
-        # the CLI without the token: refused, naming it
-        refused = bed.run("client", ["streamstate", "list", "--address", address], 60)
-        assert refused.returncode != 0 and "token" in refused.stderr.lower(), refused
-
         workers = {m.address for m in bed.workers}
-        assert 0 < queried(bed, queryable, job_id, workers) <= FIRST
-
-        got = result(
-            bed.run(
-                "client",
-                ["python", "-m", "tests.cluster.remote_client", "dashboard"]
-                + [address, TOKEN, job_id, "/tmp/dashboard.png"],
-                180,
-            )
-        )
-        print(f"dashboard from the client machine: {got}")
-        assert got["checkpoint_rows"] >= 1 and got["running"] and not got["token_in_url"], got
-        assert got["screenshot_bytes"] > 10_000 and got["errors"] == [], got
+        assert 0 < steer(bed, job_id, address, queryable, workers) <= FIRST
 
         # a savepoint to S3 asked from the client; it completes once the gate opens
         asked = bed.spawn(
@@ -295,22 +314,17 @@ def test_a_savepoint_in_s3_restores_on_another_cluster_and_reads_back(bed, secon
         pytest.skip("step 1 took no savepoint")
     fs = bed.s3fs()
     bed.add_machine("c2-driver")
-    command = run_command(bed, second_cluster.wait(), 2, SECOND_BACKEND, savepoint)
+    command = run_command(bed, second_cluster.wait(), 2, "hashmap", savepoint)
     driver = bed.spawn("c2-driver", command, "job", SIGNING)
     # meanwhile the client machine reads the savepoint as a DataFrame of its own Spark
-    reader = bed.spawn(
-        "client",
-        ["python", "-m", "tests.cluster.remote_client", "read-state", savepoint],
-        "read-state",
-        SIGNING,
-    )
+    reader = start_reading(bed, savepoint, "read-state")
     try:
         job_id, address, _, queryable = served_at(bed, "c2-driver", "job", driver)
         assert address.startswith(f"http://{bed.machines['c2-driver'].address}:")
         held(bed, THIRD, driver, "c2-driver")
-        # the restored job's state, at the second cluster's query hosts
+        # the restored job steered from the client, its state at the second cluster's hosts
         c2_workers = {bed.machines[n].address for n in second_cluster.worker_names}
-        assert FIRST < queried(bed, queryable, job_id, c2_workers) <= THIRD
+        assert FIRST < steer(bed, job_id, address, queryable, c2_workers) <= THIRD
         # stopped with a savepoint from the first cluster's driver machine
         stop = bed.spawn(
             "driver",
@@ -332,20 +346,65 @@ def test_a_savepoint_in_s3_restores_on_another_cluster_and_reads_back(bed, secon
 
     # the first cluster's savepoint (RocksDB) as a DataFrame: the totals of an exact prefix,
     # past the first gate, where the savepoint was asked
-    read = json.loads(bed.log("client", "read-state").split("RESULT ", 1)[1].splitlines()[0])
-    saved = prefix_of(read["totals"])
+    read = read_back(bed, "read-state")
+    saved = prefix_of(read["totals"][savepoint])
     assert saved is not None and FIRST < saved <= SECOND, read
 
     # the stop savepoint of the second cluster (heap, parallelism 2) read with the CLI there
-    rows = cli(bed, "driver", "state", stopped, "--operator", "sums", "--state", "total", "--json")
-    totals = dict(json.loads(line) for line in rows.splitlines())
-    upto = prefix_of(totals)
+    upto = prefix_of(cli_totals(bed, stopped))
     # exactly the totals of the first `upto` records: each once, none lost in the move;
     # past the third gate, so the second cluster did the work after the savepoint
-    assert upto is not None and THIRD < upto <= RECORDS, totals
+    assert upto is not None and THIRD < upto <= RECORDS, upto
     print(f"saved after {saved} records; restored on the second cluster, stopped after {upto}")
+    found["stopped"], found["stopped_after"] = stopped, upto
     described = json.loads(cli(bed, "driver", "describe", stopped, "--json"))
     assert described["is_savepoint"] and described["operators"]["sums"]["parallelism"] == 2
     listed = json.loads(cli(bed, "driver", "checkpoints", bed.s3_url(f"{RUN}/chk"), "--json"))
     assert listed and {c["status"] for c in listed} == {"valid"}, listed
     assert machine_paths_in_store(bed, RUN) == []
+
+
+def test_a_heap_savepoint_restores_on_rocksdb_back_on_the_first_cluster(bed):
+    """Step 3 (see the module docstring)."""
+    stopped = found.get("stopped")
+    if stopped is None:
+        pytest.skip("step 2 took no savepoint")
+    command = run_command(bed, bed.spark_master, 3, "rocksdb", stopped)
+    reader = start_reading(bed, stopped, "read-heap-state")
+    try:
+        done = bed.run("driver", command, 600, SIGNING)
+        assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+        assert reader.wait(300) == 0, bed.log("client", "read-heap-state")[-6000:]
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+    # the heap savepoint as a DataFrame: the totals the CLI read in step 2
+    read = read_back(bed, "read-heap-state")
+    assert prefix_of(read["totals"][stopped]) == found["stopped_after"], read
+    # the RocksDB job's last checkpoint: every record of the input counted exactly once
+    report = json.loads(done.stdout.split("REPORT ", 1)[1].splitlines()[0])
+    last = report["checkpoint"]
+    assert last and last.startswith(bed.s3_url(f"{RUN}/chk/{report['job_id']}/")), report
+    assert cli_totals(bed, last) == totals_after(RECORDS)
+    described = json.loads(cli(bed, "client", "describe", last, "--json"))
+    assert described["operators"]["sums"]["parallelism"] == 3, described
+    assert machine_paths_in_store(bed, RUN) == []
+
+
+def start_reading(bed: Bed, path: str, log_name: str) -> subprocess.Popen[bytes]:
+    """``remote_client read-state PATH`` started on the ``client`` machine (its own Spark
+    reads the savepoint or checkpoint as a DataFrame); :func:`read_back` has its result."""
+    command = ["python", "-m", "tests.cluster.remote_client", "read-state", path]
+    return bed.spawn("client", command, log_name, SIGNING)
+
+
+def read_back(bed: Bed, log_name: str) -> Any:
+    """The ``RESULT`` of a :func:`start_reading` run, once it ended."""
+    return json.loads(bed.log("client", log_name).split("RESULT ", 1)[1].splitlines()[0])
+
+
+def cli_totals(bed: Bed, path: str) -> dict[str, int]:
+    """The ``sums`` operator's totals of a savepoint or checkpoint, read with
+    ``streamstate state`` on the ``driver`` machine."""
+    rows = cli(bed, "driver", "state", path, "--operator", "sums", "--state", "total", "--json")
+    return dict(json.loads(line) for line in rows.splitlines())
