@@ -19,14 +19,17 @@ from hypothesis import settings
 settings.register_profile("streamstate", deadline=None)
 settings.load_profile("streamstate")
 
+from tests.support.leftovers import HOME_PREFIX  # noqa: E402 - after the settings above
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _BASELINE = pytest.StashKey()
 
 # jobs started by tests register in a private job registry, not the user's ~/.streamstate
-# (removed when the test process ends)
+# (removed when the test process ends); named after this process, so that another test
+# session in the same temp dir tells it from a leftover (tests/support/leftovers.py)
 _HOME = None
 if "STREAMSTATE_HOME" not in os.environ:
-    os.environ["STREAMSTATE_HOME"] = _HOME = tempfile.mkdtemp(prefix="streamstate-home-")
+    os.environ["STREAMSTATE_HOME"] = _HOME = tempfile.mkdtemp(prefix=f"{HOME_PREFIX}{os.getpid()}-")
     atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 
 #: how long streamstate's processes may take to end after their application (the

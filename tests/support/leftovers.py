@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 
 from streamstate.runtime.host_owner import running, start_time
 
-__all__ = ["Baseline", "leftover_files", "leftover_processes", "streamstate_processes"]
+__all__ = [
+    "HOME_PREFIX",
+    "Baseline",
+    "leftover_files",
+    "leftover_processes",
+    "streamstate_processes",
+]
 
 #: command-line arguments that make a process streamstate's own
 _MODULES = {
@@ -33,6 +39,23 @@ _MODULES = {
 #: temp-dir entries that are streamstate's (the runtime dir, the old shared dir, staged
 #: rows, RocksDB directories made in the temp dir)
 _FILE_PREFIXES = ("streamstate", "rocksdb-")
+#: a test session's private ``STREAMSTATE_HOME`` in the temp dir: ``<prefix><pid>-<random>``
+#: (tests/conftest.py), removed when that session's process ends
+HOME_PREFIX = "streamstate-home-"
+
+
+def _home_of_another_session(name: str) -> bool:
+    """``name`` is the home of another test session that is still running (it removes the
+    home when it ends): a session's, not streamstate's, and not a leftover of this one.
+    Two sessions in one temp dir each saw the other's home, with the ``checkpoint.key``
+    and ``jobs/<user>`` its jobs wrote, as a leftover."""
+    pid = name.removeprefix(HOME_PREFIX).split("-", 1)[0]
+    return (
+        name.startswith(HOME_PREFIX)
+        and pid.isdigit()
+        and int(pid) != os.getpid()
+        and running(int(pid))
+    )
 
 
 def _args(pid: int) -> list[str]:
@@ -124,7 +147,8 @@ def leftover_files(baseline: Baseline) -> dict[str, list[str]]:
     in it (a few entries, for the report)."""
     out = {}
     root = tempfile.gettempdir()
-    for name in sorted(_temp_entries() - baseline.entries - baseline.expected):
+    new = _temp_entries() - baseline.entries - baseline.expected
+    for name in sorted(n for n in new if not _home_of_another_session(n)):
         path = os.path.join(root, name)
         inside: list[str] = []
         for dirpath, dirs, files in os.walk(path):
