@@ -35,8 +35,9 @@ import threading
 import time
 from typing import Any
 
-from benchmarks.results import Sitting, add_result_option, record, rows_table
-from tests.cluster.bed import ROOT, Bed, running_bed
+from benchmarks.cluster_bed import benchmark_bed
+from benchmarks.results import Sitting, add_result_option, publish, rows_table
+from tests.cluster.bed import ROOT, Bed
 from tests.cluster.checks import committed_lines
 
 JOB = f"{ROOT}/tests/cluster/fault_job.py"
@@ -154,9 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     sitting = Sitting.begin("benchmarks.cluster_recovery", argv)
     rows = []
-    t0 = time.monotonic()
-    with running_bed(workers=3, extra=("driver",)) as bed:
-        print(f"bed up in {time.monotonic() - t0:.0f} s", flush=True)
+    with benchmark_bed() as bed:
         for backend in args.backends.split(","):
             for size in args.sizes_mb.split(","):
                 row = measure(bed, backend, float(size))
@@ -173,11 +172,9 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['ratio']} | {r['rebuilt']} | {r['restore_s']} | {r['restarts']} | "
             f"{'yes' if r['correct'] else 'NO'} |"
         )
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
-    if args.result:
-        record("cluster_recovery", sitting.run([rows_table(rows)]))
+    publish(
+        "cluster_recovery", lambda: sitting.run([rows_table(rows)]), args.result, args.json, rows
+    )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,9 @@ import sys
 import time
 from typing import Any
 
+from benchmarks.cluster_bed import benchmark_bed
 from benchmarks.report import render_table
-from benchmarks.results import Sitting, Table, ratio, record, records_per_s
+from benchmarks.results import Sitting, Table, publish, ratio, records_per_s
 
 MOUNT = "/tmp/s3"
 PEER = "transformWithState"
@@ -185,13 +186,10 @@ def mount_bucket(bed: Any, name: str) -> None:
 
 def measure(argv: list[str]) -> list[dict[str, Any]]:
     """Build the bed, mount the bucket, run :func:`drive` on the driver machine; its rows."""
-    from tests.cluster.bed import running_bed
-
     run = f"throughput-{int(time.time())}"
     rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
-    with running_bed(workers=3, extra=("driver",)) as bed:
-        print(f"bed {bed.root} (slot {bed.slot}) up in {time.monotonic() - t0:.0f} s", flush=True)
+    with benchmark_bed() as bed:
         for machine in ["driver", *(w.name for w in bed.workers)]:
             mount_bucket(bed, machine)
         command = [sys.executable, "-m", "benchmarks.cluster_throughput", "drive"]
@@ -311,11 +309,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nload average (1 min): {run.load_average} (start-end)")
     for table in run.tables:
         print("\n" + "\n".join(render_table(table)))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "rows": rows}, f, indent=1)
-    if args.result:
-        record("cluster_throughput", run)
+    publish(
+        "cluster_throughput",
+        lambda: run,
+        args.result,
+        args.json,
+        {"args": vars(args), "rows": rows},
+    )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import urllib.request
 from typing import Any
 
 from benchmarks.keyed_count import CountPerKey, workload
-from benchmarks.results import Sitting, add_result_option, figures_table, record
+from benchmarks.results import Sitting, add_result_option, figures_table, publish
 from streamstate.common import Configuration
 from streamstate.control.registry import list_jobs
 from streamstate.datastream import StreamExecutionEnvironment
@@ -151,11 +151,13 @@ def main(argv: list[str] | None = None) -> None:
         f"({lat['response_kb']} KB): median {lat['median_ms']} ms, p90 {lat['p90_ms']} ms, "
         f"max {lat['max_ms']} ms over {args.calls} calls"
     )
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=2)
-    if args.result:
-        record("control_plane", sitting.run([figures_table(figures)]))
+    publish(
+        "control_plane",
+        lambda: sitting.run([figures_table(figures)]),
+        args.result,
+        args.json,
+        figures,
+    )
 
 
 def throughput(args: argparse.Namespace) -> dict[str, Any]:

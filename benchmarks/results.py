@@ -32,7 +32,7 @@ import platform
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -356,6 +356,18 @@ def record(benchmark: str, run: Run, results_dir: Path = RESULTS_DIR) -> Path:
     saved = save(load(path).with_run(run), results_dir)
     print(f"result: {saved} (now run `python -m benchmarks.report`)", file=sys.stderr)
     return saved
+
+
+def publish(
+    benchmark: str, run: Callable[[], Run], result: bool, json_path: str | None, figures: Any
+) -> None:
+    """A benchmark's end: ``figures`` written to ``json_path`` (its ``--json``, when given)
+    and, with ``--result`` (``result``), ``run()`` recorded as the benchmark's current run."""
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(figures, f, indent=1)
+    if result:
+        record(benchmark, run())
 
 
 def records_per_s(value: float) -> str:

@@ -32,7 +32,7 @@ import time
 import urllib.request
 from typing import Any
 
-from benchmarks.results import Sitting, add_result_option, figures_table, record, rows_table
+from benchmarks.results import Sitting, add_result_option, figures_table, publish, rows_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOBS = os.path.join(ROOT, "tests", "integration")
@@ -175,11 +175,13 @@ def main(argv: list[str] | None = None) -> None:
         f"output equal to the failure-free run: {kill['equal']}, restarts {kill['restarts']}, "
         f"executors after: {kill['executors_after']} ({t_kill:.1f} s with start-up)"
     )
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"master_start_s": started, "runs": runs, "kill": kill}, f, indent=2)
-    if args.result:
-        record("standalone_cluster", sitting.run([rows_table(runs), figures_table(kill)]))
+    publish(
+        "standalone_cluster",
+        lambda: sitting.run([rows_table(runs), figures_table(kill)]),
+        args.result,
+        args.json,
+        {"master_start_s": started, "runs": runs, "kill": kill},
+    )
 
 
 if __name__ == "__main__":

@@ -200,16 +200,15 @@ def _start_query(
         .parquet(data_dir)
     )
     grouped = source.groupBy("key")
-    if api == "transformWithStateInPandas":
-        result = grouped.transformWithStateInPandas(
-            statefulProcessor=_tws_pandas_processor(),
-            outputStructType=OUTPUT_DDL,
-            outputMode="Update",
-            timeMode="None",
-        )
-    elif api == "transformWithState":
-        result = grouped.transformWithState(
-            statefulProcessor=_tws_row_processor(),
+    #: the transformWithState variants by name: the method and its processor's factory
+    tws = {
+        "transformWithStateInPandas": (grouped.transformWithStateInPandas, _tws_pandas_processor),
+        "transformWithState": (grouped.transformWithState, _tws_row_processor),
+    }
+    if api in tws:
+        method, processor = tws[api]
+        result = method(
+            statefulProcessor=processor(),
             outputStructType=OUTPUT_DDL,
             outputMode="Update",
             timeMode="None",
