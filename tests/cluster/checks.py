@@ -50,7 +50,19 @@ def committed_lines(fs: Any, prefix: str) -> list[str]:
 OWN = ("/tmp/", "/home/", "/dev/shm/", "/var/tmp/")
 #: what every machine is provisioned with, the same everywhere and only read: the system,
 #: the Python install and this checkout (``ROOT``), kernel views and devices
-PROVISIONED = ("/usr/", "/lib/", "/lib64/", "/etc/", "/opt/", "/proc/", "/sys/", "/dev/")
+#: (``/var/cache/fontconfig``: the font caches the fontconfig package built at install, which
+#: the client's headless Chromium maps)
+PROVISIONED = (
+    "/usr/",
+    "/lib/",
+    "/lib64/",
+    "/etc/",
+    "/opt/",
+    "/var/cache/fontconfig/",
+    "/proc/",
+    "/sys/",
+    "/dev/",
+)
 #: fd targets that are no path (sockets, pipes, eventfds, ...)
 NO_PATH = ("socket:", "pipe:", "anon_inode:", "/memfd:", "[")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
