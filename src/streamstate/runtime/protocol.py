@@ -87,7 +87,8 @@ class StateVersion:
     kind: VersionKind
     handle: Any = None
     #: of a FULL keyed version, when written: the changes since the subtask's previous version
-    #: (a delta, as a DELTA version would have been), written for queryable states only
+    #: (a delta, as a DELTA version would have been); written only when a feature of the
+    #: stage keeps copies of the backend's state (``features.bridged``), else ``None``
     bridge: Any = None
 
     @staticmethod
@@ -111,11 +112,11 @@ class Lineage:
     its key groups); ``deltas`` are applied on top, in order.
 
     ``bridge``: ``(previous base, previous deltas, delta)`` when the base was written with
-    the changes since the previous version (queryable state, see ``StateVersion.bridge``):
-    the base is the previous base with the previous deltas and ``delta`` applied, so a
-    serving copy of the previous base moves onto the new one without rebuilding (the
-    previous deltas' files are kept until the next new base; the previous base's are not,
-    it is only compared). Workers ignore it.
+    the changes since the previous version (``StateVersion.bridge``): the base is the
+    previous base with the previous deltas and ``delta`` applied, so a copy of the state
+    kept at the previous base (by a feature, ``runtime/features.py``) moves onto the new
+    one without rebuilding (the previous deltas' files are kept until the next new base;
+    the previous base's are not, it is only compared). Workers ignore it.
     """
 
     token: Token

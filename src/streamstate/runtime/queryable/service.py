@@ -129,6 +129,8 @@ class _Refresher:
         self.thread: threading.Thread | None = None
 
     def wake(self) -> None:
+        """A snapshot was published: the thread (started on the first call after a lookup)
+        brings every copy held to it. Returns at once; never raises for a refresh."""
         if not self.service.hosts.served and not any(len(c) for c in self.service.caches.values()):
             return  # nothing queried yet: nothing to keep fresh
         if self.thread is None:
@@ -141,6 +143,7 @@ class _Refresher:
         self.published.set()
 
     def stop(self) -> None:
+        """The service closed: the thread ends after the refresh it may be running."""
         self.closed = True
         self.published.set()
 

@@ -19,7 +19,8 @@ answers the whole request again from the newest snapshot, so one answer never mi
 
 The copies are held in an LRU of ``max_entries`` (least recently used disposed first), so
 the memory they take is bounded by the configuration, never the whole state by design.
-Heap lookups of integer and boolean keys are searched in the files instead (``search.py``).
+:class:`ServingCache` answers heap lookups of integer and boolean keys from the version
+files themselves instead, with no copy (``search.py``).
 """
 
 from __future__ import annotations
@@ -361,8 +362,13 @@ def read_descriptor(name: str, kind: str, type_infos: tuple[Any, ...] | None) ->
 
 
 class ServingCache:
-    """The serving copies of one kind of snapshot (epoch or checkpoint), an LRU (lookups
-    searched in the version files instead, ``search.py``, have none unless it is off)."""
+    """The serving copies of one kind of snapshot (epoch or checkpoint), an LRU; heap
+    lookups that can be answered from the version files themselves are (``search.py``:
+    no copy), unless ``search`` is off.
+
+    Thread-safe: lookups of any thread and the service's refresher share it; a copy is
+    advanced and read under its own lock, so a reader never sees a copy half-way between
+    two snapshots."""
 
     def __init__(self, max_entries: int, search: bool = True) -> None:
         self.max_entries = max(1, int(max_entries))
@@ -475,10 +481,15 @@ class ServingCache:
         kg: int,
         key_bytes: bytes | None = None,
     ) -> Any:
-        """``key``'s value (key group ``kg``; ``key_bytes``: its bytes serialized with the
-        job's key serializer, when the caller has them) as of ``lin``, the lineage of the subtask
-        owning ``kg`` (a query host is sent it by the driver), ``state`` = (name, kind, type
-        infos): searched in its files where that applies, else read from the copy of ``lin``."""
+        """``key``'s value as of ``lin``, the lineage of the subtask owning key group
+        ``kg`` (a query host is sent it by the driver).
+
+        ``state`` is ``(name, kind, type infos)`` of the registered state; ``key_bytes``:
+        ``key`` serialized with the job's key serializer, when the caller has them (else
+        serialized here). Searched in the lineage's files where that applies, else read
+        from the serving copy of ``lin``'s range, advanced to ``lin`` first. Raises
+        :class:`StaleSnapshot` when that copy is already past ``lin`` (the caller answers
+        again from the newest snapshot)."""
         self.used = True
         search = self.search
         if search is not None:

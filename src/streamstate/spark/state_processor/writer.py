@@ -81,33 +81,33 @@ def _uid(operator: str | OperatorIdentifier) -> str:
 # -- tasks (module level: pickled by reference) ---------------------------------------------
 
 
-def _key_rows(selector: Any, key_ser: Any, max_p: int, rows: Any) -> Any:
+def _key_rows(selector: Any, key_serializer: Any, max_parallelism: int, rows: Any) -> Any:
     """``(key group, (key, row))`` of each Spark row, the row as a streamstate Row."""
     for row in rows:
         value = from_spark(row)
         key = selector(value)
         try:
-            key_bytes = key_ser.serialize(key)
+            key_bytes = key_serializer.serialize(key)
         except Exception as e:
             raise KeySerializationError(
                 f"bootstrap: the key {key!r:.60} of row {value!r:.80} cannot be serialized "
                 f"({type(e).__name__}: {e}); return a str, int, tuple... from the key selector, "
                 f"or declare its key_type"
             ) from e
-        yield compute_key_group_for_serialized_key(key_bytes, max_p), (key, value)
+        yield compute_key_group_for_serialized_key(key_bytes, max_parallelism), (key, value)
 
 
-def _range_of(max_p: int, n: int, key_group: int) -> int:
-    return compute_operator_index_for_key_group(max_p, n, key_group)
+def _range_of(max_parallelism: int, parallelism: int, key_group: int) -> int:
+    return compute_operator_index_for_key_group(max_parallelism, parallelism, key_group)
 
 
 def _keyed_task(spec: KeyedBootstrapSpec, function: Any, index: int, it: Any) -> Any:
-    records = ((kg, key, value) for kg, (key, value) in it)
+    records = ((key_group, key, value) for key_group, (key, value) in it)
     yield index, bootstrap_keyed_range(spec, index, function, records)
 
 
 def _operator_task(spec: OperatorBootstrapSpec, function: Any, index: int, rows: Any) -> Any:
-    values = (from_spark(r) for r in rows)
+    values = (from_spark(row) for row in rows)
     yield index, bootstrap_operator_state(spec, index, function, values)
 
 
@@ -136,58 +136,68 @@ class StateBootstrapTransformation:
         self.key_selector = key_selector
         self.key_serializer = key_serializer
 
-    def _parallelism(self, max_p: int) -> int:
+    def _parallelism(self, max_parallelism: int) -> int:
         df = self.dataframe
-        n = max(df.rdd.getNumPartitions(), df.sparkSession.sparkContext.defaultParallelism)
-        return max(1, min(n, max_p))
+        partitions = max(df.rdd.getNumPartitions(), df.sparkSession.sparkContext.defaultParallelism)
+        return max(1, min(partitions, max_parallelism))
 
-    def write(self, uid: str, target: Any, backend: BackendSpec, default_max_p: int) -> Any:
+    def write(
+        self, uid: str, target: Any, backend: BackendSpec, default_max_parallelism: int
+    ) -> Any:
         """Run the Spark job; the operator's :class:`OperatorSubtaskStates`."""
-        max_p = self.max_parallelism or default_max_p
+        max_parallelism = self.max_parallelism or default_max_parallelism
         if self.key_selector is not None:
-            return self._write_keyed(uid, target, backend, max_p)
+            return self._write_keyed(uid, target, backend, max_parallelism)
         broadcast = isinstance(self.function, BroadcastStateBootstrapFunction)
         df = self.dataframe.coalesce(1) if broadcast else self.dataframe
-        n = df.rdd.getNumPartitions()
-        spec = OperatorBootstrapSpec(uid, broadcast, n, max(max_p, n), target)
-        got = dict(
+        parallelism = df.rdd.getNumPartitions()
+        max_parallelism = max(max_parallelism, parallelism)
+        spec = OperatorBootstrapSpec(uid, broadcast, parallelism, max_parallelism, target)
+        written = dict(
             df.rdd.mapPartitionsWithIndex(partial(_operator_task, spec, self.function)).collect()
         )
-        subtasks = tuple(SubtaskState(operator=(got[i],)) for i in range(n))
-        return OperatorSubtaskStates(n, max(max_p, n), subtasks)
+        subtasks = tuple(SubtaskState(operator=(written[i],)) for i in range(parallelism))
+        return OperatorSubtaskStates(parallelism, max_parallelism, subtasks)
 
-    def _write_keyed(self, uid: str, target: Any, backend: BackendSpec, max_p: int) -> Any:
-        n = self._parallelism(max_p)
+    def _write_keyed(
+        self, uid: str, target: Any, backend: BackendSpec, max_parallelism: int
+    ) -> Any:
+        parallelism = self._parallelism(max_parallelism)
+        ranges = split_ranges(max_parallelism, parallelism)
         spec = KeyedBootstrapSpec(
-            uid, max_p, split_ranges(max_p, n), self.key_serializer, backend, target
+            uid, max_parallelism, ranges, self.key_serializer, backend, target
         )
         keyed = self.dataframe.rdd.mapPartitions(
-            partial(_key_rows, self.key_selector, self.key_serializer, max_p)
+            partial(_key_rows, self.key_selector, self.key_serializer, max_parallelism)
         )
-        shuffled = keyed.partitionBy(n, partial(_range_of, max_p, n))
-        got = dict(
+        shuffled = keyed.partitionBy(parallelism, partial(_range_of, max_parallelism, parallelism))
+        written = dict(
             shuffled.mapPartitionsWithIndex(partial(_keyed_task, spec, self.function)).collect()
         )
-        subtasks = tuple(SubtaskState(keyed=(got[i],)) for i in range(n))
-        return OperatorSubtaskStates(n, max_p, subtasks)
+        subtasks = tuple(SubtaskState(keyed=(written[i],)) for i in range(parallelism))
+        return OperatorSubtaskStates(parallelism, max_parallelism, subtasks)
 
 
 class KeyedOperatorTransformation:
     """``bootstrap_with(df).key_by(selector)``: keyed state, one task per key-group range."""
 
-    def __init__(self, source: OneInputOperatorTransformation, selector: Any, key_ser: Any):
+    def __init__(self, source: OneInputOperatorTransformation, selector: Any, key_serializer: Any):
         self._source = source
         self._selector = selector
-        self._key_serializer = key_ser
+        self._key_serializer = key_serializer
 
     def transform(self, function: KeyedStateBootstrapFunction) -> StateBootstrapTransformation:
         if not isinstance(function, KeyedStateBootstrapFunction):
             raise ConfigurationError(
                 f"a keyed transformation takes a KeyedStateBootstrapFunction, got {function!r}"
             )
-        s = self._source
+        source = self._source
         return StateBootstrapTransformation(
-            s.dataframe, function, s.max_parallelism, self._selector, self._key_serializer
+            source.dataframe,
+            function,
+            source.max_parallelism,
+            self._selector,
+            self._key_serializer,
         )
 
 
@@ -209,8 +219,10 @@ class OneInputOperatorTransformation:
         """Key the rows as the job keys its stream: the same selector result and
         ``key_type`` (``None``: the default key serializer, as ``key_by`` without one)."""
         selector = as_callable(key_selector, "get_key")
-        ser = serializer_for(key_type) if key_type is not None else default_key_serializer()
-        return KeyedOperatorTransformation(self, selector, ser)
+        key_serializer = (
+            serializer_for(key_type) if key_type is not None else default_key_serializer()
+        )
+        return KeyedOperatorTransformation(self, selector, key_serializer)
 
     def transform(
         self, function: StateBootstrapFunction | BroadcastStateBootstrapFunction
@@ -267,44 +279,49 @@ class SavepointWriter:
     def from_existing_savepoint(spark: Any, path: str, backend: Any = None) -> SavepointWriter:
         """Start from the savepoint (or retained checkpoint) at ``path``: its operators are
         kept (copied) unless removed; its source positions too."""
-        md = load_savepoint(path)
-        max_p = max((o.max_parallelism for o in md.operator_states.values()), default=128)
-        return SavepointWriter(spark, backend_spec(backend), max_p, md)
+        metadata = load_savepoint(path)
+        max_parallelism = max(
+            (operator.max_parallelism for operator in metadata.operator_states.values()),
+            default=128,
+        )
+        return SavepointWriter(spark, backend_spec(backend), max_parallelism, metadata)
 
     def _existing(self) -> dict[str, OperatorSubtaskStates]:
         return dict(self._base.operator_states) if self._base is not None else {}
 
     def _current_uids(self) -> set[str]:
-        kept = {self._renamed.get(u, u) for u in self._existing() if u not in self._removed}
+        kept = {self._renamed.get(uid, uid) for uid in self._existing() if uid not in self._removed}
         return kept | set(self._new)
 
     def with_operator(
         self, uid: str | OperatorIdentifier, transformation: StateBootstrapTransformation
     ) -> SavepointWriter:
         """Add the state of operator ``uid`` written by ``transformation``."""
-        u = _uid(uid)
+        operator_uid = _uid(uid)
         if not isinstance(transformation, StateBootstrapTransformation):
             raise ConfigurationError(
                 f"with_operator() takes a transformation "
                 f"(OperatorTransformation.bootstrap_with(df)...transform(fn)), got {transformation!r}"
             )
-        if u in self._current_uids():
+        if operator_uid in self._current_uids():
             raise ConfigurationError(
-                f"the savepoint already has operator {u!r}: remove_operator({u!r}) first to "
-                f"replace its state"
+                f"the savepoint already has operator {operator_uid!r}: "
+                f"remove_operator({operator_uid!r}) first to replace its state"
             )
-        self._new[u] = transformation
+        self._new[operator_uid] = transformation
         return self
 
     def remove_operator(self, uid: str | OperatorIdentifier) -> SavepointWriter:
         """Drop operator ``uid``'s state (of the existing savepoint, or added here)."""
-        u = _uid(uid)
-        if self._new.pop(u, None) is not None:
+        operator_uid = _uid(uid)
+        if self._new.pop(operator_uid, None) is not None:
             return self
-        old = next((o for o, n in self._renamed.items() if n == u), u)
+        old = next((old for old, new in self._renamed.items() if new == operator_uid), operator_uid)
         if old not in self._existing() or old in self._removed:
-            known = ", ".join(repr(x) for x in sorted(self._current_uids())) or "none"
-            raise ConfigurationError(f"the savepoint has no operator {u!r}; its operators: {known}")
+            known = ", ".join(repr(uid) for uid in sorted(self._current_uids())) or "none"
+            raise ConfigurationError(
+                f"the savepoint has no operator {operator_uid!r}; its operators: {known}"
+            )
         self._removed.add(old)
         return self
 
@@ -337,33 +354,36 @@ class SavepointWriter:
         target = create_target(path)
         try:
             operators = self._copy_existing(target)
-            for uid, t in self._new.items():
-                operators[uid] = t.write(uid, target, self.backend, self.max_parallelism)
-            md = savepoint_metadata(self._base, operators, self._renamed, self._removed)
-            target.store_metadata(md)
+            for uid, transformation in self._new.items():
+                operators[uid] = transformation.write(
+                    uid, target, self.backend, self.max_parallelism
+                )
+            metadata = savepoint_metadata(self._base, operators, self._renamed, self._removed)
+            target.store_metadata(metadata)
         except BaseException:
             discard_target(target)
             raise
         return target.url
 
     def _copy_existing(self, target: Any) -> dict[str, OperatorSubtaskStates]:
-        kept = {u: o for u, o in self._existing().items() if u not in self._removed}
+        kept = {uid: op for uid, op in self._existing().items() if uid not in self._removed}
         items = [
-            (self._renamed.get(u, u), i, s)
-            for u, o in kept.items()
-            for i, s in enumerate(o.subtasks)
-            if s.keyed or s.operator
+            (self._renamed.get(uid, uid), index, subtask)
+            for uid, op in kept.items()
+            for index, subtask in enumerate(op.subtasks)
+            if subtask.keyed or subtask.operator
         ]
         copied: dict[tuple[str, int], SubtaskState] = {}
         if items:
-            sc = self.spark.sparkContext
-            for uid, i, s in (
-                sc.parallelize(items, len(items)).map(partial(_copy_task, target)).collect()
-            ):
-                copied[(uid, i)] = s
+            spark_context = self.spark.sparkContext
+            tasks = spark_context.parallelize(items, len(items)).map(partial(_copy_task, target))
+            for uid, index, subtask in tasks.collect():
+                copied[(uid, index)] = subtask
         out: dict[str, OperatorSubtaskStates] = {}
-        for u, o in kept.items():
-            nu = self._renamed.get(u, u)
-            subtasks = tuple(copied.get((nu, i), s) for i, s in enumerate(o.subtasks))
-            out[nu] = OperatorSubtaskStates(o.parallelism, o.max_parallelism, subtasks)
+        for uid, op in kept.items():
+            new_uid = self._renamed.get(uid, uid)
+            subtasks = tuple(
+                copied.get((new_uid, index), subtask) for index, subtask in enumerate(op.subtasks)
+            )
+            out[new_uid] = OperatorSubtaskStates(op.parallelism, op.max_parallelism, subtasks)
         return out
