@@ -16,25 +16,34 @@ elsewhere; its state is rolled back with the epoch, so exactly-once holds.
 A source takes part by setting ``sliced_reads = True`` and implementing
 ``advance(assignment, progress)``: the assignment that continues where ``progress``
 stopped, such that reading it reports a progress that includes ``progress``. Other sources
-are read in one call with the whole budget (by records only).
+are read in one call with the whole budget (by records only). What this module needs of a
+source is :class:`SlicedSource` (every ``connectors.base.Source`` is one; the connectors
+sit above the runtime, so the runtime names the contract rather than the class).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["MIN_SLICE", "read_in_slices", "reads_in_slices"]
+__all__ = ["MIN_SLICE", "SlicedSource", "read_in_slices", "reads_in_slices"]
 
 
-def reads_in_slices(source: Any, parallelism: int = 1) -> bool:
-    """Whether ``source``, read by ``parallelism`` subtasks, can be read slice by slice
-    (``sliced_reads`` and ``advance``; ``slices_at`` when the source has it)."""
-    slices_at = getattr(source, "slices_at", None)
-    if slices_at is not None:
-        return bool(slices_at(parallelism))
-    return bool(getattr(source, "sliced_reads", False))
+class SlicedSource(Protocol):
+    """What reading in slices needs of a source (``connectors.base.Source``)."""
+
+    def slices_at(self, parallelism: int) -> bool:
+        """Whether ``parallelism`` readers may be cut by time (``sliced_reads`` by default)."""
+
+    def read(self, assignment: Any, budget: int) -> tuple[list[Any], Any]: ...
+
+    def advance(self, assignment: Any, progress: Any) -> Any: ...
+
+
+def reads_in_slices(source: SlicedSource, parallelism: int = 1) -> bool:
+    """Whether ``source``, read by ``parallelism`` subtasks, can be read slice by slice."""
+    return bool(source.slices_at(parallelism))
 
 
 #: the first slice of an epoch, and the smallest one sized to the time left: a few records

@@ -113,7 +113,7 @@ def _hostless(st: Any) -> bool:
     or misses: they have no state or function to find or rebuild."""
     return bool(
         st.is_source
-        and getattr(st.source, "stateless_reader", False)
+        and st.source.stateless_reader  # connectors.base.Source declares it (default False)
         and all(n.factory is None for n in st.nodes.values())
     )
 

@@ -19,7 +19,7 @@ time, so the state may change while they are iterated.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol, cast
 
 from streamstate.api.state import (
     AggregatingState,
@@ -33,13 +33,42 @@ from streamstate.runtime.state.store import StateAccess, state_not_mergeable_err
 
 __all__ = [
     "KIND_CLASSES",
+    "MERGING_KINDS",
+    "BulkAddingState",
     "KeyedAggregatingState",
     "KeyedListState",
     "KeyedMapState",
     "KeyedReducingState",
     "KeyedValueState",
+    "MergingState",
     "checked_list_values",
+    "merging_state",
 ]
+
+#: the kinds whose handles merge namespaces and add many values at once (Flink's
+#: ``InternalMergingState``: what a window's contents may be kept in)
+MERGING_KINDS = frozenset({"list", "reducing", "aggregating"})
+
+
+class MergingState(Protocol):
+    """A handle of a :data:`MERGING_KINDS` kind: its namespaces merge (session windows)."""
+
+    def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None: ...
+
+
+class BulkAddingState(Protocol):
+    """A handle of a :data:`MERGING_KINDS` kind: ``add`` of many values in one access."""
+
+    def add_many(self, values: list[Any]) -> None: ...
+
+
+def merging_state(state: Any, descriptor: StateDescriptor) -> MergingState:
+    """``state``, the handle of ``descriptor``, as the merging state its kind makes it;
+    a kind that cannot merge (value, map) raises ``StateAccessError`` naming the kinds
+    that can."""
+    if descriptor.kind not in MERGING_KINDS:
+        raise state_not_mergeable_error(descriptor.name, descriptor.kind)
+    return cast(MergingState, state)
 
 
 def checked_list_values(values: Any, what: str, state_name: str) -> list[Any]:
@@ -157,6 +186,10 @@ class KeyedListState(_KeyedState, ListState):
         elements = checked_list_values(values, "add to", self._name)
         if elements:
             self._access.append(elements)
+
+    def add_many(self, values: list[Any]) -> None:
+        """``add(v)`` for each of ``values`` in order, in one append (``add_all``)."""
+        self.add_all(values)
 
 
 class KeyedMapState(_KeyedState, MapState):

@@ -18,6 +18,7 @@ from streamstate.api.window_functions import (
 )
 from streamstate.errors import StateAccessError
 from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
+from streamstate.runtime.state.kinds import merging_state
 
 __all__ = [
     "AssignerContext",
@@ -142,14 +143,8 @@ class TriggerContext(Trigger.OnMergeContext):
         if not self.merged_windows:
             return
         state = keyed_state(self._rc, state_descriptor)
-        merge = getattr(state, "merge_namespaces", None)
-        if merge is None:
-            raise StateAccessError(
-                f"trigger state {state_descriptor.name!r} cannot be merged: the state backend's "
-                f"{type(state).__name__} has no merge_namespaces (use list, reducing or "
-                f"aggregating state for merging triggers)"
-            )
-        merge(self.window, self.merged_windows)
+        # value and map state cannot merge: StateAccessError naming the kinds that can
+        merging_state(state, state_descriptor).merge_namespaces(self.window, self.merged_windows)
 
 
 class WindowProcessContext(ProcessWindowFunction.Context, ProcessAllWindowFunction.Context):

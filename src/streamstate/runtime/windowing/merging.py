@@ -171,4 +171,4 @@ def merge_windows(
         tctx.window = m
         self.trigger.clear(m, tctx)
         self._delete_cleanup_timer(m)
-    self.window_state.merge_namespaces(state_window_result, merged_state_windows)
+    self.merging_window_state.merge_namespaces(state_window_result, merged_state_windows)

@@ -36,6 +36,7 @@ from streamstate.api.window_base import (
 from streamstate.errors import ConfigurationError, StateAccessError
 from streamstate.runtime.operators.base import StreamOperator
 from streamstate.runtime.operators.outputs import outputs_not_iterable, split_yielded_side_outputs
+from streamstate.runtime.state.kinds import MERGING_KINDS, merging_state
 from streamstate.runtime.timers import InternalTimerService
 from streamstate.runtime.windowing.contexts import (
     AssignerContext,
@@ -78,6 +79,11 @@ class WindowOperator(StreamOperator):
             raise ConfigurationError(
                 f"allowed_lateness() is only valid for event-time windows, not for {assigner!r}"
             )
+        if window_state_descriptor.kind not in MERGING_KINDS:
+            raise ConfigurationError(
+                f"a window's contents are kept in list, reducing or aggregating state, not in "
+                f"{window_state_descriptor.kind} state ({window_state_descriptor.name!r})"
+            )
         self.assigner = assigner
         self.trigger = trigger
         self.allowed_lateness = allowed_lateness
@@ -116,11 +122,10 @@ class WindowOperator(StreamOperator):
         self.process_ctx = WindowProcessContext(self, ctx, self.timers, self.merging)
         self.assigner_ctx = AssignerContext(self.timers, ctx)
         if self.merging:
-            if getattr(self.window_state, "merge_namespaces", None) is None:
-                raise StateAccessError(
-                    f"the state backend's {type(self.window_state).__name__} cannot merge "
-                    f"namespaces, which session windows need"
-                )
+            # the window's contents merge with its windows (session windows)
+            self.merging_window_state = merging_state(
+                self.window_state, self.window_state_descriptor
+            )
             self.merging_sets_state = ctx.get_map_state(
                 MapStateDescriptor(MERGING_WINDOW_SET_STATE_NAME)
             )

@@ -4,9 +4,10 @@ windows with the default trigger (``EventTimeTrigger``). Functions of the operat
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from streamstate.api.window_base import MAX_LONG_VALUE, MIN_LONG_VALUE, TimeWindow
+from streamstate.runtime.state.kinds import BulkAddingState
 
 __all__ = ["on_tumbling_timer", "tumbling_batch"]
 
@@ -49,9 +50,9 @@ def tumbling_batch(
     if groups:
         set_key = self.backend.set_current_key
         ws = self.window_state
-        add = ws.add
-        # one state access per (key, window) where the backend offers it
-        add_many = ws.add_all if self.is_list else getattr(ws, "add_many", None)
+        # one state access per (key, window): a window's state is of a kind that adds many
+        # values at once (MERGING_KINDS, checked when the operator is made)
+        add_many = cast(BulkAddingState, ws).add_many
         register = self.timers.register_event_time_timer
         lateness = self.allowed_lateness
         for start, per_key in groups.items():
@@ -61,11 +62,7 @@ def tumbling_batch(
             ws.set_current_namespace(window)
             for key, vals in per_key.items():
                 set_key(key, vals[0])
-                if add_many is not None:
-                    add_many(vals[1:])
-                else:
-                    for v in vals[1:]:
-                        add(v)
+                add_many(vals[1:])
                 register(window, max_ts)
                 if cleanup != max_ts and cleanup < MAX_LONG_VALUE:
                     register(window, cleanup)
