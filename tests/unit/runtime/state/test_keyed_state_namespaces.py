@@ -367,3 +367,27 @@ def test_state_entry_transformer_reaches_every_namespace(made: Made) -> None:
     c.restore([base])
     c.apply_delta(b.snapshot_delta())  # the removals travel as tombstones
     assert dump_ns(c) == {}
+
+
+def test_only_merging_kinds_merge(made: Made) -> None:
+    """``merging_state`` admits list, reducing and aggregating handles; a value or map
+    handle is refused by its kind, even when only one namespace holds a value (which the
+    handle's own merge would move without complaint)."""
+    from streamstate.runtime.state.kinds import MERGING_KINDS, merging_state
+
+    b = made.backend()
+    H.at(b, "k")
+    assert MERGING_KINDS == {"list", "reducing", "aggregating"}
+    for d in (H.L, H.R, H.A):
+        s = b.get_partitioned_state(d)
+        s.set_current_namespace(W2)
+        s.add(1)
+        merging_state(s, d).merge_namespaces(W1, [W2])
+        s.set_current_namespace(W1)
+        assert read(s) in ([1], 1, 1.0)
+    for d in (H.V, H.M):
+        s = b.get_partitioned_state(d)
+        s.set_current_namespace(W2)
+        s.update("x") if d is H.V else s.put("x", 1)
+        with pytest.raises(StateAccessError, match="merging windows need list, reducing"):
+            merging_state(s, d)

@@ -535,6 +535,13 @@ def test_configuration_errors() -> None:
         )
     with pytest.raises(TypeError, match="WindowFunction"):
         windowed(TumblingEventTimeWindows.of(10), lambda ws: ws.reduce(max, object()))
+    # a window's contents live in a merging kind of state (list, reducing, aggregating)
+    from streamstate.runtime.windowing.operator import WindowOperator
+
+    assigner = TumblingEventTimeWindows.of(10)
+    trigger = assigner.get_default_trigger(None)
+    with pytest.raises(ConfigurationError, match="not in value state"):
+        WindowOperator(assigner, trigger, 0, None, ValueStateDescriptor("w"), None)
 
 
 def test_purged_window_namespaces_do_not_accumulate() -> None:
