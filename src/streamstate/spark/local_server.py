@@ -51,7 +51,9 @@ __all__ = [
     "stop_server",
 ]
 
-STATE_VERSION = 1
+#: 2: ``pid_start`` (the server's start time) added; a version-1 file is read with 0
+STATE_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 DEFAULT_PORT = 15002
 _STATE_FILE = "local-server.json"
 _START_TIMEOUT_S = 180.0
@@ -72,7 +74,14 @@ class LocalServer:
     log: str
     python: str
     started_ms: int
+    #: the start time of ``pid`` (clock ticks after boot, as ``host_owner.start_time``):
+    #: a live ``pid`` of another start time is a reused pid, not this server; 0 unknown
+    pid_start: int = 0
     version: int = STATE_VERSION
+
+    def alive(self) -> bool:
+        """Whether the process this file names is still this server's (not a reused pid)."""
+        return Owner(self.pid, self.pid_start).alive()
 
 
 def server_home(home: str | os.PathLike[str] | None = None) -> Path:
@@ -94,23 +103,14 @@ def _port_open(port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _read_state(home: str | os.PathLike[str] | None = None) -> LocalServer | None:
     try:
         raw = json.loads(_state_path(home).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(raw, dict) or raw.get("version") != STATE_VERSION:
+    if not isinstance(raw, dict) or raw.get("version") not in _READABLE_VERSIONS:
         return None
+    raw["version"] = STATE_VERSION
     try:
         return LocalServer(**raw)
     except TypeError:
@@ -120,7 +120,7 @@ def _read_state(home: str | os.PathLike[str] | None = None) -> LocalServer | Non
 def running_server(home: str | os.PathLike[str] | None = None) -> LocalServer | None:
     """The running warm server of ``home`` (default: this ``STREAMSTATE_HOME``), or None."""
     state = _read_state(home)
-    if state is None or not _alive(state.pid) or not _port_open(state.port):
+    if state is None or not state.alive() or not _port_open(state.port):
         return None
     return state
 
@@ -230,6 +230,7 @@ def start_server(
         log=str(log_path),
         python=sys.executable,
         started_ms=int(time.time() * 1000),
+        pid_start=start_time(proc.pid) or 0,
     )
     try:
         if owner_pid is not None:
@@ -326,7 +327,7 @@ def stop_server(home: str | os.PathLike[str] | None = None) -> LocalServer | Non
     state = _read_state(home)
     if state is None:
         return None
-    stopped = state if _alive(state.pid) or group_alive(state.pid) else None
+    stopped = state if state.alive() or group_alive(state.pid) else None
     _kill_group(state.pid)
     with contextlib.suppress(FileNotFoundError):
         _state_path(home).unlink()
