@@ -25,7 +25,7 @@ from streamstate.errors import CheckpointStorageError
 from streamstate.runtime.host_owner import start_time
 from streamstate.runtime.stores import write_once
 
-__all__ = ["LOCK_FILE_NAME", "JobLock", "is_local", "make_private", "process_alive"]
+__all__ = ["LOCK_FILE_NAME", "JobLock", "is_local", "make_private"]
 
 log = logging.getLogger("streamstate")
 
@@ -41,17 +41,6 @@ def make_private(fs: Any, directory: str) -> None:
     """Owner-only permissions for ``directory`` on a local file system (others: no-op)."""
     if is_local(fs):
         os.chmod(directory, 0o700)
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists on this machine (another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class JobLock:

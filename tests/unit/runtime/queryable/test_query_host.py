@@ -12,7 +12,7 @@ import time
 import pytest
 
 from streamstate.errors import QueryableStateError
-from streamstate.runtime.checkpoint.lock import process_alive
+from streamstate.runtime.host_owner import start_time
 from streamstate.runtime.queryable.query_host import _read_info, bind_address, connect
 
 
@@ -72,7 +72,7 @@ def test_only_the_holder_of_the_secret_is_served(host):
         assert conn.poll(30)
         assert pickle.loads(conn.recv_bytes()) == ("stopped",)
     proc.wait(30)
-    assert not process_alive(pid) and not os.path.exists(path)
+    assert start_time(pid) is None and not os.path.exists(path)
 
 
 def test_a_query_host_without_lookups_and_epochs_exits_after_its_idle_timeout(tmp_path):
