@@ -36,9 +36,11 @@ Run: ``python -m benchmarks.compare_revisions --revs cc0d968^ cc0d968 . --repeat
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -88,6 +90,10 @@ def checked_out(names: Sequence[str], scratch: Path) -> Iterator[list[Revision]]
     finally:
         for tree in made:
             _git("worktree", "remove", "--force", str(tree))
+
+
+def _exit_on_signal(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _git(*args: str) -> str:
@@ -159,9 +165,22 @@ class CpuMeter:
                 raise RuntimeError(f"processes {left} outlived the measured command")
             time.sleep(0.2)
 
-    def close(self) -> None:
-        if self.cgroup is not None:
-            self.cgroup.rmdir()
+    def close(self, grace_s: float = 10.0) -> None:
+        """Remove the cgroup; a failed or interrupted command's processes still in it (a
+        subtask-host zygote, a JVM) are killed first, or rmdir would fail (EBUSY) and
+        leave both behind."""
+        if self.cgroup is None:
+            return
+        procs = self.cgroup / "cgroup.procs"
+        deadline = time.monotonic() + grace_s
+        while left := [int(pid) for pid in procs.read_text().split()]:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"processes {left} of {self.cgroup} did not end")
+            time.sleep(0.1)
+        self.cgroup.rmdir()
 
 
 # ---- the K1 job on the local runner (the child side) ----------------------------------
@@ -338,6 +357,9 @@ def main(argv: list[str] | None = None) -> None:
         "benchmarks.compare_revisions", argv + (["--", *command] if command else [])
     )
     scratch = Path(tempfile.gettempdir())
+    # SIGTERM (a timeout, a kill) ends the run through the finally blocks below: the
+    # temporary worktrees and the cgroup go, the measured processes are killed
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     meter = CpuMeter()
     print(f"CPU of the job's processes by {meter.how}; load average {os.getloadavg()}")
     try:
