@@ -92,6 +92,13 @@ def checked_out(names: Sequence[str], scratch: Path) -> Iterator[list[Revision]]
             _git("worktree", "remove", "--force", str(tree))
 
 
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
+    except OSError:
+        return "?"
+
+
 def _exit_on_signal(signum: int, _frame: Any) -> None:
     raise SystemExit(128 + signum)
 
@@ -155,15 +162,25 @@ class CpuMeter:
             return 0
         return int((self.cgroup / "cpuacct.usage").read_text())
 
-    def _wait_empty(self, timeout_s: float = 60.0) -> None:
-        """Daemonised descendants (a Spark JVM shutting down) still count until they exit."""
+    def _wait_empty(self, idle_s: float = 3.0) -> None:
+        """Daemonised descendants (a Spark JVM shutting down) still count until they exit.
+        One that stays but spends no CPU for ``idle_s`` (an idle subtask-host zygote
+        waiting for its idle timeout, as older revisions leave) adds nothing more to the
+        figure: it is named on stderr and killed, so the next run starts clean."""
         assert self.cgroup is not None
-        deadline = time.monotonic() + timeout_s
-        while (self.cgroup / "cgroup.procs").read_text().strip():
-            if time.monotonic() > deadline:
-                left = (self.cgroup / "cgroup.procs").read_text().split()
-                raise RuntimeError(f"processes {left} outlived the measured command")
+        procs = self.cgroup / "cgroup.procs"
+        usage, since = self._usage(), time.monotonic()
+        while left := procs.read_text().split():
             time.sleep(0.2)
+            now = self._usage()
+            if now != usage:
+                usage, since = now, time.monotonic()
+            elif time.monotonic() - since >= idle_s:
+                for pid in left:
+                    print(f"killing idle leftover {pid}: {_cmdline(pid)}", file=sys.stderr)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+                since = time.monotonic()
 
     def close(self, grace_s: float = 10.0) -> None:
         """Remove the cgroup; a failed or interrupted command's processes still in it (a

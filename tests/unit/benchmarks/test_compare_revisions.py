@@ -63,3 +63,20 @@ def test_sigterm_ends_a_run_through_its_cleanup():
     )
     assert proc.stdout == "cleaned up\n"
     assert proc.returncode == 128 + signal.SIGTERM
+
+
+def test_an_idle_process_left_by_a_successful_command_is_killed(tmp_path):
+    """A process that outlives the command but spends no CPU (an idle zygote) does not
+    hold the measurement up: it is killed and the figure is taken."""
+    meter = CpuMeter()
+    if meter.cgroup is None:
+        pytest.skip(f"no writable cpuacct hierarchy at {CGROUP_ROOT}")
+    pid_file = tmp_path / "pid"
+    try:
+        script = f"sleep 600 >/dev/null 2>&1 & echo $! > {pid_file}"
+        cpu, _ = meter.run(["sh", "-c", script], tmp_path, dict(os.environ))
+        assert cpu >= 0
+        assert not _alive(int(pid_file.read_text()))
+        assert not (meter.cgroup / "cgroup.procs").read_text().strip()
+    finally:
+        meter.close()
