@@ -11,6 +11,7 @@ import pickle
 from typing import Any
 
 from streamstate.runtime.epoch_runner import EpochRunner
+from streamstate.runtime.gc_pause import gc_paused
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.job_end import end_job
 from streamstate.runtime.protocol import DRIVER, EpochSpec, SubtaskAck
@@ -40,13 +41,16 @@ class LocalEpochRunner(EpochRunner):
         for st in plan.stages:
             for i in range(st.parallelism):
                 items = [(i, payload) for payload in inbox[st.id][i]]
-                for dest, part, payload in run_stage_partition(
-                    self.blobs[st.id], meta, epoch_specs[st.id], i, items
-                ):
-                    if dest == DRIVER:
-                        acks.append(pickle.loads(payload[1]))
-                    else:
-                        inbox[dest][part].append(payload)
+                # as on Spark's workers: no cyclic collection while a subtask runs its
+                # epoch (runtime/gc_pause.py), so both runners cost alike per record
+                with gc_paused():
+                    for dest, part, payload in run_stage_partition(
+                        self.blobs[st.id], meta, epoch_specs[st.id], i, items
+                    ):
+                        if dest == DRIVER:
+                            acks.append(pickle.loads(payload[1]))
+                        else:
+                            inbox[dest][part].append(payload)
         return acks
 
     def stop(self) -> None:

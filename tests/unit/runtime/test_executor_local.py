@@ -425,3 +425,19 @@ def test_no_checkpoints_without_checkpointing():
     # carries the final watermark (no extra empty epoch)
     assert acc["epochs"] == 8
     assert len(out) == len(DATA)
+
+
+def test_the_local_runner_pauses_the_cyclic_collector_while_a_subtask_runs():
+    """As on Spark's workers (runtime/gc_pause.py): the collector is off while user code
+    runs in an epoch, and on again after the job."""
+    import gc
+
+    class CollectorState(MapFunction):
+        def map(self, value):
+            return value, gc.isenabled()
+
+    assert gc.isenabled()
+    env = make_env()
+    records, _ = run_collect(env.from_collection([1, 2, 3]).map(CollectorState()))
+    assert sorted(records) == [(1, False), (2, False), (3, False)]
+    assert gc.isenabled()
