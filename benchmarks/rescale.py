@@ -44,25 +44,15 @@ from typing import Any
 
 from benchmarks.report import render_table
 from benchmarks.results import Sitting, Table, add_result_option, ratio, record
-from benchmarks.state_scaling import COUNT, MAX_PARALLELISM, bootstrap
+from benchmarks.state_scaling import MAX_PARALLELISM, CountPerKey, bootstrap
 from streamstate.common import Configuration, Types
-from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from streamstate.datastream import StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
 from streamstate.runtime.job_status import EpochStats, JobObserver
 
 RESTART = "restart from savepoint, first epoch at to s"
 #: a prime stride spreads an epoch's keys over all key groups
 STRIDE = 1_000_003
-
-
-class CountPerKey(KeyedProcessFunction):
-    def open(self, ctx: Any) -> None:
-        self.count = ctx.get_state(COUNT)
-
-    def process_element(self, value: Any, ctx: Any) -> Any:
-        c = (self.count.value() or 0) + 1
-        self.count.update(c)
-        yield value, c
 
 
 class KeyOf:
