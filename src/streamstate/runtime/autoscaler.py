@@ -38,7 +38,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamstate.errors import ConfigurationError
+from streamstate.runtime.config_values import (
+    conf_bool,
+    conf_duration_ms,
+    conf_fraction,
+    conf_int,
+    conf_positive_float,
+)
 
 __all__ = [
     "AutoscalerSettings",
@@ -88,21 +94,35 @@ class AutoscalerSettings:
             for bound, slot in (("min-parallelism", 0), ("max-parallelism", 1)):
                 if rest.endswith("." + bound):
                     uid = rest[: -len(bound) - 1]
-                    per.setdefault(uid, [None, None])[slot] = _int(conf, key, 1, 1)
+                    per.setdefault(uid, [None, None])[slot] = conf_int(conf, key, 1, minimum=1)
         return AutoscalerSettings(
-            enabled=_bool(conf, "enabled", d.enabled),
-            scaling=_bool(conf, "scaling.enabled", d.scaling),
-            target_utilization=_fraction(conf, "target.utilization", d.target_utilization),
-            utilization_boundary=_fraction(
-                conf, "target.utilization.boundary", d.utilization_boundary
+            enabled=conf_bool(conf, PREFIX + "enabled", default=d.enabled),
+            scaling=conf_bool(conf, PREFIX + "scaling.enabled", default=d.scaling),
+            target_utilization=conf_fraction(
+                conf, PREFIX + "target.utilization", d.target_utilization
             ),
-            stabilization_ms=_duration(conf, "stabilization.interval", d.stabilization_ms),
-            metrics_window_ms=_duration(conf, "metrics.window", d.metrics_window_ms),
-            catch_up_ms=_duration(conf, "catch-up.duration", d.catch_up_ms),
-            scale_up_max_factor=_float(conf, "scale-up.max-factor", d.scale_up_max_factor),
-            scale_down_max_factor=_fraction(conf, "scale-down.max-factor", d.scale_down_max_factor),
-            min_parallelism=_int(conf, PREFIX + "vertex.min-parallelism", d.min_parallelism, 1),
-            max_parallelism=_int(conf, PREFIX + "vertex.max-parallelism", d.max_parallelism, 1),
+            utilization_boundary=conf_fraction(
+                conf, PREFIX + "target.utilization.boundary", d.utilization_boundary
+            ),
+            stabilization_ms=conf_duration_ms(
+                conf, PREFIX + "stabilization.interval", d.stabilization_ms
+            ),
+            metrics_window_ms=conf_duration_ms(
+                conf, PREFIX + "metrics.window", d.metrics_window_ms
+            ),
+            catch_up_ms=conf_duration_ms(conf, PREFIX + "catch-up.duration", d.catch_up_ms),
+            scale_up_max_factor=conf_positive_float(
+                conf, PREFIX + "scale-up.max-factor", d.scale_up_max_factor
+            ),
+            scale_down_max_factor=conf_fraction(
+                conf, PREFIX + "scale-down.max-factor", d.scale_down_max_factor
+            ),
+            min_parallelism=conf_int(
+                conf, PREFIX + "vertex.min-parallelism", d.min_parallelism, minimum=1
+            ),
+            max_parallelism=conf_int(
+                conf, PREFIX + "vertex.max-parallelism", d.max_parallelism, minimum=1
+            ),
             per_operator={uid: (lo, hi) for uid, (lo, hi) in per.items()},
         )
 
@@ -306,68 +326,3 @@ class Autoscaler:
             )
         )
         return VertexScaling(sid, last.uids[0], p, new_p, true_rate, target, utilization, reason)
-
-
-# -- configuration ------------------------------------------------------------------------------
-
-
-def _raw(conf: Any, key: str) -> str | None:
-    full = key if key.startswith(PREFIX) else PREFIX + key
-    value = conf.get_string(full, None)
-    return None if value is None else str(value).strip()
-
-
-def _bool(conf: Any, key: str, default: bool) -> bool:
-    raw = _raw(conf, key)
-    if raw is None:
-        return default
-    if raw.lower() not in ("true", "false"):
-        raise ConfigurationError(f"{PREFIX}{key} must be true or false, got {raw!r}")
-    return raw.lower() == "true"
-
-
-def _float(conf: Any, key: str, default: float) -> float:
-    raw = _raw(conf, key)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as e:
-        raise ConfigurationError(f"{PREFIX}{key} must be a number, got {raw!r}") from e
-    if not value > 0:
-        raise ConfigurationError(f"{PREFIX}{key} must be > 0, got {raw!r}")
-    return value
-
-
-def _fraction(conf: Any, key: str, default: float) -> float:
-    value = _float(conf, key, default)
-    if value > 1:
-        raise ConfigurationError(f"{PREFIX}{key} must be in (0, 1], got {value!r}")
-    return value
-
-
-def _int(conf: Any, key: str, default: int, minimum: int) -> int:
-    raw = _raw(conf, key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as e:
-        raise ConfigurationError(f"{key} must be an integer, got {raw!r}") from e
-    if value < minimum:
-        raise ConfigurationError(f"{key} must be >= {minimum}, got {value}")
-    return value
-
-
-def _duration(conf: Any, key: str, default_ms: int) -> int:
-    from streamstate.common.configuration import parse_duration_ms
-
-    raw = _raw(conf, key)
-    if raw is None:
-        return default_ms
-    try:
-        return int(parse_duration_ms(raw))
-    except (ValueError, ConfigurationError) as e:
-        raise ConfigurationError(
-            f"{PREFIX}{key} must be a duration (e.g. 30 s, 5 min), got {raw!r}"
-        ) from e

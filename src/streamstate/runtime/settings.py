@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from streamstate.errors import ConfigurationError
 from streamstate.runtime.autoscaler import AutoscalerSettings
 from streamstate.runtime.clock import Clock, system_clock_ms
+from streamstate.runtime.config_values import conf_bool, conf_duration_ms, conf_int, conf_str
 from streamstate.runtime.state.registry import DEFAULT_BACKEND, backend_settings, registration
 from streamstate.runtime.state.ttl_clock import ttl_time_provider_from_configuration
 from streamstate.runtime.stores.options import StorageOptions
@@ -29,7 +29,6 @@ __all__ = [
     "CheckpointSettings",
     "JobSettings",
     "RetentionPolicy",
-    "conf_int",
 ]
 
 DEFAULT_EPOCH_RECORDS = 100_000
@@ -183,7 +182,8 @@ class JobSettings:
                 configuration, "execution.epoch.idle-wait-ms", DEFAULT_IDLE_WAIT_MS, minimum=0
             )
             / 1000.0,
-            epoch_interval_s=_duration_s(configuration, "execution.epoch.interval"),
+            epoch_interval_s=conf_duration_ms(configuration, "execution.epoch.interval", 0)
+            / 1000.0,
             epoch_slice_records=conf_int(
                 configuration, "execution.epoch.slice-records", DEFAULT_SLICE_RECORDS, minimum=1
             ),
@@ -193,22 +193,22 @@ class JobSettings:
             backend_options=_with_changelog(
                 backend_name,
                 backend_options,
-                _conf_bool(configuration, "state.changelog.enabled"),
+                conf_bool(configuration, "state.changelog.enabled"),
             ),
             job_parameters=dict(job_parameters or {}),
             recovery_path=recovery_path,
-            allow_non_restored_state=_conf_bool(
+            allow_non_restored_state=conf_bool(
                 configuration,
                 "execution.state-recovery.ignore-unclaimed-state",
                 "execution.savepoint.ignore-unclaimed-state",
             ),
-            allow_duplicate_output=_conf_bool(
+            allow_duplicate_output=conf_bool(
                 configuration, "execution.state-recovery.allow-duplicate-output"
             ),
-            allow_unsigned_checkpoints=_conf_bool(
+            allow_unsigned_checkpoints=conf_bool(
                 configuration, "execution.state-recovery.allow-unsigned-checkpoints"
             ),
-            savepoint_dir=_conf_str(
+            savepoint_dir=conf_str(
                 configuration, "execution.checkpointing.savepoint-dir", "state.savepoints.dir"
             ),
             clock=clock or system_clock_ms,
@@ -216,23 +216,15 @@ class JobSettings:
             queryable_cache_entries=conf_int(
                 configuration, "queryable-state.cache.max-entries", 512, minimum=1
             ),
-            queryable_on_executors=_conf_bool(
+            queryable_on_executors=conf_bool(
                 configuration, "queryable-state.serve-on-executors", default=True
             ),
             storage_options=StorageOptions.from_configuration(configuration),
-            rescale_in_place=_conf_bool(
+            rescale_in_place=conf_bool(
                 configuration, "execution.rescale.keep-state-in-place", default=True
             ),
             autoscaler=AutoscalerSettings.from_configuration(configuration),
         )
-
-
-def _conf_str(conf: Any, *keys: str) -> str | None:
-    for key in keys:
-        raw = conf.get_string(key, None) if conf is not None else None
-        if raw is not None and str(raw).strip():
-            return str(raw).strip()
-    return None
 
 
 def _with_changelog(backend: str, options: dict[str, Any], enabled: bool) -> dict[str, Any]:
@@ -241,33 +233,3 @@ def _with_changelog(backend: str, options: dict[str, Any], enabled: bool) -> dic
     if not enabled:
         return options
     return {**options, **registration(backend).changelog_options}
-
-
-def _duration_s(conf: Any, key: str) -> float:
-    from streamstate.common.configuration import parse_duration_ms
-
-    raw = conf.get_string(key, None) if conf is not None else None
-    return 0.0 if raw is None else parse_duration_ms(raw) / 1000.0
-
-
-def _conf_bool(conf: Any, *keys: str, default: bool = False) -> bool:
-    raw = _conf_str(conf, *keys)
-    if raw is None:
-        return default
-    if raw.lower() not in ("true", "false"):
-        raise ConfigurationError(f"{keys[0]} must be true or false, got {raw!r}")
-    return raw.lower() == "true"
-
-
-def conf_int(conf: Any, key: str, default: int, minimum: int | None = None) -> int:
-    """Integer value of ``key`` in ``conf`` (``default`` when unset), at least ``minimum``."""
-    raw = conf.get_string(key, None) if conf is not None else None
-    if raw is None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError as e:
-        raise ConfigurationError(f"{key} must be an integer, got {raw!r}") from e
-    if minimum is not None and value < minimum:
-        raise ConfigurationError(f"{key} must be >= {minimum}, got {value}")
-    return value

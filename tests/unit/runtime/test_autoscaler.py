@@ -165,6 +165,9 @@ def test_per_operator_bounds_and_the_max_parallelism():
         ("job.autoscaler.enabled", "yes", "must be true or false"),
         ("job.autoscaler.metrics.window", "soon", "must be a duration"),
         ("job.autoscaler.vertex.max-parallelism", "0", "must be >= 1"),
+        ("job.autoscaler.vertex.count.min-parallelism", "two", "must be an integer"),
+        ("job.autoscaler.scale-up.max-factor", "0", "must be > 0"),
+        ("job.autoscaler.scale-down.max-factor", "much", "must be a number"),
     ],
 )
 def test_bad_keys_are_typed_errors_naming_the_key(key, value, message):
