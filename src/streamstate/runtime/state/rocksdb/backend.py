@@ -27,6 +27,7 @@ entries here but one in the heap backend, and a delta holding both keeps one.
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import uuid
@@ -71,6 +72,8 @@ from streamstate.runtime.state.rocksdb.ttl_entries import (
 __all__ = ["RocksDBKeyedStateBackend", "RocksDBStorageError"]
 
 _KG = struct.Struct(">H")
+#: above every key (keys start with their u16 key group; max parallelism <= 32768)
+_AFTER_EVERY_KEY_GROUP = b"\xff\xff\xff"
 
 
 class RocksDBKeyedStateBackend(KeyedStateBackend[StateColumn]):
@@ -241,6 +244,71 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[StateColumn]):
             self.restore_source = "remote"
         super().restore(handles, key_groups)
 
+    def take_key_groups(self, other: KeyedStateBackend[Any], key_groups: KeyGroupRange) -> int:
+        """As the base class, by taking ``other``'s database over instead of copying out of
+        it (Flink restores a rescaled subtask from the handle of largest overlap the same
+        way): the directory moves to this backend, the key groups outside ``key_groups``
+        are deleted with one range delete per column family (RocksDB writes a range
+        tombstone, no entry crosses into Python), so the cost no longer grows with the
+        state kept. Falls back to the entry copy when this backend is not a fresh one
+        with the same database options. What moved is uploaded afresh by the next
+        incremental checkpoint (the files belong to this database instance now)."""
+        if not self._can_take_database(other):
+            return super().take_key_groups(other, key_groups)
+        assert isinstance(other, RocksDBKeyedStateBackend)
+        self._check_alive()
+        rm.check_restore_first(self.operator_name, self._handles)
+        mine = key_groups.intersection(self.key_group_range).intersection(other.key_group_range)
+        if len(mine) != len(key_groups):
+            raise ValueError(
+                f"key groups {key_groups} are not in both ranges "
+                f"{self.key_group_range} and {other.key_group_range}"
+            )
+        other.flush_buffers()
+        stores = [
+            (name, c.kind, c.serializers, c.restored_meta or c.meta())
+            for name, c in other._stores.items()
+        ]
+        cf_names = set(other.cf_names) | {n for n, *_ in stores}
+        cf_names |= {c.ns_cf_name for c in other._stores.values() if c.ns_cf is not None}
+        other._release_database()
+        close_database(self)
+        shutil.rmtree(self.path, ignore_errors=True)
+        try:
+            os.rename(other.path, self.path)
+        except OSError as e:
+            raise self.io_error("take over the previous database", e, other.path) from e
+        self.db = open_database(self, self.path, {n: self.options for n in cf_names})
+        self.cf_names = cf_names
+        lo, hi = key_groups.start, key_groups.end + 1
+        try:
+            for name in cf_names:
+                cf = self.db.get_column_family(name)
+                if lo > 0:
+                    cf.delete_range(_KG.pack(0), _KG.pack(lo))
+                cf.delete_range(_KG.pack(hi), _AFTER_EVERY_KEY_GROUP)
+                del cf
+        except Exception as e:
+            raise self.io_error("delete the key groups not kept", e) from e
+        for name, kind, serializers, meta in stores:
+            column = self._new_store(name, kind, serializers)
+            column.restored_meta = meta
+        self.key_groups_kept += len(key_groups)
+        return len(key_groups)
+
+    def _can_take_database(self, other: KeyedStateBackend[Any]) -> bool:
+        """Whether ``other``'s database can become this fresh backend's."""
+        return (
+            type(other) is type(self)
+            and isinstance(other, RocksDBKeyedStateBackend)
+            and not other._disposed
+            and other.db is not None
+            and not self._stores
+            and not self.cf_names
+            and self.raw_options == other.raw_options
+            and os.path.dirname(self.path) == os.path.dirname(other.path)  # one rename
+        )
+
     def _take_store_key_groups(
         self,
         source: StateColumn,
@@ -305,6 +373,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[StateColumn]):
         """Close the database and delete its directory (idempotent)."""
         if self._disposed:
             return
+        try:
+            self._release_database()
+        finally:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def _release_database(self) -> None:
+        """Close the database and mark this backend disposed, leaving its directory (for
+        :meth:`dispose`, or for another backend that takes the database over)."""
         self._disposed = True
         # Release every column family reference first: the database really closes
         # only with its last handle, and must do so before its directory goes.
@@ -322,10 +398,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[StateColumn]):
         self._stores.clear()
         current = self.current
         current.key, current.key_group_index, current.key_bytes = None, self._size, None
-        try:
-            close_database(self)
-        finally:
-            shutil.rmtree(self.path, ignore_errors=True)
+        close_database(self)
+        self.db = None
 
     def __repr__(self) -> str:
         r = self.key_group_range

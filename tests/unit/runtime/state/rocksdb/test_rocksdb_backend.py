@@ -195,3 +195,32 @@ def test_default_local_dir_is_the_executors_spark_local_dir(
     import tempfile
 
     assert default_local_dir() == tempfile.gettempdir()
+
+
+@pytest.mark.parametrize(("old_p", "new_p"), [(2, 4), (4, 2)])
+def test_take_key_groups_takes_the_database_over_and_clips_it(
+    rocks: Made, old_p: int, new_p: int
+) -> None:
+    """A rescale in place moves the previous database into the new backend (no entry is
+    copied) and deletes the key groups it does not keep: its column families hold
+    entries of the kept key groups only, and every one of them."""
+    old = rocks.backend(p=old_p, idx=0)
+    H.fill(old, [k for k in H.KEYS if H.kg_of(k, H.MAX_P) in old.key_group_range])
+    before = H.dump(old)
+    old_path = old.path
+    new = rocks.backend(p=new_p, idx=0)
+    kept = old.key_group_range.intersection(new.key_group_range)
+    assert new.take_key_groups(old, kept) == len(kept)
+    assert not os.path.exists(old_path)
+    old.dispose()  # the database is the new backend's now: disposing the old keeps it
+    assert os.path.isdir(new.path)
+    for name in new.cf_names:
+        cf = new.opened_database().get_column_family(name)
+        groups = {int.from_bytes(k[:2], "big") for k in cf.keys()}
+        del cf
+        assert groups and groups <= set(kept), name
+    want = {
+        name: {k: v for k, v in entries.items() if H.kg_of(k, H.MAX_P) in kept}
+        for name, entries in before.items()
+    }
+    assert H.dump(new) == want
