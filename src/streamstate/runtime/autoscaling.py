@@ -15,6 +15,7 @@ records the answer with the decision.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from streamstate.errors import RescaleError
@@ -23,7 +24,7 @@ from streamstate.runtime.job_state import source_uid
 from streamstate.runtime.job_status import EpochStats, JobObserver
 from streamstate.runtime.rescale import rescalable
 
-__all__ = ["AutoscalingObserver", "BacklogReporting", "ExecutorRequests"]
+__all__ = ["AutoscalingObserver", "BacklogReporting", "ExecutorRequests", "subtasks_at_once"]
 
 log = logging.getLogger("streamstate")
 
@@ -44,6 +45,21 @@ class ExecutorRequests(Protocol):
         more asked for when it grows, the surplus released when it shrinks; returns what
         happened, in words (asked, released, left to dynamic allocation, not possible)."""
         ...
+
+
+def subtasks_at_once(stages: Iterable[Any], parallelism: Callable[[Any], int]) -> int:
+    """The most subtasks of one epoch that run at the same time, with each stage at
+    ``parallelism(stage)``: a stage behind a shuffle starts when its inputs are done, so
+    the stages of a chain run one after another, while the source stages have no inputs
+    and start together. The executors an epoch needs are for the larger of the source
+    stages together and the widest other stage (not the sum over every stage)."""
+    sources = others = 0
+    for st in stages:
+        if st.is_source:
+            sources += parallelism(st)
+        else:
+            others = max(others, parallelism(st))
+    return max(1, sources, others)
 
 
 class AutoscalingObserver(JobObserver):
@@ -79,10 +95,11 @@ class AutoscalingObserver(JobObserver):
                 if isinstance(job.runner, ExecutorRequests):
                     # the plan still has the old parallelisms: the rescale applies at the
                     # next epoch boundary
-                    before = sum(st.parallelism for st in job.plan.stages)
-                    subtasks = sum(
-                        decision.operators().get(st.nodes[st.heads[0]].uid, st.parallelism)
-                        for st in job.plan.stages
+                    wanted = decision.operators()
+                    before = subtasks_at_once(job.plan.stages, lambda st: st.parallelism)
+                    subtasks = subtasks_at_once(
+                        job.plan.stages,
+                        lambda st: wanted.get(st.nodes[st.heads[0]].uid, st.parallelism),
                     )
                     note = job.runner.request_executors(subtasks, before)
         self.scaler.rescaled(now)  # measure again once the change applied

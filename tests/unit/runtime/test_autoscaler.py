@@ -247,3 +247,23 @@ def test_the_decisions_are_in_the_job_metrics_with_their_reasons(tmp_path):
     assert count and not decisions[0]["applied"]
     assert count[0]["from"] == 1 and count[0]["to"] == 3
     assert count[0]["reason"].startswith("busy: true processing rate")
+
+
+def test_executors_are_asked_for_the_subtasks_that_run_at_once():
+    """Stages behind a shuffle run one after another, sources start together: the
+    executors an epoch needs follow the widest of those, not the sum of every stage."""
+    from types import SimpleNamespace
+
+    from streamstate.runtime.autoscaling import subtasks_at_once
+
+    def stage(is_source: bool, p: int) -> SimpleNamespace:
+        return SimpleNamespace(is_source=is_source, parallelism=p)
+
+    def width(st: SimpleNamespace) -> int:
+        return int(st.parallelism)
+
+    chain = [stage(True, 2), stage(False, 8), stage(False, 4)]
+    assert subtasks_at_once(chain, width) == 8  # not 14
+    two_sources = [stage(True, 3), stage(True, 4), stage(False, 5)]
+    assert subtasks_at_once(two_sources, width) == 7
+    assert subtasks_at_once(chain, lambda st: 1 if st.is_source else 2) == 2
