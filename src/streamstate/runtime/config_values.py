@@ -10,7 +10,8 @@ when the value is bad, so a user is always told the key they wrote. ``conf`` is 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from streamstate.errors import ConfigurationError
 
@@ -22,6 +23,8 @@ __all__ = [
     "conf_positive_float",
     "conf_str",
 ]
+
+T = TypeVar("T")
 
 
 def conf_str(conf: Any, *keys: str) -> str | None:
@@ -43,15 +46,23 @@ def conf_bool(conf: Any, *keys: str, default: bool = False) -> bool:
     return raw.lower() == "true"
 
 
-def conf_int(conf: Any, key: str, default: int, minimum: int | None = None) -> int:
-    """An integer, at least ``minimum``."""
+def _number(conf: Any, key: str, parse: Callable[[str], T], what: str) -> T | None:
+    """``key``'s value parsed by ``parse`` (``None`` when unset); a bad one names ``what``
+    it must be."""
     raw = conf_str(conf, key)
     if raw is None:
-        return default
+        return None
     try:
-        value = int(raw)
+        return parse(raw)
     except ValueError as e:
-        raise ConfigurationError(f"{key} must be an integer, got {raw!r}") from e
+        raise ConfigurationError(f"{key} must be {what}, got {raw!r}") from e
+
+
+def conf_int(conf: Any, key: str, default: int, minimum: int | None = None) -> int:
+    """An integer, at least ``minimum``."""
+    value = _number(conf, key, int, "an integer")
+    if value is None:
+        return default
     if minimum is not None and value < minimum:
         raise ConfigurationError(f"{key} must be >= {minimum}, got {value}")
     return value
@@ -59,15 +70,11 @@ def conf_int(conf: Any, key: str, default: int, minimum: int | None = None) -> i
 
 def conf_positive_float(conf: Any, key: str, default: float) -> float:
     """A number > 0."""
-    raw = conf_str(conf, key)
-    if raw is None:
+    value = _number(conf, key, float, "a number")
+    if value is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError as e:
-        raise ConfigurationError(f"{key} must be a number, got {raw!r}") from e
     if not value > 0:
-        raise ConfigurationError(f"{key} must be > 0, got {raw!r}")
+        raise ConfigurationError(f"{key} must be > 0, got {value!r}")
     return value
 
 
