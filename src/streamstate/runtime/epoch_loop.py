@@ -102,7 +102,14 @@ class EpochLoop:
             pending = self._take_savepoint(now)
             if pending is None and job.checkpointing:
                 # a rescale restores the checkpoint of its boundary (runtime/rescale.py)
-                if final or job.coordinator.should_trigger(now) or job.rescales.due():
+                if (
+                    final
+                    or job.coordinator.should_trigger(now)
+                    or job.rescales.due()
+                    or self._reads_every_source_to_end()
+                ):
+                    # the epoch that reads the last records carries the final checkpoint:
+                    # a bounded job then ends with it, no input-free epoch for one
                     pending = job.coordinator.trigger(now)
             started = time.monotonic()
             ran = self._run_one_epoch(pending, now)
@@ -237,6 +244,12 @@ class EpochLoop:
         if not notify_only:
             job.history.epoch_read(epoch, stats.source_records, self.full_budget, self.unbounded)
         return EpochRun(stats.source_records, verdict)
+
+    def _reads_every_source_to_end(self) -> bool:
+        """Whether the coming epoch reads every source to its end (bounded input only)."""
+        if self.unbounded:
+            return False
+        return all(self._sources_finishing(None, False).values())
 
     def _sources_finishing(
         self, pending: PendingCheckpoint | None, notify_only: bool
