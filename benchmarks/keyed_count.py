@@ -274,8 +274,11 @@ def main(argv: list[str] | None = None) -> None:
             for k, v in extra.items()
             if not isinstance(v, dict)  # the per-phase subtask seconds: printed, not kept
         ]
-        # the runners' comparison is a run of its own; the K1 table is the default run
+        # the runners' comparison and the RocksDB backend are runs of their own; the K1
+        # table is the default run (heap, rdd runner)
         name = "" if args.runners == ["rdd"] else "Runners: RDD, DataFrame, Spark Connect"
+        if args.state_backend == "rocksdb":
+            name = f"{name}, RocksDB state backend" if name else "RocksDB state backend"
         record("keyed_count", sitting.run([table], notes, name=name))
     spark.stop()
 
