@@ -211,6 +211,9 @@ def main(argv: list[str] | None = None) -> None:
         if server_home is not None:
             from streamstate.spark.local_server import stop_server
 
+            # closed first: an open Connect client's exit hook retries its cleanup RPC
+            # against the stopped server for minutes before the process can exit
+            sessions["connect"].stop()
             stop_server(server_home)
             shutil.rmtree(server_home, ignore_errors=True)
     base_runner = args.runners[0]
