@@ -388,14 +388,20 @@ class KeyedStateBackend(ABC, Generic[StoreT]):
                 f"key groups {key_groups} are not in both ranges "
                 f"{self.key_group_range} and {other.key_group_range}"
             )
+        self._take(other, key_groups)
+        self.key_groups_kept += len(key_groups)
+        return len(key_groups)
+
+    def _take(self, other: KeyedStateBackend[Any], key_groups: KeyGroupRange) -> None:
+        """The move of :meth:`take_key_groups` once its arguments are checked: every
+        state's entries of ``key_groups``, store by store; backends that can take
+        ``other``'s storage over whole override it."""
         for name, source in other._stores.items():
             target = self._stores.get(name)
             if target is None:
                 target = self._new_store(name, source.kind, source.serializers)
                 target.restored_meta = source.restored_meta or source.meta()
             self._take_store_key_groups(source, target, other._first_key_group, key_groups)
-        self.key_groups_kept += len(key_groups)
-        return len(key_groups)
 
     def _take_store_key_groups(
         self, source: Any, target: StoreT, source_first: int, key_groups: KeyGroupRange

@@ -244,26 +244,18 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[StateColumn]):
             self.restore_source = "remote"
         super().restore(handles, key_groups)
 
-    def take_key_groups(self, other: KeyedStateBackend[Any], key_groups: KeyGroupRange) -> int:
-        """As the base class, by taking ``other``'s database over instead of copying out of
-        it (Flink restores a rescaled subtask from the handle of largest overlap the same
-        way): the directory moves to this backend, the key groups outside ``key_groups``
-        are deleted with one range delete per column family (RocksDB writes a range
-        tombstone, no entry crosses into Python), so the cost no longer grows with the
-        state kept. Falls back to the entry copy when this backend is not a fresh one
-        with the same database options. What moved is uploaded afresh by the next
-        incremental checkpoint (the files belong to this database instance now)."""
-        if not self._can_take_database(other):
-            return super().take_key_groups(other, key_groups)
-        assert isinstance(other, RocksDBKeyedStateBackend)
-        self._check_alive()
-        rm.check_restore_first(self.operator_name, self._handles)
-        mine = key_groups.intersection(self.key_group_range).intersection(other.key_group_range)
-        if len(mine) != len(key_groups):
-            raise ValueError(
-                f"key groups {key_groups} are not in both ranges "
-                f"{self.key_group_range} and {other.key_group_range}"
-            )
+    def _take(self, other: KeyedStateBackend[Any], key_groups: KeyGroupRange) -> None:
+        """Takes ``other``'s database over instead of copying out of it (Flink restores a
+        rescaled subtask from the handle of largest overlap the same way): the directory
+        moves to this backend, the key groups outside ``key_groups`` are deleted with one
+        range delete per column family (RocksDB writes a range tombstone, no entry
+        crosses into Python), so the cost no longer grows with the state kept. Falls back
+        to the entry copy when this backend is not a fresh one with the same database
+        options. What moved is uploaded afresh by the next incremental checkpoint (the
+        files belong to this database instance now)."""
+        if not (isinstance(other, RocksDBKeyedStateBackend) and self._can_take_database(other)):
+            super()._take(other, key_groups)
+            return
         other.flush_buffers()
         stores = [
             (name, c.kind, c.serializers, c.restored_meta or c.meta())
@@ -293,15 +285,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend[StateColumn]):
         for name, kind, serializers, meta in stores:
             column = self._new_store(name, kind, serializers)
             column.restored_meta = meta
-        self.key_groups_kept += len(key_groups)
-        return len(key_groups)
 
-    def _can_take_database(self, other: KeyedStateBackend[Any]) -> bool:
+    def _can_take_database(self, other: RocksDBKeyedStateBackend) -> bool:
         """Whether ``other``'s database can become this fresh backend's."""
         return (
-            type(other) is type(self)
-            and isinstance(other, RocksDBKeyedStateBackend)
-            and not other._disposed
+            not other._disposed
             and other.db is not None
             and not self._stores
             and not self.cf_names
