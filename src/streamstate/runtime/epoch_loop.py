@@ -100,19 +100,20 @@ class EpochLoop:
                 self._final_checkpoint("execution.epoch.max-epochs reached")
                 return
             pending = self._take_savepoint(now)
+            finishing = self._sources_finishing(pending, False)
             if pending is None and job.checkpointing:
                 # a rescale restores the checkpoint of its boundary (runtime/rescale.py)
                 if (
                     final
                     or job.coordinator.should_trigger(now)
                     or job.rescales.due()
-                    or self._reads_every_source_to_end()
+                    or (not self.unbounded and all(finishing.values()))
                 ):
                     # the epoch that reads the last records carries the final checkpoint:
                     # a bounded job then ends with it, no input-free epoch for one
                     pending = job.coordinator.trigger(now)
             started = time.monotonic()
-            ran = self._run_one_epoch(pending, now)
+            ran = self._run_one_epoch(pending, now, finishing=finishing)
             if self.stop_requested:
                 return  # stop-with-savepoint: the savepoint completed, the job ends
             if final:
@@ -185,17 +186,21 @@ class EpochLoop:
         started_ms: int,
         notify_only: bool = False,
         ending: bool = False,
+        finishing: dict[int, bool] | None = None,
     ) -> EpochRun:
         """Run epoch ``epoch + 1`` (with ``pending``'s barrier, if any).
 
         ``notify_only``: the sources read nothing (the epoch only delivers notifications).
+        ``finishing``: :meth:`_sources_finishing` of this epoch, when the caller has it.
         """
         t0 = time.perf_counter()
         job = self.parts
         state = job.state
         epoch = state.epoch + 1
         full = pending is None and (epoch - state.last_full_epoch) >= job.settings.full_every
-        finished = self._sources_finishing(pending, notify_only)
+        finished = finishing
+        if finished is None:
+            finished = self._sources_finishing(pending, notify_only)
         savepoint = pending.target if pending is not None and pending.is_savepoint else None
         especs = state.epoch_specs(
             epoch,
@@ -244,12 +249,6 @@ class EpochLoop:
         if not notify_only:
             job.history.epoch_read(epoch, stats.source_records, self.full_budget, self.unbounded)
         return EpochRun(stats.source_records, verdict)
-
-    def _reads_every_source_to_end(self) -> bool:
-        """Whether the coming epoch reads every source to its end (bounded input only)."""
-        if self.unbounded:
-            return False
-        return all(self._sources_finishing(None, False).values())
 
     def _sources_finishing(
         self, pending: PendingCheckpoint | None, notify_only: bool
