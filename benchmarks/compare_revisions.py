@@ -27,8 +27,11 @@ Two kinds of job:
   writable cgroup-v1 ``cpuacct`` hierarchy (root on Linux) the command runs in a cgroup of
   its own, which counts every descendant, daemonised or not; otherwise
   ``getrusage(RUSAGE_CHILDREN)``, which counts only the descendants that were waited for.
+  A process left in the cgroup after the command ends and idle for 3 s (e.g. a
+  subtask-host zygote) is killed: give the harness a ``TMPDIR`` of its own, so that no
+  zygote it starts serves (and no run outside it shares) a process it would kill.
 
-Run: ``python -m benchmarks.compare_revisions --revs cc0d968^ cc0d968 . --repeat 3``;
+Run (``TMPDIR=$(mktemp -d)`` first): ``python -m benchmarks.compare_revisions --revs cc0d968^ cc0d968 . --repeat 3``;
 ``python -m benchmarks.compare_revisions --revs main . -- python -m benchmarks.keyed_count
 --records 300000 --no-peers --repeat 1``.
 """
