@@ -39,7 +39,7 @@ import tempfile
 import time
 from typing import Any
 
-from benchmarks.results import Sitting, add_result_option, figures_table, record
+from benchmarks.results import Sitting, add_result_option, figures_table, publish
 from streamstate.common import Types
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.runtime import versions as versions_module
@@ -213,11 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     sitting = Sitting.begin("benchmarks.queryable_copies", argv)
     fig = run(args)
     print(json.dumps(fig, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(fig, f, indent=2)
-    if args.result:
-        record("queryable_copies", sitting.run([figures_table(fig)]))
+    publish("queryable_copies", lambda: sitting.run([figures_table(fig)]), args.result, args.json, fig)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ import threading
 import time
 from typing import Any
 
-from benchmarks.results import Sitting, add_result_option, figures_table, record
+from benchmarks.results import Sitting, add_result_option, figures_table, publish
 from streamstate.common import Configuration, Types
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
@@ -534,11 +534,7 @@ def main(argv: list[str] | None = None) -> None:
     sitting = Sitting.begin("benchmarks.queryable_state", argv)
     fig = run(args)
     print(json.dumps(fig, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(fig, f, indent=2)
-    if args.result:
-        record("queryable_state", sitting.run([figures_table(fig)]))
+    publish("queryable_state", lambda: sitting.run([figures_table(fig)]), args.result, args.json, fig)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any
 
-from benchmarks.results import Sitting, add_result_option, figures_table, record, rows_table
+from benchmarks.results import Sitting, add_result_option, figures_table, publish, rows_table
 from streamstate.common import Types
 from streamstate.datastream.state import ValueStateDescriptor
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
@@ -285,13 +285,9 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(row, indent=1), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    if args.result:
-        tables = [figures_table({k: v for k, v in results.items() if k != "checkpoints"})]
-        tables.append(rows_table(results["checkpoints"]))
-        record("rocksdb_state", sitting.run(tables))
+    tables = [figures_table({k: v for k, v in results.items() if k != "checkpoints"})]
+    tables.append(rows_table(results["checkpoints"]))
+    publish("rocksdb_state", lambda: sitting.run(tables), args.result, args.json, results)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.results import Sitting, add_result_option, figures_table, record
+from benchmarks.results import Sitting, add_result_option, figures_table, publish
 from benchmarks.sinks import (
     BATCH,
     INSERT,
@@ -171,11 +171,7 @@ def main(argv: list[str] | None = None) -> None:
                 url, rows(args.pg_rows), args.epoch_records, args.repeat
             )
         print(json.dumps(out["postgres"], indent=2), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
-    if args.result:
-        record("spark_io", sitting.run([figures_table(out)]))
+    publish("spark_io", lambda: sitting.run([figures_table(out)]), args.result, args.json, out)
 
 
 if __name__ == "__main__":
