@@ -96,6 +96,7 @@ class KeyedProcessOperator(KeyedTimersMixin, _KeyedFunctionOperator):
             if 0 <= kgi < n:
                 current.key = key
                 current.key_group_index = kgi
+                current.key_bytes = None
             else:
                 set_key(key, kg)  # other backends; on the heap, raises the range error
             r = f(value, ctx)

@@ -205,11 +205,13 @@ class KeyedStateBackend(ABC, Generic[StoreT]):
 
     def shuffled_key_slots(self) -> tuple[int, int] | None:
         """``(first key group, number of key groups)`` when the current key may be set by
-        writing ``current.key`` and ``current.key_group_index`` directly, for keys that
-        came through the hash shuffle (hashable, key group computed by the writer); the
-        caller checks ``0 <= index < number`` and calls :meth:`set_current_key`
-        otherwise. ``None`` (the default): always call it."""
-        return None
+        writing ``current.key``, ``current.key_group_index`` and ``current.key_bytes =
+        None`` directly (what :meth:`set_current_key` does, minus the hashability probe),
+        for keys that came through the hash shuffle (hashable, key group computed by the
+        writer); the caller checks ``0 <= index < number`` and calls
+        :meth:`set_current_key` otherwise. ``None`` while a listener (TTL's incremental
+        cleanup) must run per key: always call it then."""
+        return None if self.key_selection_listeners else (self._first_key_group, self._size)
 
     def get_current_key(self) -> Any:
         """The key set by the last :meth:`set_current_key` (``None`` before any)."""

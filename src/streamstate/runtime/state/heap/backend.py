@@ -41,11 +41,6 @@ class HeapKeyedStateBackend(KeyedStateBackend[HeapStore]):
         self.changelog = bool(changelog)
         self._entries: dict[str, HeapStateEntries] = {}
 
-    def shuffled_key_slots(self) -> tuple[int, int] | None:
-        # what set_current_key does, minus the hashability probe (the shuffle's writer
-        # probed every key), when no listener (TTL) must run per key
-        return None if self.key_selection_listeners else (self._first_key_group, self._size)
-
     def _new_store(self, name: str, kind: str, serializers: StateSerializers) -> HeapStore:
         store = HeapStore(name, kind, self._size, serializers, self.current, self.operator_name)
         self._stores[name] = store

@@ -39,6 +39,9 @@ __all__ = ["RocksDBAccess"]
 
 _pack_u32 = struct.Struct(">I").pack
 
+#: serialized str/int keys an access remembers before it forgets them all
+_KNOWN_KEYS_MAX = 65_536
+
 #: methods with a void-namespace fast path, replaced per instance while the access is in
 #: another namespace (so the void path pays nothing for windows)
 _VOID_FAST = ("get", "put")
@@ -66,6 +69,9 @@ class RocksDBAccess(StateAccess):
         self._namespace_suffix = b""
         self._dirty = column.dirty[VOID_NAMESPACE]
         self._released = False
+        #: str key -> (key group index, key bytes); ints apart (1 == True, other bytes)
+        self._known_str_keys: dict[str, tuple[int, bytes]] = {}
+        self._known_int_keys: dict[int, tuple[int, bytes]] = {}
 
     def _bind(self, cf: Any) -> None:
         self._get = cf.get
@@ -120,12 +126,27 @@ class RocksDBAccess(StateAccess):
         raise_without_key(self._name, self._column.operator_name)
 
     def _key_bytes(self) -> bytes:
-        """Key group + key bytes of the current key, serialized once per key."""
+        """Key group + key bytes of the current key, serialized once per key (and
+        remembered per str or int key: a keyed stream meets its keys again and again)."""
         current = self._current
         key_bytes = current.key_bytes
         if key_bytes is not None:
             return key_bytes
         kgi = current.key_group_index
+        key = current.key
+        key_type = type(key)
+        known = (
+            self._known_str_keys
+            if key_type is str
+            else self._known_int_keys
+            if key_type is int
+            else None
+        )
+        if known is not None:
+            hit = known.get(key)
+            if hit is not None and hit[0] == kgi:
+                current.key_bytes = hit[1]
+                return hit[1]
         if kgi >= self._column.size:
             self._no_key()
         try:
@@ -147,6 +168,10 @@ class RocksDBAccess(StateAccess):
                 f"the serialized key has {len(key_bytes)} bytes, more than {MAX_VALUE_BYTES}",
             )
         current.key_bytes = key_bytes
+        if known is not None:
+            if len(known) >= _KNOWN_KEYS_MAX:
+                known.clear()
+            known[key] = (kgi, key_bytes)
         return key_bytes
 
     def _prefix(self) -> bytes:

@@ -91,6 +91,33 @@ def test_map_keys_do_not_collide_when_key_bytes_are_not_prefix_free(rocks: Made)
     assert uk.serialize("X")  # user keys are pickled
 
 
+def test_remembered_key_bytes_keep_equal_keys_of_other_types_apart(
+    rocks: Made, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An access remembers the bytes of str and int keys: 1, True and 1.0 compare equal
+    but serialize differently, so each keeps its own entry, also once the remembered keys
+    are forgotten (the bound) and when the key is set the shuffle's way (the operator's
+    fast path writes the current key's fields and resets its bytes)."""
+    monkeypatch.setattr(raccess, "_KNOWN_KEYS_MAX", 3)
+    b = rocks.backend()
+    v = b.get_partitioned_state(ValueStateDescriptor("v"))
+    keys: list[Any] = [1, True, 1.0, "1", 2, "k", 3, "z"]
+    for round_ in range(3):
+        for i, key in enumerate(keys):
+            if round_ == 1:
+                first, size = b.shuffled_key_slots() or (0, 0)
+                kgi = H.kg_of(key, b.max_parallelism) - first
+                assert 0 <= kgi < size
+                b.current.key, b.current.key_group_index = key, kgi
+                b.current.key_bytes = None
+            else:
+                H.at(b, key)
+            assert v.value() == (None if round_ == 0 else (i, round_ - 1))
+            v.update((i, round_))
+    stored = [PickleSerializer().deserialize(rk[2:]) for rk, _ in b.store("v").scan(b"", None)]
+    assert len(stored) == len(keys) and len(set(stored)) == len(keys) - 2  # 1 == True == 1.0
+
+
 def test_layout_key_group_prefix_and_column_families(rocks: Made) -> None:
     b = rocks.backend()
     for d in H.ALL:
