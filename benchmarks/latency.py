@@ -11,6 +11,12 @@ per key) in the same run: the floor of a micro-batch engine's latency on this ma
 
 Run: ``python -m benchmarks.latency [--rate 10000] [--seconds 20] [--interval-ms 100]``.
 
+``--timeline``: instead, the steady-rate job alone in a session that writes Spark's event
+log, and where its epochs' time goes (``benchmarks/spark_timeline.py``): the phases of each
+epoch's Spark job (submission to first task, each stage's tasks, the stage boundary, the
+job's end) next to the epoch's wall time on the driver. The event log costs the driver's
+JVM some time itself, so the latency figures of this run are not the headline ones.
+
 ``--fast N``: instead, a source as fast as the job can read (``from_sequence`` of ``N``
 numbers, a budget of ``--max-records`` per reader and epoch), each record stamped
 as it leaves the reader, the same keyed count, and a sink that samples every 50th result
@@ -33,6 +39,7 @@ import uuid
 from typing import Any
 
 from benchmarks.results import Sitting, add_result_option, figures_table, record, rows_table
+from benchmarks.spark_timeline import epoch_phases, event_log_conf
 from streamstate.common import Configuration, Types
 from streamstate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from streamstate.datastream.functions import MapFunction, SinkFunction, SourceFunction
@@ -125,12 +132,15 @@ class EpochTimes(JobObserver):
     def __init__(self, parallelism: int) -> None:
         self.parallelism = parallelism
         self.durations: list[float] = []
+        #: the epochs with records, by number
+        self.epochs: list[int] = []
         self.stages: dict[int, list[float]] = {}
 
     def on_epoch(self, job_id: str, stats: Any) -> None:
         if not stats.source_records:
             return
         self.durations.append(stats.duration_ms)
+        self.epochs.append(stats.epoch)
         for st in stats.stages:
             per_subtask = st.process_s / self.parallelism * 1000.0
             self.stages.setdefault(st.stage, []).append(per_subtask)
@@ -179,12 +189,14 @@ def fast_source_latency(
     }
 
 
-def streamstate_latency(spark: Any, args: Any, out_dir: str) -> dict[str, Any]:
+def streamstate_latency(
+    spark: Any, args: Any, out_dir: str, times: EpochTimes | None = None
+) -> dict[str, Any]:
     conf = Configuration()
     conf.set_string("execution.epoch.interval", f"{args.interval_ms}ms")
     env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
     env.set_parallelism(2)
-    times = EpochTimes(2)  # where an epoch's time goes: its stages' work vs the fixed rest
+    times = times or EpochTimes(2)  # where an epoch's time goes: its stages' work vs the rest
     env.add_job_observer(times)
     env.add_source(Paced(args.rate, args.seconds, 1000)).key_by(lambda v: v[0]).process(
         Count()
@@ -256,6 +268,40 @@ def spark_min_batch_ms(spark: Any, rate: int, seconds: float) -> dict[str, Any]:
     }
 
 
+def epoch_timeline(args: Any, sitting: Sitting) -> None:
+    """The steady-rate job in a session with Spark's event log: its epochs' phases."""
+    from benchmarks.peers import spark_stateful as peers
+
+    log_dir = tempfile.mkdtemp(prefix="ss-latency-eventlog-")
+    out_dir = tempfile.mkdtemp(prefix="ss-latency-")
+    spark = peers.build_spark("streamstate-latency-timeline", event_log_conf(log_dir))
+    spark.sparkContext.setLogLevel("ERROR")
+    times = EpochTimes(2)
+    try:
+        ours = streamstate_latency(spark, args, out_dir, times)
+        spark.stop()  # the event log is complete once the application ended
+        # the first epochs start the workers and hosts: left out, as the median would
+        phases = epoch_phases(log_dir, times.epochs[2:])
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        shutil.rmtree(log_dir, ignore_errors=True)
+    epoch_ms = statistics.median(times.durations[2:])
+    figures = {
+        "epoch_ms (driver wall time)": round(epoch_ms, 1),
+        "spark job, by phase (ms)": phases,
+        "driver outside the job (ms)": round(epoch_ms - phases["job"], 1),
+        "process_ms_per_subtask_by_stage": ours["process_ms_per_subtask_by_stage"],
+        "median_ms (with the event log)": ours["median_ms"],
+    }
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "timeline": figures}, f, indent=2)
+    if args.result:
+        name = "Where a paced epoch's time goes"
+        record("latency", sitting.run([figures_table(figures)], name=name))
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rate", type=int, default=10_000)
@@ -263,10 +309,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--interval-ms", type=int, default=100)
     p.add_argument("--max-records", type=int, default=100_000, help="budget of --fast runs")
     p.add_argument("--fast", type=int, default=0, help="unthrottled run of this many records")
+    p.add_argument("--timeline", action="store_true", help="the phases of each epoch's job")
     p.add_argument("--json", help="also write the figures to this file")
     add_result_option(p)
     args = p.parse_args(argv)
     sitting = Sitting.begin("benchmarks.latency", argv)
+    if args.timeline:
+        epoch_timeline(args, sitting)
+        return
 
     from benchmarks.peers import spark_stateful as peers
 

@@ -351,12 +351,15 @@ PEERS: dict[str, Callable[..., float]] = {
 }
 
 
-def build_spark(app_name: str = "streamstate-peers") -> Any:
+def build_spark(
+    app_name: str = "streamstate-peers", extra_conf: dict[str, str] | None = None
+) -> Any:
+    """The peers' session (``local[2]``); ``extra_conf``: more settings (e.g. an event log)."""
     from pyspark.sql import SparkSession
 
     use_this_python_for_workers()
     builder = SparkSession.builder.master("local[2]").appName(app_name)
-    for k, v in peer_spark_conf().items():
+    for k, v in {**peer_spark_conf(), **(extra_conf or {})}.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
 

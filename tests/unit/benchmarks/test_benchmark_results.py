@@ -12,7 +12,7 @@ from benchmarks import report, results
 from benchmarks.results import ResultFormatError, Run, Sitting, Table
 
 #: modules of benchmarks/ that measure nothing themselves
-NOT_BENCHMARKS = {"__init__", "results", "report", "cluster_bed"}
+NOT_BENCHMARKS = {"__init__", "results", "report", "cluster_bed", "spark_timeline"}
 
 
 def benchmark_modules() -> list[str]:
