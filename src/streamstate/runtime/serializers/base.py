@@ -20,11 +20,13 @@ from typing import Any, Protocol, runtime_checkable
 from streamstate.common.serializer import TypeSerializer, TypeSerializerSnapshot
 
 __all__ = [
+    "ExactValues",
     "FixedWidthBytes",
     "MigratesBytes",
     "PickleSerializer",
     "TypeSerializer",
     "TypeSerializerSnapshot",
+    "exact_types",
     "fixed_width",
 ]
 
@@ -52,6 +54,22 @@ class FixedWidthBytes(Protocol):
     #: equal values serialize to equal bytes and unequal ones to unequal bytes (not so for
     #: floats: ``0.0 == -0.0``, ``nan != nan``), so a key is found by its bytes
     canonical_bytes: bool
+
+
+@runtime_checkable
+class ExactValues(Protocol):
+    """A serializer whose values of exactly the types ``exact_types`` (not subclasses)
+    are immutable and come back from ``deserialize(serialize(value))`` equal and of the
+    same type, so a cache of decoded values may hand the written object itself to the
+    next reader (the RocksDB backend's in-memory layer, ``state/rocksdb/buffered.py``)."""
+
+    #: the types whose values round-trip exactly (``()``: none)
+    exact_types: tuple[type, ...]
+
+
+def exact_types(serializer: Any) -> tuple[type, ...]:
+    """The types whose values ``serializer`` round-trips exactly (see :class:`ExactValues`)."""
+    return serializer.exact_types if isinstance(serializer, ExactValues) else ()
 
 
 def fixed_width(serializer: Any) -> int:

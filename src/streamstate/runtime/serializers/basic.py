@@ -272,6 +272,8 @@ class _StructSerializer(FieldSerializer):
 
 class _IntegerSerializer(_StructSerializer):
     fast_types = (int,)
+    #: ints round-trip exactly (out of range ones fail to serialize); see ``ExactValues``
+    exact_types: tuple[type, ...] = (int,)
     expected = "int"
     canonical_bytes = True
 
@@ -333,6 +335,8 @@ class DoubleSerializer(_FloatingSerializer):
     """``Types.DOUBLE()``: float stored as IEEE float64."""
 
     name, fmt, type_name = "double", "d", "DOUBLE"
+    #: float64 bits round-trip exactly (not FLOAT's float32); see ``ExactValues``
+    exact_types: tuple[type, ...] = (float,)
 
 
 class BooleanSerializer(_StructSerializer):
@@ -341,6 +345,7 @@ class BooleanSerializer(_StructSerializer):
     name, fmt, type_name, expected = "boolean", "?", "BOOLEAN", "bool"
     fast_types = (bool,)
     canonical_bytes = True
+    exact_types: tuple[type, ...] = (bool,)
 
     def check(self, value: Any) -> bool:
         raise type_error(self, value)
@@ -372,6 +377,8 @@ class StringSerializer(FieldSerializer):
     """``Types.STRING()``: str as UTF-8 (lone surrogates allowed); ``None`` is ``b"\\xff"``."""
 
     name, type_name, expected = "string", "STRING", "str"
+    #: str round-trips exactly (lone surrogates included); see ``ExactValues``
+    exact_types: tuple[type, ...] = (str,)
 
     def serialize(self, value: Any) -> bytes:
         if type(value) is str:

@@ -10,6 +10,11 @@ write itself, and so does a serialized key or value longer than
 RocksDB's JNI layer has in Flink). Every write records ``dirty[key] = key group index``
 for delta snapshots.
 
+A value or reducing state whose value serializer round-trips its values exactly
+(``ExactValues``: ``Types.LONG()``, ``Types.STRING()``, ...) reads the decoded object the
+column family's layer keeps (``buffered.py``) instead of decoding the bytes; a write
+still serializes at once (and fails, typed, at once).
+
 Window state: ``set_namespace`` binds the access to a column family and a key suffix
 (the namespace's bytes, cached per column). ``get``/``put`` of the void namespace, the
 hot path, add nothing for windows: while the access is in another namespace, instance
@@ -23,6 +28,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from streamstate.errors import StateAccessError, StateSerializationError
+from streamstate.runtime.serializers.base import exact_types
 from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
 from streamstate.runtime.state.rocksdb.encoding import (
     MAX_VALUE_BYTES,
@@ -38,6 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["RocksDBAccess"]
 
 _pack_u32 = struct.Struct(">I").pack
+#: absent from a dict (no stored object is this)
+_UNKNOWN = object()
 
 #: serialized str/int keys an access remembers before it forgets them all
 _KNOWN_KEYS_MAX = 65_536
@@ -61,6 +69,9 @@ class RocksDBAccess(StateAccess):
         #: the stored object's bytes: the value's, or the list's framed elements
         self._encode: Any = self._frames if column.kind == "list" else self._encode_value
         self._decode: Any = self._unframe if column.kind == "list" else self._decode_value
+        #: the value types whose decoded objects the void column family's layer keeps
+        self._exact_types = () if column.kind in ("list", "map") else exact_types(sers.value)
+        self._objects: dict[bytes, Any] = column.cf.objects
         if sers.user_key is not None:
             self._encode_user_key = sers.user_key.serialize
             self._decode_user_key = sers.user_key.deserialize
@@ -76,6 +87,7 @@ class RocksDBAccess(StateAccess):
     def _bind(self, cf: Any) -> None:
         self._get = cf.get
         self._put = cf.put
+        self._put_object = cf.put_object
         self._delete = cf.delete
         self._iter = cf.iter
 
@@ -94,7 +106,8 @@ class RocksDBAccess(StateAccess):
                 f"{operator_name!r} is disposed"
             )
 
-        self._get = self._put = self._delete = self._iter = disposed
+        self._get = self._put = self._put_object = self._delete = self._iter = disposed
+        self._objects = {}
         self._released = True
 
     def set_namespace(self, namespace: Any) -> None:
@@ -214,6 +227,17 @@ class RocksDBAccess(StateAccess):
         key_bytes = self._current.key_bytes
         if key_bytes is None:
             key_bytes = self._key_bytes()
+        if self._exact_types:
+            obj = self._objects.get(key_bytes, _UNKNOWN)
+            if obj is not _UNKNOWN:
+                return obj
+            data = self._get(key_bytes)
+            if data is None:
+                return None
+            obj = self._decode(data)
+            if type(obj) in self._exact_types:
+                self._objects[key_bytes] = obj  # the layer holds key_bytes now (just read)
+            return obj
         data = self._get(key_bytes)
         return None if data is None else self._decode(data)
 
@@ -235,7 +259,10 @@ class RocksDBAccess(StateAccess):
             if len(data) > MAX_VALUE_BYTES:
                 raise too_large(self._name, self._column.operator_name, value, len(data))
             try:
-                self._put(key_bytes, data)
+                if type(value) in self._exact_types:
+                    self._put_object(key_bytes, data, value)
+                else:
+                    self._put(key_bytes, data)
             except Exception as e:
                 raise self._column.database.io_error("write", e) from e
         self._dirty[current.key] = current.key_group_index

@@ -16,12 +16,20 @@ listings, map state scans, TTL passes) and the backend's database-level operatio
 bounded: past ``limit`` entries the layer flushes and forgets every entry. Nothing
 buffered needs to survive a crash: RocksDB runs without a write-ahead log here, and
 recovery is from checkpoints, which always flush first.
+
+Decoded values: for a state whose value serializer round-trips some types exactly
+(immutable values: ``ExactValues``, e.g. ``Types.LONG()``'s ints), the layer also keeps
+the decoded object of an entry next to its bytes (``objects``), so a read of a known key
+returns it without deserializing; :meth:`~BufferedColumnFamily.put_object` writes bytes
+and object together, and every other write of the key forgets the object.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from rocksdict import ReadOptions
 
 __all__ = ["DEFAULT_LIMIT", "BufferedColumnFamily"]
 
@@ -55,6 +63,9 @@ class BufferedColumnFamily:
         #: the keys of ``entries`` written since the last flush
         self.changed: set[bytes] = set()
         self.lookup = self.entries.get
+        #: RocksDB key -> the decoded object of ``entries[key]``, for values that round-trip
+        #: exactly (see the module docstring); a subset of ``entries``' keys
+        self.objects: dict[bytes, Any] = {}
 
     def get(self, key: bytes) -> bytes | None:
         entries = self.entries
@@ -72,6 +83,17 @@ class BufferedColumnFamily:
         entries = self.entries
         entries[key] = data
         self.changed.add(key)
+        if self.objects:
+            self.objects.pop(key, None)
+        if len(entries) > self.limit:
+            self.flush(forget=True)
+
+    def put_object(self, key: bytes, data: bytes | None, obj: Any) -> None:
+        """:meth:`put`, and ``obj`` is what ``data`` decodes to (an exact round trip)."""
+        entries = self.entries
+        entries[key] = data
+        self.changed.add(key)
+        self.objects[key] = obj
         if len(entries) > self.limit:
             self.flush(forget=True)
 
@@ -82,6 +104,15 @@ class BufferedColumnFamily:
         """A RocksDB iterator over the column family, after a flush."""
         self.flush()
         return self.raw.iter()
+
+    def items(self, lo: bytes, hi: bytes | None) -> list[tuple[bytes, bytes]]:
+        """Every ``(key, value)`` from ``lo`` up to ``hi`` (excluded; ``None``: the end),
+        after a flush: one call into RocksDB instead of an iterator's four per entry."""
+        self.flush()
+        read_options = ReadOptions()
+        if hi is not None:
+            read_options.set_iterate_upper_bound(hi)
+        return list(self.raw.items(from_key=lo, read_opt=read_options))
 
     def write_many(self, pairs: list[tuple[bytes, bytes | None]]) -> None:
         """Bulk writes (restores, migrations, TTL passes): straight to RocksDB as one
@@ -99,9 +130,11 @@ class BufferedColumnFamily:
             changed.clear()
         if forget:
             self.entries.clear()
+            self.objects.clear()
 
     def discard(self) -> None:
         """Drop every entry, written or not (the backend is disposed)."""
         self.changed.clear()
         self.entries.clear()
+        self.objects.clear()
         self.raw = None

@@ -304,7 +304,13 @@ class StateColumn(KeyedStore):
     def entries(self, kgi: int) -> Iterator[tuple[Any, list[Any], list[Any]]]:
         lo, hi = self._key_group_bounds(kgi)
         key_of = self.serializers.key.deserialize
-        keys, values = self._grouped(self.scan(lo, hi), lambda prefix: key_of(prefix[2:]))
+        if self.kind == "map":
+            keys, values = self._grouped(self.scan(lo, hi), lambda prefix: key_of(prefix[2:]))
+        else:  # one entry a key: the key group's rows in one call, decoded in bulk
+            rows = self.cf.items(lo, hi)
+            keys = [key_of(rk[2:]) for rk, _ in rows]
+            decode = self.decode if self.kind == "list" else self.serializers.value.deserialize
+            values = [decode(v) for _, v in rows]
         if keys:
             yield VOID_NAMESPACE, keys, values
         if self.ns_cf is None:

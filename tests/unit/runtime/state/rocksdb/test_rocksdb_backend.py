@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
 from typing import Any
 
 import pytest
 
+from streamstate.common import Types
 from streamstate.datastream.state import (
     ListStateDescriptor,
     MapStateDescriptor,
+    ReducingStateDescriptor,
     ValueStateDescriptor,
 )
 from streamstate.errors import StateSerializationError
@@ -251,3 +254,41 @@ def test_take_key_groups_takes_the_database_over_and_clips_it(
         for name, entries in before.items()
     }
     assert H.dump(new) == want
+
+
+# ------------------------------------------------------------------------ per-record caches
+
+
+def test_exactly_round_tripping_values_are_served_decoded_and_stay_coherent(
+    rocks: Made,
+) -> None:
+    b = rocks.backend(op="counts")
+    n = b.get_partitioned_state(ValueStateDescriptor("n", Types.LONG()))
+    f = b.get_partitioned_state(ReducingStateDescriptor("f", lambda a, c: a + c, Types.FLOAT()))
+    H.at(b, "a")
+    n.update(5)
+    f.add(0.1)
+    assert n.value() == 5
+    # FLOAT is float32: the written object is not what a read returns, so none is cached
+    assert f.get() == struct.unpack(">f", struct.pack(">f", 0.1))[0] != 0.1
+    with pytest.raises(StateSerializationError, match="counts"):
+        n.update(2**63)  # out of LONG's range: fails at once, nothing cached
+    assert n.value() == 5
+    n.clear()
+    assert n.value() is None
+    # past the layer's bound the entries (and their objects) are forgotten and re-read
+    b._stores["n"].cf.limit = 4
+    for i in range(20):
+        H.at(b, f"k{i}")
+        n.update(i)
+    for i in range(20):
+        H.at(b, f"k{i}")
+        assert n.value() == i
+    restored = rocks.backend()
+    restored.restore([H.handle_of(b, b.snapshot())])
+    again = restored.get_partitioned_state(ValueStateDescriptor("n", Types.LONG()))
+    H.at(restored, "k7")
+    assert again.value() == 7
+    H.at(restored, "a")
+    assert again.value() is None
+
