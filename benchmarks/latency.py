@@ -14,8 +14,11 @@ Run: ``python -m benchmarks.latency [--rate 10000] [--seconds 20] [--interval-ms
 ``--timeline``: instead, the steady-rate job alone in a session that writes Spark's event
 log, and where its epochs' time goes (``benchmarks/spark_timeline.py``): the phases of each
 epoch's Spark job (submission to first task, each stage's tasks, the stage boundary, the
-job's end) next to the epoch's wall time on the driver. The event log costs the driver's
-JVM some time itself, so the latency figures of this run are not the headline ones.
+job's end) next to the epoch's wall time on the driver, and the same phases of a bare
+PySpark job of the epoch's shape run in the same session (a source task sleeping the
+interval, two keyed tasks sleeping the keyed stage's process time): what Spark itself
+costs. The event log costs the driver's JVM some time itself, so the latency figures of
+this run are not the headline ones.
 
 ``--fast N``: instead, a source as fast as the job can read (``from_sequence`` of ``N``
 numbers, a budget of ``--max-records`` per reader and epoch), each record stamped
@@ -31,11 +34,13 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import statistics
 import tempfile
 import time
 import uuid
+from functools import partial
 from typing import Any
 
 from benchmarks.results import Sitting, add_result_option, figures_table, record, rows_table
@@ -268,6 +273,50 @@ def spark_min_batch_ms(spark: Any, rate: int, seconds: float) -> dict[str, Any]:
     }
 
 
+#: the bare PySpark jobs of :func:`skeleton_jobs` are described so
+SKELETON_JOBS = re.compile(r"^skeleton epoch (\d+)$")
+
+
+def _skeleton_source(window_s: float, chunk: int, _index: int, it: Any) -> Any:
+    for _ in it:
+        pass
+    time.sleep(window_s)  # the read window
+    return iter([(0, (0, b"k" * chunk)), (1, (1, b"k" * chunk)), (-1, b"ack")])
+
+
+def _to_keyed(x: Any) -> bool:
+    return bool(x[0] >= 0)
+
+
+def _strip(x: Any) -> Any:
+    return x[1]
+
+
+def _same(k: int) -> int:
+    return k
+
+
+def _skeleton_keyed(work_s: float, _index: int, it: Any) -> Any:
+    received = sum(1 for _ in it)
+    time.sleep(work_s)  # the keyed stage's own work
+    return iter([received])
+
+
+def skeleton_jobs(spark: Any, epochs: int, window_s: float, keyed_s: float) -> None:
+    """Bare PySpark jobs of an epoch's shape: a source stage of one task that sleeps
+    ``window_s`` and sends one chunk to each of two keyed tasks, which sleep ``keyed_s``:
+    Spark's own cost of the job, with nothing of streamstate in it."""
+    sc = spark.sparkContext
+    for n in range(epochs):
+        sc.setJobDescription(f"skeleton epoch {n}")
+        sc.parallelize(range(1), 1).mapPartitionsWithIndex(
+            partial(_skeleton_source, window_s, 30_000)
+        ).filter(_to_keyed).map(_strip).partitionBy(2, _same).mapPartitionsWithIndex(
+            partial(_skeleton_keyed, keyed_s)
+        ).collect()
+    sc.setJobDescription(None)
+
+
 def epoch_timeline(args: Any, sitting: Sitting) -> None:
     """The steady-rate job in a session with Spark's event log: its epochs' phases."""
     from benchmarks.peers import spark_stateful as peers
@@ -279,9 +328,12 @@ def epoch_timeline(args: Any, sitting: Sitting) -> None:
     times = EpochTimes(2)
     try:
         ours = streamstate_latency(spark, args, out_dir, times)
+        keyed_s = ours["process_ms_per_subtask_by_stage"][1] / 1000.0
+        skeleton_jobs(spark, 20, args.interval_ms / 1000.0, keyed_s)
         spark.stop()  # the event log is complete once the application ended
         # the first epochs start the workers and hosts: left out, as the median would
         phases = epoch_phases(log_dir, times.epochs[2:])
+        bare = epoch_phases(log_dir, range(2, 20), SKELETON_JOBS)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
         shutil.rmtree(log_dir, ignore_errors=True)
@@ -289,6 +341,7 @@ def epoch_timeline(args: Any, sitting: Sitting) -> None:
     figures = {
         "epoch_ms (driver wall time)": round(epoch_ms, 1),
         "spark job, by phase (ms)": phases,
+        "bare PySpark job of the same shape, by phase (ms)": bare,
         "driver outside the job (ms)": round(epoch_ms - phases["job"], 1),
         "process_ms_per_subtask_by_stage": ours["process_ms_per_subtask_by_stage"],
         "median_ms (with the event log)": ours["median_ms"],

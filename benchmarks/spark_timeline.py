@@ -34,9 +34,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EpochJob", "epoch_jobs", "epoch_phases", "event_log_conf", "read_events"]
+__all__ = ["EPOCH_JOBS", "EpochJob", "epoch_jobs", "epoch_phases", "event_log_conf", "read_events"]
 
-_EPOCH_JOB = re.compile(r"^streamstate epoch (\d+)$")
+#: an epoch's job is described ``streamstate epoch <n>`` (spark/runner.py)
+EPOCH_JOBS = re.compile(r"^streamstate epoch (\d+)$")
 
 
 def event_log_conf(directory: str) -> dict[str, str]:
@@ -103,8 +104,11 @@ class EpochJob:
         return out
 
 
-def epoch_jobs(events: Iterable[dict[str, Any]]) -> list[EpochJob]:
-    """The finished epoch jobs among ``events`` (other jobs are left out), by epoch."""
+def epoch_jobs(
+    events: Iterable[dict[str, Any]], described: re.Pattern[str] = EPOCH_JOBS
+) -> list[EpochJob]:
+    """The finished jobs among ``events`` whose description ``described`` matches (its
+    group 1 is the epoch; other jobs are left out), by epoch."""
     jobs: dict[int, tuple[int, int, list[int]]] = {}  # job id -> (epoch, submitted, stages)
     ended: dict[int, int] = {}
     stages: dict[int, _Stage] = {}
@@ -112,7 +116,7 @@ def epoch_jobs(events: Iterable[dict[str, Any]]) -> list[EpochJob]:
         kind = e.get("Event")
         if kind == "SparkListenerJobStart":
             description = (e.get("Properties") or {}).get("spark.job.description") or ""
-            m = _EPOCH_JOB.match(description)
+            m = described.match(description)
             if m:
                 jobs[e["Job ID"]] = (int(m.group(1)), e["Submission Time"], e["Stage IDs"])
         elif kind == "SparkListenerJobEnd":
@@ -133,11 +137,15 @@ def epoch_jobs(events: Iterable[dict[str, Any]]) -> list[EpochJob]:
     return sorted(out, key=lambda j: j.epoch)
 
 
-def epoch_phases(directory: str, epochs: Iterable[int] | None = None) -> dict[str, float]:
+def epoch_phases(
+    directory: str, epochs: Iterable[int] | None = None, described: re.Pattern[str] = EPOCH_JOBS
+) -> dict[str, float]:
     """The median of each phase over the epoch jobs logged under ``directory`` (only those
-    of ``epochs``, when given), in ms, with ``jobs``: how many were measured."""
+    of ``epochs``, when given; jobs described as ``described`` matches), in ms, with
+    ``jobs``: how many were measured."""
     wanted = None if epochs is None else set(epochs)
-    jobs = [j for j in epoch_jobs(read_events(directory)) if wanted is None or j.epoch in wanted]
+    logged = epoch_jobs(read_events(directory), described)
+    jobs = [j for j in logged if wanted is None or j.epoch in wanted]
     if not jobs:
         raise ValueError(f"no finished streamstate epoch job in the event log under {directory}")
     per_job = [j.phases() for j in jobs]
