@@ -17,7 +17,10 @@ epoch's Spark job (submission to first task, each stage's tasks, the stage bound
 job's end) next to the epoch's wall time on the driver, and the same phases of a bare
 PySpark job of the epoch's shape run in the same session (a source task sleeping the
 interval, two keyed tasks sleeping the keyed stage's process time): what Spark itself
-costs. The event log costs the driver's JVM some time itself, so the latency figures of
+costs. Then such bare jobs run one at a time and two in flight (the next started as the
+previous one's window ends), alternately: what overlapping epochs could gain here, as the
+latency of records arriving every ms, counted from their arrival or, as ``Paced`` stamps
+them, from when the window that reads them opened. The event log costs the driver's JVM some time itself, so the latency figures of
 this run are not the headline ones.
 
 ``--fast N``: instead, a source as fast as the job can read (``from_sequence`` of ``N``
@@ -38,6 +41,7 @@ import re
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from functools import partial
@@ -273,15 +277,16 @@ def spark_min_batch_ms(spark: Any, rate: int, seconds: float) -> dict[str, Any]:
     }
 
 
-#: the bare PySpark jobs of :func:`skeleton_jobs` are described so
+#: the bare PySpark jobs run one at a time are described so (their phases are measured)
 SKELETON_JOBS = re.compile(r"^skeleton epoch (\d+)$")
 
 
 def _skeleton_source(window_s: float, chunk: int, _index: int, it: Any) -> Any:
     for _ in it:
         pass
+    opened = time.time()
     time.sleep(window_s)  # the read window
-    return iter([(0, (0, b"k" * chunk)), (1, (1, b"k" * chunk)), (-1, b"ack")])
+    return iter([(k, (k, (opened, b"k" * chunk))) for k in (0, 1)] + [(-1, b"ack")])
 
 
 def _to_keyed(x: Any) -> bool:
@@ -297,24 +302,73 @@ def _same(k: int) -> int:
 
 
 def _skeleton_keyed(work_s: float, _index: int, it: Any) -> Any:
-    received = sum(1 for _ in it)
+    opened = [window[0] for _, window in it]
     time.sleep(work_s)  # the keyed stage's own work
-    return iter([received])
+    return iter([(opened[0], time.time())])
 
 
-def skeleton_jobs(spark: Any, epochs: int, window_s: float, keyed_s: float) -> None:
-    """Bare PySpark jobs of an epoch's shape: a source stage of one task that sleeps
-    ``window_s`` and sends one chunk to each of two keyed tasks, which sleep ``keyed_s``:
-    Spark's own cost of the job, with nothing of streamstate in it."""
+def skeleton_job(spark: Any, description: str, window_s: float, keyed_s: float) -> list[Any]:
+    """One bare PySpark job of an epoch's shape: a source stage of one task that sleeps
+    ``window_s`` and sends a chunk to each of two keyed tasks, which sleep ``keyed_s``:
+    Spark's own cost of the job, with nothing of streamstate in it. Returns, per keyed
+    task, ``(when the window opened, when the task ended)`` (epoch seconds)."""
     sc = spark.sparkContext
-    for n in range(epochs):
-        sc.setJobDescription(f"skeleton epoch {n}")
-        sc.parallelize(range(1), 1).mapPartitionsWithIndex(
-            partial(_skeleton_source, window_s, 30_000)
-        ).filter(_to_keyed).map(_strip).partitionBy(2, _same).mapPartitionsWithIndex(
-            partial(_skeleton_keyed, keyed_s)
-        ).collect()
-    sc.setJobDescription(None)
+    sc.setJobDescription(description)
+    rdd = sc.parallelize(range(1), 1).mapPartitionsWithIndex(
+        partial(_skeleton_source, window_s, 30_000)
+    )
+    keyed = rdd.filter(_to_keyed).map(_strip).partitionBy(2, _same)
+    return keyed.mapPartitionsWithIndex(partial(_skeleton_keyed, keyed_s)).collect()  # type: ignore[no-any-return]
+
+
+def skeleton_run(
+    spark: Any, jobs: int, window_s: float, keyed_s: float, in_flight: int, warm_up: bool = False
+) -> dict[str, Any]:
+    """``jobs`` bare jobs, one at a time (``in_flight`` 1) or overlapped (2: the next job
+    is started as the previous one's window should end, at most two running): what
+    overlapping epochs could gain on this machine's task slots. Latencies of records
+    arriving every ms: *arrival* counts from when a record arrived (a source that keeps
+    producing between windows), *parked* from when the next window opened for one that
+    arrived between windows (a source parked between epochs, as :class:`Paced` is).
+    ``warm_up``: its jobs are left out of the phases (:data:`SKELETON_JOBS`)."""
+    results: list[list[Any]] = []
+    started = time.perf_counter()
+    if in_flight == 1:
+        for n in range(jobs):
+            description = f"skeleton {'warm-up' if warm_up else 'epoch'} {n}"
+            results.append(skeleton_job(spark, description, window_s, keyed_s))
+    else:
+        threads: list[threading.Thread] = []
+        for n in range(jobs):
+            description = f"skeleton overlapped {n}"
+            thread = threading.Thread(
+                target=lambda d=description: results.append(
+                    skeleton_job(spark, d, window_s, keyed_s)
+                )
+            )
+            thread.start()
+            threads.append(thread)
+            time.sleep(window_s)
+            while sum(t.is_alive() for t in threads) >= in_flight:
+                time.sleep(0.005)
+        for thread in threads:
+            thread.join()
+    elapsed = time.perf_counter() - started
+    windows = sorted((tasks[0][0], [end for _, end in tasks]) for tasks in results)
+    arrival: list[float] = []
+    parked: list[float] = []
+    for (previous, _), (opened, ends) in zip(windows, windows[1:], strict=False):
+        # records arriving after the previous window closed, up to this one's close
+        for ms in range(int((previous + window_s) * 1000), int((opened + window_s) * 1000)):
+            arrived = ms / 1000.0
+            arrival += [end - arrived for end in ends]
+            parked += [end - max(arrived, opened) for end in ends]
+    return {
+        "in_flight": in_flight,
+        "jobs_per_s": round(jobs / elapsed, 2),
+        "arrival_median_ms": round(1000 * statistics.median(arrival)),
+        "parked_median_ms": round(1000 * statistics.median(parked)),
+    }
 
 
 def epoch_timeline(args: Any, sitting: Sitting) -> None:
@@ -329,11 +383,13 @@ def epoch_timeline(args: Any, sitting: Sitting) -> None:
     try:
         ours = streamstate_latency(spark, args, out_dir, times)
         keyed_s = ours["process_ms_per_subtask_by_stage"][1] / 1000.0
-        skeleton_jobs(spark, 20, args.interval_ms / 1000.0, keyed_s)
+        window_s = args.interval_ms / 1000.0
+        skeleton_run(spark, 5, window_s, keyed_s, 1, warm_up=True)
+        overlap = [skeleton_run(spark, 25, window_s, keyed_s, n) for n in (1, 2, 1, 2)]
         spark.stop()  # the event log is complete once the application ended
         # the first epochs start the workers and hosts: left out, as the median would
         phases = epoch_phases(log_dir, times.epochs[2:])
-        bare = epoch_phases(log_dir, range(2, 20), SKELETON_JOBS)
+        bare = epoch_phases(log_dir, None, SKELETON_JOBS)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
         shutil.rmtree(log_dir, ignore_errors=True)
@@ -346,13 +402,13 @@ def epoch_timeline(args: Any, sitting: Sitting) -> None:
         "process_ms_per_subtask_by_stage": ours["process_ms_per_subtask_by_stage"],
         "median_ms (with the event log)": ours["median_ms"],
     }
-    print(json.dumps(figures, indent=2))
+    tables = [figures_table(figures), rows_table(overlap)]
+    print(json.dumps({"timeline": figures, "bare_jobs": overlap}, indent=2))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "timeline": figures}, f, indent=2)
+            json.dump({"args": vars(args), "timeline": figures, "bare_jobs": overlap}, f, indent=2)
     if args.result:
-        name = "Where a paced epoch's time goes"
-        record("latency", sitting.run([figures_table(figures)], name=name))
+        record("latency", sitting.run(tables, name="Where a paced epoch's time goes"))
 
 
 def main(argv: list[str] | None = None) -> None:
