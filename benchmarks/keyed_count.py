@@ -14,8 +14,12 @@ classic runner), ``dataframe`` (the DataFrame runner on the same classic session
 ``connect`` (the DataFrame runner on a Spark Connect server, ``local[2]``, that the
 benchmark starts and stops); the first one named is the base of the runner ratios.
 
+``--state-backend hashmap rocksdb`` measures both backends in the same run, interleaved
+cell by cell (1 epoch: heap, RocksDB; 10 epochs: heap, RocksDB), and reports RocksDB
+against heap; the first one named is the base.
+
 Run: ``make bench`` (or ``python -m benchmarks.keyed_count [--records N] [--no-peers]
-[--state-backend rocksdb] [--runners rdd dataframe connect]``).
+[--state-backend hashmap rocksdb] [--runners rdd dataframe connect]``).
 Every figure, streamstate's and each peer's, is the best of ``--repeat`` runs after an
 untimed warm-up run.
 """
@@ -107,42 +111,67 @@ def best_of(repeat: int, fn: Any) -> tuple[float, dict[str, Any]]:
     return best
 
 
+_BACKEND_NAMES = {"hashmap": "heap", "rocksdb": "RocksDB"}
+
+
+def _backend_label(backends: list[str], backend: str) -> str:
+    """The rows' label of ``backend``: none for the default run (heap alone)."""
+    return "" if backends == ["hashmap"] else f", {_BACKEND_NAMES[backend]}"
+
+
 def _measure(
     args: Any,
     spark: Any,
     data: list[Any],
     rows: dict[str, dict[str, float]],
     extra: dict[str, Any],
-    label: str,
+    runner_label: str,
 ) -> None:
-    """streamstate's rows (and extras) of one runner: 1 and 10 epochs, checkpoints off/on."""
+    """streamstate's rows (and extras) of one runner: 1 and 10 epochs, checkpoints off/on,
+    each state backend of ``args.state_backend`` in turn within each cell."""
     for epochs in (1, 10):
-        off, acc_off = best_of(args.repeat, lambda e=epochs: run_streamstate(spark, data, e, False))
-        on, acc_on = best_of(args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True))
-        rows.setdefault(f"streamstate (no checkpoints{label})", {})[str(epochs)] = off
-        rows.setdefault(f"streamstate (checkpoint every epoch{label})", {})[str(epochs)] = on
-        extra[f"checkpoint overhead, {epochs} epoch(s){label}"] = 1 - on / off
-        extra[f"cache hits/misses, {epochs} epoch(s), checkpointing{label}"] = (
-            acc_on.get("cache_hits"),
-            acc_on.get("cache_misses"),
+        for backend in args.state_backend:
+            STATE_BACKEND[0] = backend
+            label = runner_label + _backend_label(args.state_backend, backend)
+            _measure_cell(args, spark, data, rows, extra, label, epochs)
+
+
+def _measure_cell(
+    args: Any,
+    spark: Any,
+    data: list[Any],
+    rows: dict[str, dict[str, float]],
+    extra: dict[str, Any],
+    label: str,
+    epochs: int,
+) -> None:
+    """One cell (``epochs``) of one runner and backend: checkpoints off and on."""
+    off, acc_off = best_of(args.repeat, lambda e=epochs: run_streamstate(spark, data, e, False))
+    on, acc_on = best_of(args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True))
+    rows.setdefault(f"streamstate (no checkpoints{label})", {})[str(epochs)] = off
+    rows.setdefault(f"streamstate (checkpoint every epoch{label})", {})[str(epochs)] = on
+    extra[f"checkpoint overhead, {epochs} epoch(s){label}"] = 1 - on / off
+    extra[f"cache hits/misses, {epochs} epoch(s), checkpointing{label}"] = (
+        acc_on.get("cache_hits"),
+        acc_on.get("cache_misses"),
+    )
+    extra[f"subtask seconds, {epochs} epoch(s), checkpointing{label}"] = {
+        k.split(".", 1)[1]: v for k, v in acc_on.items() if k.startswith("subtask-seconds.")
+    }
+    if args.compare_hosts:  # the same, subtasks in the Spark workers (hosts off), same run
+        SUBTASK_HOSTS[0] = "false"
+        plain, acc_plain = best_of(
+            args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True)
         )
-        extra[f"subtask seconds, {epochs} epoch(s), checkpointing{label}"] = {
-            k.split(".", 1)[1]: v for k, v in acc_on.items() if k.startswith("subtask-seconds.")
-        }
-        if args.compare_hosts:  # the same, subtasks in the Spark workers (hosts off), same run
-            SUBTASK_HOSTS[0] = "false"
-            plain, acc_plain = best_of(
-                args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True)
-            )
-            SUBTASK_HOSTS[0] = args.subtask_hosts
-            rows.setdefault(f"streamstate (checkpoint every epoch, hosts off{label})", {})[
-                str(epochs)
-            ] = plain
-            extra[f"hosts on / off, {epochs} epoch(s){label}"] = on / plain
-            extra[f"cache hits/misses, {epochs} epoch(s), hosts off{label}"] = (
-                acc_plain.get("cache_hits"),
-                acc_plain.get("cache_misses"),
-            )
+        SUBTASK_HOSTS[0] = args.subtask_hosts
+        rows.setdefault(f"streamstate (checkpoint every epoch, hosts off{label})", {})[
+            str(epochs)
+        ] = plain
+        extra[f"hosts on / off, {epochs} epoch(s){label}"] = on / plain
+        extra[f"cache hits/misses, {epochs} epoch(s), hosts off{label}"] = (
+            acc_plain.get("cache_hits"),
+            acc_plain.get("cache_misses"),
+        )
 
 
 def _connect_session() -> tuple[Any, str]:
@@ -171,7 +200,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--subtask-hosts", choices=("true", "false"), default="true")
     p.add_argument("--source-parallelism", type=int, default=2, help="collection readers")
     p.add_argument("--compare-hosts", action="store_true", help="also run with hosts off")
-    p.add_argument("--state-backend", choices=("hashmap", "rocksdb"), default="hashmap")
+    p.add_argument(
+        "--state-backend",
+        nargs="+",
+        choices=("hashmap", "rocksdb"),
+        default=["hashmap"],
+        help="the keyed state backends to measure, interleaved (the first is the ratios' base)",
+    )
     p.add_argument("--json", help="also write the figures to this file")
     p.add_argument(
         "--runners",
@@ -185,14 +220,16 @@ def main(argv: list[str] | None = None) -> None:
     sitting = Sitting.begin("benchmarks.keyed_count", argv)
     SUBTASK_HOSTS[0] = args.subtask_hosts
     SOURCE_PARALLELISM[0] = args.source_parallelism
-    STATE_BACKEND[0] = args.state_backend
+    STATE_BACKEND[0] = args.state_backend[0]
 
     from benchmarks.peers import spark_stateful as peers
 
     spark = peers.build_spark("streamstate-bench")
     spark.sparkContext.setLogLevel("ERROR")
     data = workload(args.records, args.keys)
-    run_streamstate(spark, data[: min(len(data), 50_000)], 2, True)  # warm-up: JVM, workers
+    for backend in args.state_backend:  # warm-up: JVM, workers, each backend's imports
+        STATE_BACKEND[0] = backend
+        run_streamstate(spark, data[: min(len(data), 50_000)], 2, True)
 
     rows: dict[str, dict[str, float]] = {}
     extra: dict[str, Any] = {}
@@ -204,6 +241,7 @@ def main(argv: list[str] | None = None) -> None:
         for runner in args.runners:
             RUNNER[0] = "dataframe" if runner == "connect" else runner
             label = "" if args.runners == ["rdd"] else f", {runner} runner"
+            STATE_BACKEND[0] = args.state_backend[0]
             if runner != "rdd":  # warm-up: this runner's workers and server
                 run_streamstate(sessions[runner], data[: min(len(data), 50_000)], 2, True)
             _measure(args, sessions[runner], data, rows, extra, label)
@@ -216,6 +254,16 @@ def main(argv: list[str] | None = None) -> None:
             sessions["connect"].stop()
             stop_server(server_home)
             shutil.rmtree(server_home, ignore_errors=True)
+    backends = args.state_backend
+    for backend in backends[1:]:
+        for kind in ("no checkpoints", "checkpoint every epoch"):
+            mine = rows[f"streamstate ({kind}{_backend_label(backends, backend)})"]
+            base_row = rows[f"streamstate ({kind}{_backend_label(backends, backends[0])})"]
+            for e in ("1", "10"):
+                extra[
+                    f"{_BACKEND_NAMES[backend]} / {_BACKEND_NAMES[backends[0]]}, {kind}, "
+                    f"{e} epoch(s)"
+                ] = f"{mine[e] / base_row[e]:.2f}"
     base_runner = args.runners[0]
     for runner in args.runners[1:]:
         for kind in ("no checkpoints", "checkpoint every epoch"):
@@ -239,24 +287,28 @@ def main(argv: list[str] | None = None) -> None:
 
     print(
         f"\nkeyed running count, {args.records:,} records, {args.keys:,} keys, parallelism 2, "
-        f"{args.state_backend} state backend"
+        f"state backend {' and '.join(args.state_backend)}"
     )
     print(f"{'engine':44s} {'1 batch/epoch':>15s} {'10 batches/epochs':>18s}")
     for name, r in rows.items():
         print(f"{name:44s} {r.get('1', 0):>13,.0f}/s {r.get('10', 0):>16,.0f}/s")
     first = "" if args.runners == ["rdd"] else f", {args.runners[0]} runner"
-    base = rows[f"streamstate (checkpoint every epoch{first})"]
     ratios = []
     if not args.no_peers:
-        print("\nratios: streamstate (checkpoint every epoch) / peer")
-        for name, r in rows.items():
-            if name.startswith("Spark"):
-                ratios.append(
-                    f"{name}: {base['1'] / r['1']:.1f}x (1 batch), {base['10'] / r['10']:.1f}x (10)"
-                )
-                print(
-                    f"  {name:42s} 1: {base['1'] / r['1']:5.1f}x   10: {base['10'] / r['10']:5.1f}x"
-                )
+        for backend in backends:
+            suffix = first + _backend_label(backends, backend)
+            base = rows[f"streamstate (checkpoint every epoch{suffix})"]
+            print(f"\nratios: streamstate (checkpoint every epoch{suffix}) / peer")
+            for name, r in rows.items():
+                if name.startswith("Spark"):
+                    ratios.append(
+                        f"{name} ({_BACKEND_NAMES[backend]}): {base['1'] / r['1']:.1f}x "
+                        f"(1 batch), {base['10'] / r['10']:.1f}x (10)"
+                    )
+                    print(
+                        f"  {name:42s} 1: {base['1'] / r['1']:5.1f}x   "
+                        f"10: {base['10'] / r['10']:5.1f}x"
+                    )
     for k, v in extra.items():
         print(f"{k}: {v:.1%}" if isinstance(v, float) else f"{k}: {v}")
     if args.json:
@@ -280,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
         # the runners' comparison and the RocksDB backend are runs of their own; the K1
         # table is the default run (heap, rdd runner)
         name = "" if args.runners == ["rdd"] else "Runners: RDD, DataFrame, Spark Connect"
-        if args.state_backend == "rocksdb":
+        if backends == ["rocksdb"]:
             name = f"{name}, RocksDB state backend" if name else "RocksDB state backend"
         record("keyed_count", sitting.run([table], notes, name=name))
     spark.stop()
