@@ -126,3 +126,52 @@ def test_spark_settings_a_connect_session_cannot_take_are_named_once(connect_ser
     finally:
         session.stop()
         again.stop()
+
+
+def test_a_job_stops_the_connect_session_it_made_and_to_dataframe_keeps_one(
+    connect_server, monkeypatch
+):
+    """A job given no session makes a Connect session of its own (``spark.remote``) and
+    stops it at its end, once its hosts were asked to stop: nothing of it stays open for
+    pyspark's exit hook. ``to_dataframe()`` without a session lends the job a session that
+    stays open with the DataFrame it returns."""
+    from streamstate.spark import runners
+    from streamstate.spark.runner import join_host_stoppers
+
+    made = []
+
+    def recorded(configuration):
+        session = connect_session_for(configuration)
+        made.append(session)
+        return session
+
+    connect_session_for = runners.connect_session_for
+    monkeypatch.setattr(runners, "connect_session_for", recorded)
+    data = records(60, 7)
+    env = _env_of_no_session(connect_server.url)
+    sink = count_job(env, data)
+    env.execute("own-session")
+    join_host_stoppers()  # the session is stopped after the hosts' stopping job
+    assert final_counts(sink.get_results()) == dict(Counter(k for k, _ in data))
+    assert len(made) == 1 and made[0].is_stopped
+
+    env = _env_of_no_session(connect_server.url)
+    frame = env.from_collection(data).key_by(lambda v: v[0]).reduce(
+        lambda a, b: (a[0], a[1] + b[1])
+    ).to_dataframe()
+    join_host_stoppers()
+    try:
+        assert len(made) == 2 and not made[1].is_stopped
+        assert frame.sparkSession is made[1]
+        rows = frame.collect()
+        assert final_counts([(r[0], r[1]) for r in rows]) == dict(Counter(k for k, _ in data))
+    finally:
+        made[1].stop()
+
+
+def _env_of_no_session(url: str):
+    """A Spark job environment given no session, its server named by ``spark.remote``."""
+    from tests.support import envs
+
+    remote = {"execution.runner": "spark", "spark.remote": url}
+    return envs.make_env(max_records=20, restarts=3, conf=remote)

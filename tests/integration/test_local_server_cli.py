@@ -38,6 +38,12 @@ env.from_collection([("a", 1), ("b", 1), ("a", 1)]).key_by(lambda v: v[0]).proce
 env.execute("count-per-key")
 '''
 
+#: the end of a job that stops the warm server it ran on (argv[1]: the streamstate CLI)
+STOP_THE_SERVER = """
+import subprocess, sys
+stopped = subprocess.run([sys.argv[1], "local", "stop"], capture_output=True, text=True)
+print("local stop:", stopped.stdout.strip(), file=sys.stderr)
+"""
 
 EXPECTED = sorted(["('a', 1)", "('b', 1)", "('a', 2)"])
 
@@ -98,8 +104,16 @@ def test_local_start_run_status_stop(tmp_path):
         assert "Spark Connect" not in classic.stderr
         assert _printed(classic.stdout) == EXPECTED
 
-        stopped = _cli(home, "local", "stop")
-        assert stopped.returncode == 0 and "stopped" in stopped.stdout
+        # a job that stops the server as soon as it is done (as `streamstate local stop`
+        # right after a run does) still exits at once: its own Connect session was stopped
+        # at the job's end, so pyspark's exit hook has no cleanup RPC to retry for minutes
+        # against the stopped server (the bound below is a hang guard)
+        stopping_job = tmp_path / "stopping_job.py"
+        stopping_job.write_text(README_JOB + STOP_THE_SERVER)
+        ran = _cli(home, "run", "--quiet", str(stopping_job), "--", CLI, timeout=120)
+        assert ran.returncode == 0, ran.stderr
+        assert _printed(ran.stdout) == EXPECTED
+        assert "local stop: stopped" in ran.stderr, ran.stderr
         assert running_server(home) is None
         with pytest.raises(ProcessLookupError):
             os.kill(server.pid, 0)

@@ -182,8 +182,14 @@ def _stop_hosts_batches(job_id: str, batches: Any) -> Any:
 class DataFrameEpochRunner(EpochRunner):
     """The epoch runner of a Spark Connect session (or any SparkSession): DataFrames only."""
 
-    def __init__(self, spark: Any = None, configuration: Any = None) -> None:
+    def __init__(
+        self, spark: Any = None, configuration: Any = None, owns_session: bool = False
+    ) -> None:
         self.spark = spark
+        #: ``spark`` was made for this job (``runners.make_spark_runner``): stopped at the
+        #: job's end, after its hosts were asked to stop. A session given by the user (or
+        #: made by ``get_or_create_spark``) is not this job's to stop
+        self._owns_session = owns_session
         self.configuration = configuration
         self.blobs: dict[int, Any] = {}
         self._job_id: str | None = None
@@ -314,18 +320,28 @@ class DataFrameEpochRunner(EpochRunner):
         return acks
 
     def stop(self) -> None:
+        own = self.spark if self._owns_session else None
+        self._owns_session = False  # stopped once (stop() may be called again after a failure)
         if self._hosted is not None and self._job_id is not None and self.spark is not None:
-            # best effort, off the job's critical path (as the classic runner's stop)
+            # best effort, off the job's critical path (as the classic runner's stop); the
+            # job's own session is stopped by that thread, once its last Spark job ran
             t = threading.Thread(
                 target=_stop_hosts_job,
-                args=(self.spark, self._job_id),
+                args=(self.spark, self._job_id, own),
                 name=f"streamstate-stop-hosts-{self._job_id}",
                 daemon=True,
             )
             if not _AT_EXIT:
                 _AT_EXIT.append(atexit.register(join_host_stoppers, 10.0))
+            if own is not None:
+                # registered after the session's client, so run before its own exit hook
+                # (pyspark's, which retries its cleanup RPC for minutes once the server is
+                # gone): should the thread not finish, the client is closed without an RPC
+                atexit.register(_close_at_exit, own)
             t.start()
             _STOPPERS.append(t)
+        elif own is not None:
+            _stop_session(own)
         self._job_id = None
         self._ticks = {}
         if (
@@ -341,7 +357,29 @@ class DataFrameEpochRunner(EpochRunner):
             self._resume_console_progress = None
 
 
-def _stop_hosts_job(spark: Any, job_id: str) -> None:
+def _stop_session(session: Any) -> None:
+    """Stop a job's own Connect session: the server releases it (its artifacts, its
+    Python worker daemon) and the client closes its channel, so that pyspark's exit hook
+    has nothing left to clean up."""
+    try:
+        session.stop()
+    except Exception as e:  # noqa: BLE001 - best effort; the server's session times out
+        log.debug("stopping the job's Spark Connect session failed: %s", e)
+
+
+def _close_at_exit(session: Any) -> None:
+    """At exit: let the hosts' stopper threads finish (bounded), then close the session's
+    client if it is still open (no RPC: the server may be gone already)."""
+    join_host_stoppers(10.0)
+    if not session.is_stopped:
+        try:
+            session.client.close()
+        except Exception as e:  # noqa: BLE001 - the process is exiting
+            log.debug("closing the job's Spark Connect client failed: %s", e)
+
+
+def _stop_hosts_job(spark: Any, job_id: str, own: Any = None) -> None:
+    """Stop the job's subtask hosts (a small Spark job), then its own session ``own``."""
     try:
         n = 2
         with_conf = spark.conf.get("spark.default.parallelism", None)
@@ -352,3 +390,5 @@ def _stop_hosts_job(spark: Any, job_id: str) -> None:
         ).collect()
     except Exception as e:  # noqa: BLE001 - the job is over; hosts also time out
         log.debug("stopping the subtask hosts failed: %s", e)
+    if own is not None:
+        _stop_session(own)

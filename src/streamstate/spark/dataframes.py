@@ -247,10 +247,23 @@ def stream_to_dataframe(
         staging_dir = default_staging_dir("out")
     sink = _StagedOutput(staging_dir.rstrip("/"))
     ds.sink_to(sink)
-    ds._env.execute(job_name)
+    env = ds._env
+    session = spark if spark is not None else env._spark
+    own_session = session is None
+    if own_session:
+        # the DataFrame outlives the job: the Connect session the job would make for itself
+        # (and stop at its end) is made here and lent to it, and stays with the DataFrame
+        from streamstate.spark.runners import connect_session_for
+
+        session = env._spark = connect_session_for(env._configuration)
+    try:
+        env.execute(job_name)
+    finally:
+        if own_session:
+            env._spark = None
     assert sink.committer is not None
     files = list(sink.committer.committed)
-    session = active_spark(spark if spark is not None else ds._env._spark)
+    session = active_spark(session)
     ti = type_info if type_info is not None else ds._t.output_type
     if ti is None and not files:
         raise ConfigurationError(

@@ -29,6 +29,7 @@ __all__ = [
     "AUTO",
     "CLASSIC_DEFAULT",
     "SPARK_RUNNERS",
+    "connect_session_for",
     "make_spark_runner",
     "remote_url",
 ]
@@ -69,9 +70,13 @@ def remote_url(configuration: Any) -> str | None:
     return None if server is None else server.url
 
 
-def _session_for(configuration: Any) -> Any:
+def connect_session_for(configuration: Any) -> Any:
     """The session of a job given none: a Connect session when :func:`remote_url` names
-    one (announced on stderr), else None (the runner makes a classic one at start)."""
+    one (announced on stderr), else None (the runner makes a classic one at start). None
+    too when the job's ``execution.runner`` (``rdd``, ``local``) does not run on Connect."""
+    conf = configuration.to_dict() if configuration is not None else {}
+    if str(conf.get("execution.runner", AUTO)).strip().lower() not in (AUTO, "dataframe"):
+        return None
     url = remote_url(configuration)
     if url is None:
         return None
@@ -90,7 +95,9 @@ def make_spark_runner(name: str, spark: Any, configuration: Any) -> EpochRunner:
             f"got {name!r}"
         )
     if spark is None and name != "rdd":
-        spark = _session_for(configuration)
+        spark = connect_session_for(configuration)
+        if spark is not None:  # made for this job: the job stops it when it ends
+            return DataFrameEpochRunner(spark, configuration, owns_session=True)
     if name == AUTO:
         name = "dataframe" if spark is not None and is_connect_session(spark) else CLASSIC_DEFAULT
     return SPARK_RUNNERS[name](spark, configuration)
