@@ -8,8 +8,10 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 
 import pytest
 from hypothesis import settings
@@ -37,8 +39,25 @@ if "STREAMSTATE_HOME" not in os.environ:
 LEFTOVER_WAIT_S = 60.0
 
 
+#: the homes of the Spark Connect servers this session started (``connect_server``):
+#: stopped again before the leftover check, which on an interrupted run comes before the
+#: fixtures' teardown
+_CONNECT_HOMES: list[str] = []
+
+
+def _interrupted_by_signal(signum, frame):
+    """SIGTERM (a CI timeout, ``timeout``, ``kill``) ends the run as Ctrl-C does: pytest's
+    end of session (which stops the Connect server and checks for leftovers) and the exit
+    hooks run; by default SIGTERM ended the process with neither, and the server went only
+    when its watchdog noticed, seconds later."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def pytest_sessionstart(session):
     from tests.support.leftovers import Baseline
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupted_by_signal)
 
     baseline = Baseline()
     if _HOME is not None:
@@ -49,8 +68,11 @@ def pytest_sessionstart(session):
 def pytest_sessionfinish(session, exitstatus):
     """Fail the run when streamstate left a process alive or a file in the temp dir (issue
     26): checked after every fixture (the session's SparkSession too) was torn down."""
+    from streamstate.spark.local_server import stop_server
     from tests.support.leftovers import leftover_files, leftover_processes
 
+    for home in _CONNECT_HOMES:  # done already unless the run was interrupted
+        stop_server(home)
     baseline = session.config.stash.get(_BASELINE, None)
     if baseline is None or os.environ.get("STREAMSTATE_SKIP_LEFTOVER_CHECK"):
         return
@@ -106,11 +128,13 @@ def classic_spark():
 def connect_server(tmp_path_factory):
     """A real Spark Connect server (``streamstate local``'s code, ``local[2]``) in a home
     of its own (jobs that are not given this session never see it); stopped at the end of
-    the test session, also when tests failed, at exit should the fixture not end, and by
-    its watchdog should this process be killed."""
+    the test session, also when tests failed, before the leftover check of a run that was
+    interrupted (Ctrl-C, SIGTERM), at exit should the fixture not end, and by its watchdog
+    should this process be killed (SIGKILL)."""
     from streamstate.spark.local_server import start_server, stop_server
 
     home = tmp_path_factory.mktemp("connect-home")
+    _CONNECT_HOMES.append(str(home))
     atexit.register(stop_server, home)
     server = start_server(
         port=0,

@@ -35,6 +35,8 @@ _MODULES = {
     # a Spark Connect server (the tests' or `streamstate local start`'s): its JVM and the
     # start script running it
     "org.apache.spark.sql.connect.service.SparkConnectServer",
+    # the Connect server's Python worker daemons (they end once its JVM is gone)
+    "streamstate.spark.warm_daemon",
 }
 #: temp-dir entries that are streamstate's (the runtime dir, the old shared dir, staged
 #: rows, RocksDB directories made in the temp dir)
