@@ -71,7 +71,11 @@ class RocksDBAccess(StateAccess):
         self._decode: Any = self._unframe if column.kind == "list" else self._decode_value
         #: the value types whose decoded objects the void column family's layer keeps
         self._exact_types = () if column.kind in ("list", "map") else exact_types(sers.value)
+        #: the void column family's layer, and its dicts (its put_object, inlined in put)
+        self._layer = column.cf
         self._objects: dict[bytes, Any] = column.cf.objects
+        self._entries: dict[bytes, bytes | None] = column.cf.entries
+        self._changed_keys: set[bytes] = column.cf.changed
         if sers.user_key is not None:
             self._encode_user_key = sers.user_key.serialize
             self._decode_user_key = sers.user_key.deserialize
@@ -107,7 +111,7 @@ class RocksDBAccess(StateAccess):
             )
 
         self._get = self._put = self._put_object = self._delete = self._iter = disposed
-        self._objects = {}
+        self._exact_types = ()  # the void fast paths go through the disposed methods
         self._released = True
 
     def set_namespace(self, namespace: Any) -> None:
@@ -224,9 +228,16 @@ class RocksDBAccess(StateAccess):
 
     # ---------------------------------------------------------------- value, list (HOT PATH)
     def get(self) -> Any:
-        key_bytes = self._current.key_bytes
+        current = self._current
+        key_bytes = current.key_bytes
         if key_bytes is None:
-            key_bytes = self._key_bytes()
+            # a str key met before: its remembered bytes (``_key_bytes``, inlined)
+            key = current.key
+            hit = self._known_str_keys.get(key) if type(key) is str else None
+            if hit is not None and hit[0] == current.key_group_index:
+                key_bytes = current.key_bytes = hit[1]
+            else:
+                key_bytes = self._key_bytes()
         if self._exact_types:
             obj = self._objects.get(key_bytes, _UNKNOWN)
             if obj is not _UNKNOWN:
@@ -258,13 +269,19 @@ class RocksDBAccess(StateAccess):
                 data = self._serialized(value, self._encode)  # raises the typed error
             if len(data) > MAX_VALUE_BYTES:
                 raise too_large(self._name, self._column.operator_name, value, len(data))
-            try:
-                if type(value) in self._exact_types:
-                    self._put_object(key_bytes, data, value)
-                else:
+            if type(value) in self._exact_types:
+                # the layer's put_object inlined: bytes, changed, decoded object
+                entries = self._entries
+                entries[key_bytes] = data
+                self._changed_keys.add(key_bytes)
+                self._objects[key_bytes] = value
+                if len(entries) > self._layer.limit:
+                    self._put_object(key_bytes, data, value)  # flushes and forgets, typed
+            else:
+                try:
                     self._put(key_bytes, data)
-            except Exception as e:
-                raise self._column.database.io_error("write", e) from e
+                except Exception as e:
+                    raise self._column.database.io_error("write", e) from e
         self._dirty[current.key] = current.key_group_index
 
     def _namespaced_get(self) -> Any:

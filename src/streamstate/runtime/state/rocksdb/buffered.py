@@ -21,7 +21,9 @@ Decoded values: for a state whose value serializer round-trips some types exactl
 (immutable values: ``ExactValues``, e.g. ``Types.LONG()``'s ints), the layer also keeps
 the decoded object of an entry next to its bytes (``objects``), so a read of a known key
 returns it without deserializing; :meth:`~BufferedColumnFamily.put_object` writes bytes
-and object together, and every other write of the key forgets the object.
+and object together, and every other write of the key forgets the object. Accesses bind
+``entries``, ``changed`` and ``objects`` once and inline ``put_object`` on their hot
+path: the three are cleared, never replaced.
 """
 
 from __future__ import annotations

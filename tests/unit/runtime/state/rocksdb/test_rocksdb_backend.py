@@ -16,7 +16,7 @@ from streamstate.datastream.state import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from streamstate.errors import StateSerializationError
+from streamstate.errors import StateAccessError, StateSerializationError
 from streamstate.runtime.keygroups import KeyGroupRange
 from streamstate.runtime.serializers.base import PickleSerializer
 from streamstate.runtime.state.rocksdb import access as raccess
@@ -291,4 +291,11 @@ def test_exactly_round_tripping_values_are_served_decoded_and_stay_coherent(
     assert again.value() == 7
     H.at(restored, "a")
     assert again.value() is None
+    # a disposed backend's handles refuse, on the decoded-object paths too
+    b.dispose()
+    H.at(b, "k7")
+    with pytest.raises(StateAccessError, match="disposed"):
+        n.update(1)
+    with pytest.raises(StateAccessError, match="disposed"):
+        n.value()
 
