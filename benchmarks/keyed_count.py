@@ -133,45 +133,36 @@ def _measure(
         for backend in args.state_backend:
             STATE_BACKEND[0] = backend
             label = runner_label + _backend_label(args.state_backend, backend)
-            _measure_cell(args, spark, data, rows, extra, label, epochs)
-
-
-def _measure_cell(
-    args: Any,
-    spark: Any,
-    data: list[Any],
-    rows: dict[str, dict[str, float]],
-    extra: dict[str, Any],
-    label: str,
-    epochs: int,
-) -> None:
-    """One cell (``epochs``) of one runner and backend: checkpoints off and on."""
-    off, acc_off = best_of(args.repeat, lambda e=epochs: run_streamstate(spark, data, e, False))
-    on, acc_on = best_of(args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True))
-    rows.setdefault(f"streamstate (no checkpoints{label})", {})[str(epochs)] = off
-    rows.setdefault(f"streamstate (checkpoint every epoch{label})", {})[str(epochs)] = on
-    extra[f"checkpoint overhead, {epochs} epoch(s){label}"] = 1 - on / off
-    extra[f"cache hits/misses, {epochs} epoch(s), checkpointing{label}"] = (
-        acc_on.get("cache_hits"),
-        acc_on.get("cache_misses"),
-    )
-    extra[f"subtask seconds, {epochs} epoch(s), checkpointing{label}"] = {
-        k.split(".", 1)[1]: v for k, v in acc_on.items() if k.startswith("subtask-seconds.")
-    }
-    if args.compare_hosts:  # the same, subtasks in the Spark workers (hosts off), same run
-        SUBTASK_HOSTS[0] = "false"
-        plain, acc_plain = best_of(
-            args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True)
-        )
-        SUBTASK_HOSTS[0] = args.subtask_hosts
-        rows.setdefault(f"streamstate (checkpoint every epoch, hosts off{label})", {})[
-            str(epochs)
-        ] = plain
-        extra[f"hosts on / off, {epochs} epoch(s){label}"] = on / plain
-        extra[f"cache hits/misses, {epochs} epoch(s), hosts off{label}"] = (
-            acc_plain.get("cache_hits"),
-            acc_plain.get("cache_misses"),
-        )
+            off, acc_off = best_of(
+                args.repeat, lambda e=epochs: run_streamstate(spark, data, e, False)
+            )
+            on, acc_on = best_of(
+                args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True)
+            )
+            rows.setdefault(f"streamstate (no checkpoints{label})", {})[str(epochs)] = off
+            rows.setdefault(f"streamstate (checkpoint every epoch{label})", {})[str(epochs)] = on
+            extra[f"checkpoint overhead, {epochs} epoch(s){label}"] = 1 - on / off
+            extra[f"cache hits/misses, {epochs} epoch(s), checkpointing{label}"] = (
+                acc_on.get("cache_hits"),
+                acc_on.get("cache_misses"),
+            )
+            extra[f"subtask seconds, {epochs} epoch(s), checkpointing{label}"] = {
+                k.split(".", 1)[1]: v for k, v in acc_on.items() if k.startswith("subtask-seconds.")
+            }
+            if args.compare_hosts:  # the same, subtasks in the Spark workers (hosts off), same run
+                SUBTASK_HOSTS[0] = "false"
+                plain, acc_plain = best_of(
+                    args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True)
+                )
+                SUBTASK_HOSTS[0] = args.subtask_hosts
+                rows.setdefault(f"streamstate (checkpoint every epoch, hosts off{label})", {})[
+                    str(epochs)
+                ] = plain
+                extra[f"hosts on / off, {epochs} epoch(s){label}"] = on / plain
+                extra[f"cache hits/misses, {epochs} epoch(s), hosts off{label}"] = (
+                    acc_plain.get("cache_hits"),
+                    acc_plain.get("cache_misses"),
+                )
 
 
 def _connect_session() -> tuple[Any, str]:
