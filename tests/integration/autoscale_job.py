@@ -2,13 +2,15 @@
 
     python autoscale_job.py MASTER CHECKPOINT_DIR [--low 10000] [--high 50000]
         [--capacity 25000] [--target-ms 5000]
+    python autoscale_job.py MASTER CHECKPOINT_DIR --fixed P [--seconds 40] [--high N]
 
 A :class:`~streamstate.connectors.rate.RateSource` at ``--low`` records/s feeds a keyed
-operator (uid ``enrich``) whose every record waits ``1 / --capacity`` s (an external
-lookup: what a subtask can do is bounded by that wait, not by this machine's cores, so
-more subtasks do more); every ``SAMPLE``-th record leaves it with its latency, the time it
-was processed minus the time it fell due at the source, and reaches a collecting sink.
-With the autoscaler on (``job.autoscaler.*``) the script, waiting on events only:
+operator (uid ``enrich``, ``KEYS`` keys) whose every record waits ``1 / --capacity`` s
+(an external lookup: what a subtask can do is bounded by that wait, not by this
+machine's cores, so more subtasks do more; ``--capacity 0``: no wait); every
+``SAMPLE``-th record leaves it with its latency, the time it was processed minus the
+time it fell due at the source, and reaches a collecting sink. With the autoscaler on
+(``job.autoscaler.*``) the script, waiting on events only:
 
 1. lets the job run at the low rate until the autoscaler has had a full metrics window;
 2. steps the rate to ``--high`` and waits for a decision that scales ``enrich`` out,
@@ -18,8 +20,16 @@ With the autoscaler on (``job.autoscaler.*``) the script, waiting on events only
    until one releases executors the smaller plan does not need (and they are gone);
 
 reading the decisions as the dashboard does (REST ``/jobs/<id>``, ``autoscaler``), and
-the executors the application holds after each decision. Used by
-tests/integration/test_autoscale_cluster.py; the issue's figures are the defaults.
+the executors the application holds after each decision; the report's ``trace`` is the
+median latency per ``TRACE_MS`` of due time. Used by
+tests/integration/test_autoscale_cluster.py and benchmarks/autoscale.py; the issue's
+figures are the defaults.
+
+``--fixed P`` measures capacity instead: the autoscaler off, ``enrich`` at parallelism
+``P``, the source at ``--high`` records/s (a backlog from the start when that is more
+than the job moves) in epochs of at most a second of it, for ``--seconds``; the report
+has the epochs' records and seconds (REST ``/jobs/<id>``), the first ``WARM_EPOCHS``
+left out.
 """
 
 from __future__ import annotations
@@ -46,6 +56,14 @@ from tests.support.control import http  # noqa: E402
 from tests.support.waits import wait_until  # noqa: E402
 
 SAMPLE = 100
+#: distinct keys: with 97 the busiest of 4 subtasks got 1.32x its share of the key
+#: groups (1.14x of 3), with 1000 1.07x (1.04x): a skew the per-record wait turns
+#: into the whole stage's pace
+KEYS = 1000
+#: the trace's bucket of due time
+TRACE_MS = 5_000
+#: epochs a capacity run leaves out (start-up, the first backlog)
+WARM_EPOCHS = 3
 #: the latency window: records due within this many ms of the newest sample
 WINDOW_MS = 5_000
 CEILING_S = 420
@@ -67,7 +85,7 @@ class Enrich(KeyedProcessFunction):
     every ``SAMPLE``-th record as ``(index, due_ms, latency_ms)``."""
 
     def __init__(self, cost_s: float) -> None:
-        self.cost_s = cost_s
+        self.cost_s = cost_s  # 0: no wait
 
     def open(self, runtime_context: Any) -> None:
         self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
@@ -77,7 +95,7 @@ class Enrich(KeyedProcessFunction):
         index, due_ms = value
         self.count.update((self.count.value() or 0) + 1)
         self.owed_s += self.cost_s
-        if self.owed_s >= 0.002:
+        if self.owed_s >= 0.002 and self.cost_s:
             time.sleep(self.owed_s)
             self.owed_s = 0.0
         if index % SAMPLE == 0:
@@ -101,6 +119,82 @@ def median_latency(samples: list[Any], due_after_ms: int) -> tuple[float, int] |
     return (statistics.median(window), len(window)) if len(window) >= 100 else None
 
 
+def latency_trace(samples: list[Any], since_ms: int) -> list[list[float]]:
+    """``[seconds of due time since since_ms, median latency ms, samples]`` per
+    ``TRACE_MS`` bucket of due time."""
+    buckets: dict[int, list[int]] = {}
+    for _, due_ms, latency_ms in samples:
+        buckets.setdefault((due_ms - since_ms) // TRACE_MS, []).append(latency_ms)
+    return [
+        [b * TRACE_MS / 1000, float(statistics.median(v)), len(v)]
+        for b, v in sorted(buckets.items())
+    ]
+
+
+def build(
+    env: Any, source: RateSource, sink: CollectSink, capacity: int, parallelism: int = 1
+) -> None:
+    """The scenario's job: rate -> key_by -> enrich -> sink, ``enrich`` at
+    ``parallelism``, the rest at 1."""
+    (
+        env.from_source(Source(source), source_name="rate")
+        .uid("rate")
+        .key_by(lambda r: r[0] % KEYS)
+        .process(Enrich(1 / capacity if capacity else 0.0))
+        .uid("enrich")
+        .set_parallelism(parallelism)
+        .sink_to(sink)
+        .set_parallelism(1)
+    )
+
+
+def capacity_run(
+    spark: Any, chk_dir: str, parallelism: int, rate: int, capacity: int, seconds: float
+) -> dict[str, Any]:
+    """What the job moves at a fixed parallelism (see the module's docstring)."""
+    conf = {k: v for k, v in CONF.items() if not k.startswith("job.autoscaler")}
+    # epochs of at most a second of the source's rate: many epochs within ``seconds``
+    conf["execution.epoch.max-records"] = str(max(10_000, rate))
+    source = RateSource(rate, splits=4)
+    env = envs.make_env(1, spark=spark, conf=conf)
+    envs.checkpoint_every_epoch(env, chk_dir)
+    build(env, source, CollectSink(), capacity, parallelism)
+    client = env.execute_async(f"capacity-p{parallelism}")
+    try:
+        (rec,) = [r for r in list_jobs() if r.job_id == client.get_job_id()]
+        url = f"{rec.address}/jobs/{rec.job_id}"
+        time.sleep(seconds)  # a measurement's length, not a wait for an event
+        status, body = http(url)
+        assert status == 200, body
+    finally:
+        client.cancel()
+        try:
+            client.get_job_execution_result().result(120)
+        except Exception:  # noqa: BLE001 - a cancelled job ends with its error
+            pass
+    steady = [e for e in body["epochs"] if e["epoch"] > WARM_EPOCHS]
+    records = sum(e["source_records"] for e in steady)
+    wall_s = sum(e["duration_ms"] for e in steady) / 1000
+    return {
+        "parallelism": parallelism,
+        "rate": rate,
+        "capacity": capacity,
+        "epochs": len(steady),
+        "records": records,
+        "seconds": round(wall_s, 2),
+        "records_per_s": round(records / wall_s) if wall_s else None,
+        "enrich_busy_s": round(
+            sum(
+                s["process_s"] + s["restore_s"] + s["commit_s"]
+                for e in steady
+                for s in e["stages"][1:2]
+            ),
+            2,
+        ),
+        "source_busy_s": round(sum(s["process_s"] for e in steady for s in e["stages"][:1]), 2),
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("master")
@@ -109,26 +203,25 @@ def main() -> None:
     p.add_argument("--high", type=int, default=50_000, help="records/s of the step")
     p.add_argument("--capacity", type=int, default=25_000, help="records/s one subtask waits for")
     p.add_argument("--target-ms", type=int, default=5_000, help="the median latency to get under")
+    p.add_argument("--fixed", type=int, help="measure capacity at this parallelism instead")
+    p.add_argument("--seconds", type=float, default=40.0, help="how long --fixed runs")
     args = p.parse_args()
     low, high, target_ms = args.low, args.high, args.target_ms
     master, chk_dir = args.master, args.checkpoints
     from tests.support.cluster import cluster_session
 
     spark = cluster_session(master, conf={"spark.executor.cores": "1"})
+    if args.fixed:
+        got = capacity_run(spark, chk_dir, args.fixed, high, args.capacity, args.seconds)
+        print("REPORT " + json.dumps(got), flush=True)
+        spark.stop()
+        return
     report: dict[str, Any] = {"executors_at_start": executors(spark)}
     source = RateSource(low, splits=4)
     env = envs.make_env(1, spark=spark, conf=CONF)
     envs.checkpoint_every_epoch(env, chk_dir)
     sink = CollectSink()
-    (
-        env.from_source(Source(source), source_name="rate")
-        .uid("rate")
-        .key_by(lambda r: r[0] % 97)
-        .process(Enrich(1 / args.capacity))
-        .uid("enrich")
-        .sink_to(sink)
-        .set_parallelism(1)
-    )
+    build(env, source, sink, args.capacity)
     client = env.execute_async("autoscaled-rate")
     try:
         (rec,) = [r for r in list_jobs() if r.job_id == client.get_job_id()]
@@ -191,6 +284,7 @@ def main() -> None:
         # than the application holds (it released the surplus)
         after_out = len(decisions())
         held = len(report["executors_after_scale_out"])
+        report["stepped_down_ms"] = time.time_ns() // 1_000_000
         source.set_rate(low)
         scaled_in = wait_until(
             lambda: [c for c in enrich_changes(after_out) if c["to"] < c["from"]],
@@ -212,6 +306,8 @@ def main() -> None:
         report["executors_after_scale_in"] = executors(spark)
         report["decisions"] = decisions()
         report["latency_target_ms"] = target_ms
+        report["stepped_up_ms"] = stepped_up_ms
+        report["trace"] = latency_trace(sink.get_results(), stepped_up_ms)
         report["rates"] = [low, high, low]
     finally:
         client.cancel()
