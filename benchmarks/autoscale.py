@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -111,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         scenario_s = time.monotonic() - t0
     finally:
         stop(procs)
+    shutil.rmtree(work, ignore_errors=True)  # kept when a run failed: its logs are there
     down_s = (report["stepped_down_ms"] - report["stepped_up_ms"]) / 1000
     median, samples = report["high_latency_back"]
     figures = {
