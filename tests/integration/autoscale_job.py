@@ -4,6 +4,11 @@
         [--capacity 25000] [--target-ms 5000]
     python autoscale_job.py MASTER CHECKPOINT_DIR --fixed P [--seconds 40] [--high N]
 
+``--bed``: the driver is a machine of the cluster bed (tests/cluster/bed.py: its
+session binds the machine's address, the checkpoints are an ``s3://`` URL);
+``--max-parallelism N`` bounds ``enrich`` (the autoscaler's
+``job.autoscaler.vertex.max-parallelism``, 4 by default).
+
 A :class:`~streamstate.connectors.rate.RateSource` at ``--low`` records/s feeds a keyed
 operator (uid ``enrich``, ``KEYS`` keys) whose every record waits ``1 / --capacity`` s
 (an external lookup: what a subtask can do is bounded by that wait, not by this
@@ -205,12 +210,19 @@ def main() -> None:
     p.add_argument("--target-ms", type=int, default=5_000, help="the median latency to get under")
     p.add_argument("--fixed", type=int, help="measure capacity at this parallelism instead")
     p.add_argument("--seconds", type=float, default=40.0, help="how long --fixed runs")
+    p.add_argument("--bed", action="store_true", help="the driver is a machine of the bed")
+    p.add_argument("--max-parallelism", type=int, default=4, help="enrich's upper bound")
     args = p.parse_args()
     low, high, target_ms = args.low, args.high, args.target_ms
     master, chk_dir = args.master, args.checkpoints
-    from tests.support.cluster import cluster_session
+    if args.bed:
+        from tests.cluster.jobs import cluster_session as bed_session
 
-    spark = cluster_session(master, conf={"spark.executor.cores": "1"})
+        spark = bed_session(master)
+    else:
+        from tests.support.cluster import cluster_session
+
+        spark = cluster_session(master, conf={"spark.executor.cores": "1"})
     if args.fixed:
         got = capacity_run(spark, chk_dir, args.fixed, high, args.capacity, args.seconds)
         print("REPORT " + json.dumps(got), flush=True)
@@ -218,7 +230,8 @@ def main() -> None:
         return
     report: dict[str, Any] = {"executors_at_start": executors(spark)}
     source = RateSource(low, splits=4)
-    env = envs.make_env(1, spark=spark, conf=CONF)
+    conf = {**CONF, "job.autoscaler.vertex.max-parallelism": str(args.max_parallelism)}
+    env = envs.make_env(1, spark=spark, conf=conf)
     envs.checkpoint_every_epoch(env, chk_dir)
     sink = CollectSink()
     build(env, source, sink, args.capacity)

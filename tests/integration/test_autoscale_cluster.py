@@ -40,6 +40,12 @@ def test_a_rate_step_scales_out_brings_latency_back_and_a_step_down_scales_in(tm
         )
     finally:
         stop(procs)
+    check_report(proc)
+
+
+def check_report(proc: subprocess.CompletedProcess[str]) -> None:
+    """What the scenario of autoscale_job.py must show (also on the bed:
+    tests/cluster/test_autoscale_bed.py)."""
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
     report = json.loads(lines[-1][len("REPORT ") :])
