@@ -23,7 +23,10 @@ the decoded object of an entry next to its bytes (``objects``), so a read of a k
 returns it without deserializing; :meth:`~BufferedColumnFamily.put_object` writes bytes
 and object together, and every other write of the key forgets the object. Accesses bind
 ``entries``, ``changed`` and ``objects`` once and inline ``put_object`` on their hot
-path: the three are cleared, never replaced.
+path: the three are cleared, never replaced. The rules thus live here and in
+``access.py``: ``tests/unit/runtime/state/rocksdb/test_layer_coherence.py`` runs random
+sequences of writes, clears, flushes, evictions and restores through both paths (and the
+heap backend as the model) and compares every read.
 """
 
 from __future__ import annotations
