@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import importlib
 import os
 import pickle
@@ -221,6 +222,7 @@ class _Zygote:
         for name in PREWARM:
             with contextlib.suppress(ImportError):
                 importlib.import_module(name)
+        gc.freeze()  # the hosts' collections skip the runtime imported here (gc_pause.py)
         owner_fd = host_owner.owner_fd(self.owner)
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         srv.bind(self.path)

@@ -46,7 +46,7 @@ from streamstate.runtime.arrow_batches import (
     tick_rows,
 )
 from streamstate.runtime.epoch_runner import EpochRunner
-from streamstate.runtime.gc_pause import gc_paused
+from streamstate.runtime.gc_pause import freeze_survivors, gc_paused
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import DRIVER, EpochSpec, SubtaskAck
 from streamstate.runtime.queryable.query_host import stop_query_host
@@ -108,6 +108,7 @@ def _run_subtask(
     """The ``mapInArrow`` function of a stage: runs the subtask its rows name (a source's
     one ``range`` row is its index; a downstream stage's rows carry their target, and its
     tick row makes sure one comes even when no record does)."""
+    freeze_survivors()  # the daemon's gc.collect() after the task skips them (gc_pause.py)
     items: list[tuple[int, Any]] = []
     if source:
         ids = [i for b in batches for i in b.column(0).to_pylist()]

@@ -27,7 +27,7 @@ from typing import Any
 from streamstate.common.configuration import parse_duration_ms
 from streamstate.errors import TaskFailure, WorkerEnvironmentError
 from streamstate.runtime.epoch_runner import EpochRunner
-from streamstate.runtime.gc_pause import gc_paused
+from streamstate.runtime.gc_pause import freeze_survivors, gc_paused
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.job_end import end_job
 from streamstate.runtime.protocol import EpochSpec, SubtaskAck
@@ -63,6 +63,7 @@ def _source_partition(
 ) -> Any:
     for _ in _it:
         pass  # a PySpark worker that leaves input unread is not reused: it exits after the task
+    freeze_survivors()  # the daemon's gc.collect() after the task skips them (gc_pause.py)
     executor = executor_location()
     if hosted is not None:
         return iter(run_hosted(blob, meta, spec, index, (), hosted, executor))
@@ -81,6 +82,7 @@ def _stage_partition(
 ) -> Any:
     if loads is not None:
         it = located_items(loads, it)  # the input of a located stage (placement.py)
+    freeze_survivors()  # the daemon's gc.collect() after the task skips them (gc_pause.py)
     executor = executor_location()
     if hosted is not None:
         return iter(run_hosted(blob, meta, spec, index, it, hosted, executor))
