@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from streamstate.api.state import MapStateDescriptor
@@ -142,6 +142,49 @@ class _TimerQueue:
             b[(key, namespace)] = kg
         self.size += 1
 
+    def add_keys(
+        self,
+        backend: KeyedStateBackend,
+        namespace: Any,
+        timestamp: int,
+        keys: Iterable[tuple[Any, int]],
+    ) -> None:
+        """:meth:`add` for each ``(key, key group)`` of ``keys`` as the current key, in order."""
+        b = self.buckets.get(timestamp)
+        fresh = b is None
+        bucket: dict[tuple[Any, Any], int] = {} if b is None else b
+        put = self.state.put
+        entry = (namespace, timestamp)
+        set_key = backend.set_current_key
+        first, n = backend.shuffled_key_slots() or (0, -1)
+        current = backend.current
+        added = 0
+        try:
+            for key, kg in keys:
+                pair = (key, namespace)
+                if pair in bucket:
+                    continue
+                kgi = kg - first
+                if 0 <= kgi < n:
+                    current.key = key
+                    current.key_group_index = kgi
+                    current.key_bytes = None
+                else:
+                    set_key(key, kg)
+                put(entry, True)
+                bucket[pair] = kg
+                added += 1
+        except (TypeError, KeySerializationError):
+            raise StateAccessError(
+                f"a timer's namespace must be hashable, got {type(namespace).__name__!r}"
+            ) from None
+        finally:
+            if added:
+                self.size += added
+                if fresh:
+                    self.buckets[timestamp] = bucket
+                    heapq.heappush(self.heap, timestamp)
+
     def remove(self, backend: KeyedStateBackend, namespace: Any, timestamp: int) -> None:
         b = self.buckets.get(timestamp)
         if b is None:
@@ -185,6 +228,40 @@ class _TimerQueue:
                 if self.heap and self.heap[0] < ts:
                     break  # a handler registered an earlier due timer: fire that first
             # loop again: handlers may have added timers to this bucket (they are due too)
+
+    def take_due(
+        self, backend: KeyedStateBackend, until: int
+    ) -> Iterator[tuple[int, list[tuple[Any, int, Any]]]]:
+        """The due timers (``timestamp <= until``) a timestamp at a time, in :meth:`fire`'s
+        order: ``(timestamp, [(key, key group, namespace), ...])``, each batch unregistered
+        (queue and state) before it is yielded. Timers registered meanwhile fire if due,
+        after the batch being handled (:meth:`fire` would fire an earlier one first)."""
+        buckets = self.buckets
+        set_key = backend.set_current_key
+        first, n = backend.shuffled_key_slots() or (0, -1)
+        current = backend.current
+        remove = self.state.remove
+        heap = self.heap
+        while heap and heap[0] <= until:
+            ts = heapq.heappop(heap)
+            b = buckets.pop(ts, None)
+            if not b:
+                continue
+            due = sorted(b.items(), key=_by_key_group)
+            batch = []
+            for (key, ns), kg in due:
+                kgi = kg - first
+                if 0 <= kgi < n:
+                    current.key = key
+                    current.key_group_index = kgi
+                    current.key_bytes = None
+                else:
+                    set_key(key, kg)
+                remove((ns, ts))
+                batch.append((key, kg, ns))
+            self.size -= len(batch)
+            yield ts, batch
+            heap = self.heap  # a compaction may have replaced it
 
     def drop_stale_head(self) -> None:
         """Pop timestamps without timers off the head so ``peek`` sees a live timer."""
@@ -267,6 +344,13 @@ class InternalTimerService:
         """Fire ``(current key, namespace, ts)`` once the watermark reaches ``ts`` (deduplicated)."""
         self._event.add(self.backend, namespace, int(ts))
 
+    def register_event_time_timers(
+        self, namespace: Any, ts: int, keys: Iterable[tuple[Any, int]]
+    ) -> None:
+        """:meth:`register_event_time_timer` for each ``(key, key group)`` of ``keys`` in
+        turn as the current key (the backend's current key is left at the last one)."""
+        self._event.add_keys(self.backend, namespace, int(ts), keys)
+
     def delete_event_time_timer(self, namespace: Any, ts: int) -> None:
         """Remove the current key's event-time timer ``(namespace, ts)``; no-op if absent."""
         self._event.remove(self.backend, namespace, int(ts))
@@ -306,6 +390,20 @@ class InternalTimerService:
         if not q.heap or q.heap[0] > self._watermark:
             return iter(())
         return q.fire(self.backend, self.current_watermark)
+
+    def take_due_event_time_timers(
+        self, watermark: int
+    ) -> Iterator[tuple[int, list[tuple[Any, int, Any]]]]:
+        """:meth:`advance_watermark` a timestamp at a time, for handlers that register no
+        timer due before the one they handle: ``(timestamp, [(key, key group,
+        namespace), ...])`` in firing order, those timers no longer registered. The
+        backend's current key is not set to each timer's key: the handler sets it."""
+        if watermark > self._watermark:
+            self._watermark = int(watermark)
+        q = self._event
+        if not q.heap or q.heap[0] > self._watermark:
+            return iter(())
+        return q.take_due(self.backend, self._watermark)
 
     def advance_processing_time(self, now: int) -> Iterator[InternalTimer]:
         """Set the processing time (it never goes back) and iterate the timers now due."""

@@ -357,3 +357,60 @@ def test_for_operator_caches_per_context_and_name() -> None:
     assert InternalTimerService.for_operator(ctx2, "a").current_watermark() == 99
     with pytest.raises(StateAccessError, match="keyed stream"):
         InternalTimerService.for_operator(OperatorContext("op", 0, 1, MAX_P, 0, {}, None), "a")
+
+
+@pytest.mark.parametrize("name", ["hashmap", "rocksdb"])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    regs=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c", "d"]), st.sampled_from(["n1", "n2"]), st.integers(0, 9)
+        ),
+        max_size=30,
+    ),
+    wms=st.lists(st.integers(0, 10), min_size=1, max_size=3),
+)
+def test_bulk_registration_and_taking_equal_the_per_timer_calls(
+    name: str, regs: list[tuple[str, str, int]], wms: list[int]
+) -> None:
+    """register_event_time_timers / take_due_event_time_timers: same timers, same order,
+    same state as register_event_time_timer / advance_watermark."""
+    runs = []
+    for bulk in (False, True):
+        b = backend(name=name)
+        svc = InternalTimerService(b, "t")
+        # consecutive registrations of one (namespace, timestamp) form one bulk call
+        groups: list[tuple[str, int, list[str]]] = []
+        for key, ns, ts in regs:
+            if groups and groups[-1][:2] == (ns, ts):
+                groups[-1][2].append(key)
+            else:
+                groups.append((ns, ts, [key]))
+        for ns, ts, keys in groups:
+            if bulk:
+                svc.register_event_time_timers(ns, ts, [(k, b.key_group_of(k)) for k in keys])
+            else:
+                for k in keys:
+                    set_key(b, k)
+                    svc.register_event_time_timer(ns, ts)
+        fired = []
+        for wm in wms:
+            if bulk:
+                for ts, due in svc.take_due_event_time_timers(wm):
+                    fired += [(key, kg, ns, ts) for key, kg, ns in due]
+            else:
+                fired += [
+                    (t.key, t.key_group, t.namespace, t.timestamp)
+                    for t in svc.advance_watermark(wm)
+                ]
+        restored = backend(name=name)
+        restored.restore([handle_of(b)])
+        svc2 = InternalTimerService(restored, "t")
+        left = fire_all_event(svc2, MAX_WATERMARK)
+        # every registered timer either fired or is left in the state, once
+        fired_once = [(key, ns, ts) for key, _, ns, ts in fired]
+        assert sorted(fired_once + left) == sorted(set(regs))
+        runs.append((fired, svc.num_event_time_timers(), left))
+        b.dispose()
+        restored.dispose()
+    assert runs[0] == runs[1]

@@ -49,7 +49,7 @@ from streamstate.runtime.windowing.merging import (
     MergingWindowSet,
     merging_element,
 )
-from streamstate.runtime.windowing.tumbling import on_tumbling_timer, tumbling_batch
+from streamstate.runtime.windowing.tumbling import fire_tumbling, tumbling_batch
 
 __all__ = ["WINDOW_STATE_NAME", "WindowOperator"]
 
@@ -186,9 +186,11 @@ class WindowOperator(StreamOperator):
     def process_watermark(self, watermark_ms: int) -> list[Any]:
         out: list[Any] = []
         out_ts: list[Any] = []
-        on_timer = partial(on_tumbling_timer, self) if self._fast_tumbling else self._on_timer
-        for timer in self.timers.advance_watermark(watermark_ms):
-            on_timer(timer, True, out, out_ts)
+        if self._fast_tumbling:
+            fire_tumbling(self, watermark_ms, out, out_ts)
+        else:
+            for timer in self.timers.advance_watermark(watermark_ms):
+                self._on_timer(timer, True, out, out_ts)
         out, out_ts = self._split_side(out, out_ts)
         self.hook_timestamps = out_ts
         return out

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any, cast
 
 from streamstate.api.window_base import MAX_LONG_VALUE, MIN_LONG_VALUE, TimeWindow
+from streamstate.runtime.operators.outputs import outputs_not_iterable
 from streamstate.runtime.state.kinds import BulkAddingState
 
-__all__ = ["on_tumbling_timer", "tumbling_batch"]
+__all__ = ["fire_tumbling", "tumbling_batch"]
 
 
 def tumbling_batch(
@@ -20,14 +21,43 @@ def tumbling_batch(
     Elements whose window has not reached the watermark only add to the window
     contents and register the window's timers (deduplicated), exactly what the
     generic path does for them; they are grouped per window so the state's
-    namespace is set once per window and each (key, window) registers its
-    timers once. Per (key, window) the elements keep their order, and windows
-    are independent, so the result is the generic path's. Returns the rest
-    (late elements, windows firing at once, missing timestamps) for it.
+    namespace is set once per window and each (key, window) adds its elements
+    (the user's ``add`` per element, in arrival order) and registers its timers
+    once. Windows are independent, so the result is the generic path's. Returns
+    the rest (late elements, windows firing at once, missing timestamps) for it.
     """
     size, offset = self.assigner._size, self.assigner._offset
     wm = self.timers.current_watermark()
+    try:
+        earliest = min(timestamps)
+    except (TypeError, ValueError):  # a missing timestamp (None), or no element
+        earliest = None
+    if (
+        earliest is None
+        or earliest <= MIN_LONG_VALUE
+        or earliest - (earliest - offset + size) % size + size - 1 <= wm
+    ):
+        return _checked_batch(self, batch, timestamps)
+    # every element is on time (the common case): no check per element
+    starts = [ts - (ts - offset + size) % size for ts in timestamps]
     #: window start -> key -> [key group, value, value, ...] (arrival order per key)
+    groups: dict[int, dict[Any, list[Any]]] = {start: {} for start in dict.fromkeys(starts)}
+    for start, (kg, key, value) in zip(starts, batch, strict=True):
+        per_key = groups[start]
+        if key in per_key:
+            per_key[key].append(value)
+        else:
+            per_key[key] = [kg, value]
+    _add_groups(self, list(groups.items()))
+    return [], []
+
+
+def _checked_batch(
+    self: Any, batch: list[Any], timestamps: list[Any]
+) -> tuple[list[Any], list[Any]]:
+    """:func:`tumbling_batch` checking each element: on-time ones in bulk, the rest back."""
+    size, offset = self.assigner._size, self.assigner._offset
+    wm = self.timers.current_watermark()
     groups: dict[int, dict[Any, list[Any]]] = {}
     rest: list[Any] = []
     rest_ts: list[Any] = []
@@ -35,65 +65,112 @@ def tumbling_batch(
         if ts is not None and ts > MIN_LONG_VALUE:
             start = ts - (ts - offset + size) % size
             if start + size - 1 > wm:
-                g = groups.get(start)
-                if g is None:
-                    g = groups[start] = {}
+                per_key = groups.get(start)
+                if per_key is None:
+                    per_key = groups[start] = {}
                 key = rec[1]
-                vals = g.get(key)
-                if vals is None:
-                    g[key] = [rec[0], rec[2]]
+                if key in per_key:
+                    per_key[key].append(rec[2])
                 else:
-                    vals.append(rec[2])
+                    per_key[key] = [rec[0], rec[2]]
                 continue
         rest.append(rec)
         rest_ts.append(ts)
-    if groups:
-        set_key = self.backend.set_current_key
-        ws = self.window_state
-        # one state access per (key, window): a window's state is of a kind that adds many
-        # values at once (MERGING_KINDS, checked when the operator is made)
-        add_many = cast(BulkAddingState, ws).add_many
-        register = self.timers.register_event_time_timer
-        lateness = self.allowed_lateness
-        for start, per_key in groups.items():
-            window = TimeWindow(start, start + size)
-            max_ts = start + size - 1
-            cleanup = min(max_ts + lateness, MAX_LONG_VALUE)
-            ws.set_current_namespace(window)
-            for key, vals in per_key.items():
-                set_key(key, vals[0])
-                add_many(vals[1:])
-                register(window, max_ts)
-                if cleanup != max_ts and cleanup < MAX_LONG_VALUE:
-                    register(window, cleanup)
+    _add_groups(self, list(groups.items()))
     return rest, rest_ts
 
 
-def on_tumbling_timer(
-    self: Any, timer: Any, event: bool, out: list[Any], out_ts: list[Any]
-) -> None:
-    """``_on_timer`` for tumbling event-time windows with the default trigger.
-
-    ``EventTimeTrigger`` registers only the timer at ``max_timestamp`` and fires
-    on it; the cleanup timer is ``max_timestamp + allowed_lateness``. At
-    cleanup the trigger's only timer has fired already (timers fire in
-    order), so clearing the trigger deletes nothing and is skipped.
-    """
-    window = timer.namespace
-    t = timer.timestamp
-    max_ts = window.end - 1
+def _add_groups(self: Any, groups: list[tuple[int, dict[Any, list[Any]]]]) -> None:
+    """Add each (window start, key)'s values to its window and register its timers."""
+    if not groups:
+        return
+    size = self.assigner._size
+    backend = self.backend
+    set_key = backend.set_current_key
+    # the key is set without a call per (key, window) where the backend allows it
+    first, n = backend.shuffled_key_slots() or (0, -1)
+    current = backend.current
     ws = self.window_state
-    if t == max_ts:
-        self._fire(timer.key, window, window, out, out_ts)
-        if self.window_function.kind in ("process", "process_all"):
-            ws.set_current_namespace(window)  # the user function may have used state
-    else:
+    # one state access per (key, window): a window's state is of a kind that adds many
+    # values at once (MERGING_KINDS, checked when the operator is made)
+    add_many = cast(BulkAddingState, ws).add_many
+    register = self.timers.register_event_time_timers
+    lateness = self.allowed_lateness
+    for start, per_key in groups:
+        window = TimeWindow(start, start + size)
+        max_ts = start + size - 1
         ws.set_current_namespace(window)
-    if t == min(max_ts + self.allowed_lateness, MAX_LONG_VALUE):
-        ws.clear()
-        if self.window_function.kind in ("process", "process_all"):
-            self.process_ctx._window = window
-            self.window_function.clear(window, self.process_ctx)
+        for key, vals in per_key.items():
+            kgi = vals[0] - first
+            if 0 <= kgi < n:
+                current.key = key
+                current.key_group_index = kgi
+                current.key_bytes = None
+            else:
+                set_key(key, vals[0])
+            add_many(vals[1:])
+        keys = [(key, vals[0]) for key, vals in per_key.items()]
+        register(window, max_ts, keys)
+        cleanup = min(max_ts + lateness, MAX_LONG_VALUE)
+        if cleanup != max_ts and cleanup < MAX_LONG_VALUE:
+            register(window, cleanup, keys)
 
 
-# ------------------------------------------------------------------ helpers
+def fire_tumbling(self: Any, watermark: int, out: list[Any], out_ts: list[Any]) -> None:
+    """``process_watermark``'s timers for tumbling event-time windows with the default
+    trigger, a timestamp's timers at a time (their handling registers no timer).
+
+    ``EventTimeTrigger`` registers only the timer at ``max_timestamp`` and fires on
+    it; the cleanup timer is ``max_timestamp + allowed_lateness``. At cleanup the
+    trigger's only timer has fired already (timers fire in order), so clearing the
+    trigger deletes nothing and is skipped. Per timer what ``_on_timer`` does.
+    """
+    backend = self.backend
+    set_key = backend.set_current_key
+    first, n = backend.shuffled_key_slots() or (0, -1)
+    current = backend.current
+    ws = self.window_state
+    get, clear = ws.get, ws.clear
+    set_namespace = ws.set_current_namespace
+    wf = self.window_function
+    uses_state = wf.kind in ("process", "process_all")
+    is_list = self.is_list
+    process = wf.process
+    pctx = self.process_ctx
+    lateness = self.allowed_lateness
+    extend, extend_ts = out.extend, out_ts.extend
+    namespace = None
+    for t, due in self.timers.take_due_event_time_timers(watermark):
+        for key, kg, window in due:
+            kgi = kg - first
+            if 0 <= kgi < n:
+                current.key = key
+                current.key_group_index = kgi
+                current.key_bytes = None
+            else:
+                set_key(key, kg)
+            if window is not namespace or uses_state:
+                set_namespace(window)
+                namespace = window
+            max_ts = window.end - 1
+            if t == max_ts:
+                contents = get()
+                if is_list:  # list state: no elements, no call (as _fire)
+                    contents = list(contents) if contents else None
+                if contents is not None:
+                    pctx._window = window
+                    r = process(key, window, pctx, contents)
+                    if r is not None:
+                        before = len(out)
+                        try:
+                            extend(r)
+                        except TypeError:
+                            raise outputs_not_iterable(self, r) from None
+                        extend_ts([max_ts] * (len(out) - before))
+                    if uses_state:  # the user function may have used state
+                        set_namespace(window)
+            if t == min(max_ts + lateness, MAX_LONG_VALUE):
+                clear()
+                if uses_state:
+                    pctx._window = window
+                    wf.clear(window, pctx)

@@ -613,35 +613,79 @@ class _GenericTumbling(TumblingEventTimeWindows):
     """A subclass: the operator takes the generic (per-element) path for it."""
 
 
-@pytest.mark.parametrize("lateness", [0, 7])
-def test_tumbling_fast_path_equals_the_generic_path(lateness: int) -> None:
+class _CountAgg(AggregateFunction):
+    def create_accumulator(self) -> Any:
+        return 0
+
+    def add(self, value: Any, accumulator: Any) -> Any:
+        return accumulator + value[1]
+
+    def get_result(self, accumulator: Any) -> Any:
+        return accumulator
+
+    def merge(self, acc_a: Any, acc_b: Any) -> Any:
+        return acc_a + acc_b
+
+
+class _KeyWindowCount(WindowFunction):
+    def apply(self, key: Any, window: Any, inputs: Any) -> Any:
+        for c in inputs:
+            yield key, window.start, c
+
+
+class _FiringsPerWindow(ProcessWindowFunction):
+    """Counts its firings per (key, window) in per-window state; emits the elements."""
+
+    def process(self, key: Any, context: Any, elements: Any) -> Any:
+        fired = context.window_state().get_state(ValueStateDescriptor("fired", None))
+        fired.update((fired.value() or 0) + 1)
+        yield key, context.window().start, [e[1] for e in elements], fired.value()
+
+    def clear(self, context: Any) -> None:
+        context.window_state().get_state(ValueStateDescriptor("fired", None)).clear()
+
+
+#: window functions of each kind the fast path serves: reduce, aggregate with a
+#: WindowFunction, process over list contents with per-window state
+_FAST_PATH_FUNCTIONS = {
+    "reduce": lambda ws: ws.reduce(lambda a, b: (a[0], a[1] + b[1])),
+    "aggregate": lambda ws: ws.aggregate(_CountAgg(), _KeyWindowCount()),
+    "process": lambda ws: ws.process(_FiringsPerWindow()),
+}
+
+
+@pytest.mark.parametrize("function", sorted(_FAST_PATH_FUNCTIONS))
+@pytest.mark.parametrize("lateness", [0, 7, 10])
+def test_tumbling_fast_path_equals_the_generic_path(lateness: int, function: str) -> None:
+    """Same results in the same order, same late data, same state left."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
     tag = Tag("late")
 
     def configure(ws: Any) -> Any:
-        return (
-            ws.allowed_lateness(lateness)
-            .side_output_late_data(tag)
-            .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        return _FAST_PATH_FUNCTIONS[function](
+            ws.allowed_lateness(lateness).side_output_late_data(tag)
         )
 
-    events = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 120)), max_size=60)
+    keys = st.sampled_from(["a", "b", "c", "d", "e"])
+    events = st.lists(st.tuples(keys, st.integers(0, 120), st.integers(1, 3)), max_size=60)
 
     @settings(max_examples=40, deadline=None)
     @given(events, st.lists(st.integers(0, 130), min_size=1, max_size=6))
-    def check(evs: list[tuple[str, int]], wms: list[int]) -> None:
+    def check(evs: list[tuple[str, int, int]], wms: list[int]) -> None:
         runs = []
         for assigner in (TumblingEventTimeWindows(10, 0), _GenericTumbling(10, 0)):
             h = Harness(windowed(assigner, configure))
             assert h.op._fast_tumbling is (type(assigner) is TumblingEventTimeWindows)
             chunks = [evs[i :: len(wms)] for i in range(len(wms))]
             for chunk, wm in zip(chunks, wms, strict=True):
-                h.elements([(k, (k, 1), t) for k, t in chunk])
+                h.elements([(k, (k, n), t) for k, t, n in chunk])
                 h.watermark(wm)
+            left = h.op.timers.num_event_time_timers()
             h.watermark(1 << 40)
-            runs.append((sorted(h.out), sorted(h.side), h.op.num_late_records_dropped))
+            runs.append((h.out, h.side, h.op.num_late_records_dropped, left))
+            assert h.op.timers.num_event_time_timers() == 0
         assert runs[0] == runs[1]
 
     check()
