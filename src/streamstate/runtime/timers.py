@@ -161,9 +161,11 @@ class _TimerQueue:
         added = 0
         try:
             for key, kg in keys:
+                size = len(bucket)
                 pair = (key, namespace)
-                if pair in bucket:
-                    continue
+                bucket.setdefault(pair, kg)  # one hash of the window (a Python call), not two
+                if len(bucket) == size:
+                    continue  # registered already
                 kgi = kg - first
                 if 0 <= kgi < n:
                     current.key = key
@@ -171,8 +173,11 @@ class _TimerQueue:
                     current.key_bytes = None
                 else:
                     set_key(key, kg)
-                put(entry, True)
-                bucket[pair] = kg
+                try:
+                    put(entry, True)
+                except BaseException:
+                    del bucket[pair]  # the queue holds only timers the state holds
+                    raise
                 added += 1
         except (TypeError, KeySerializationError):
             raise StateAccessError(

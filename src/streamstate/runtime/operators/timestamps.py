@@ -8,6 +8,7 @@ the final one (end of input), as in Flink.
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 from streamstate.errors import TimestampError
@@ -19,6 +20,8 @@ from streamstate.runtime.watermarks import (
 )
 
 __all__ = ["TimestampsAndWatermarksOperator"]
+
+_INT_ONLY = frozenset({int})
 
 
 class TimestampsAndWatermarksOperator(StreamOperator):
@@ -42,8 +45,17 @@ class TimestampsAndWatermarksOperator(StreamOperator):
             if timestamps is None:
                 return [MIN_WATERMARK] * len(batch)
             return [MIN_WATERMARK if t is None else t for t in timestamps]
-        prev = timestamps if timestamps is not None else [MIN_WATERMARK] * len(batch)
-        ts = [ex(v, MIN_WATERMARK if p is None else p) for v, p in zip(batch, prev, strict=True)]
+        # map() calls the assigner without a Python frame of ours per record
+        if timestamps is None:
+            ts = list(map(ex, batch, repeat(MIN_WATERMARK, len(batch))))
+        else:
+            if len(timestamps) != len(batch):
+                raise ValueError(f"{len(batch)} records but {len(timestamps)} timestamps")
+            if None in timestamps:
+                timestamps = [MIN_WATERMARK if p is None else p for p in timestamps]
+            ts = list(map(ex, batch, timestamps))
+        if set(map(type, ts)) <= _INT_ONLY:
+            return ts
         for t in ts:
             if type(t) is not int:
                 raise TimestampError(

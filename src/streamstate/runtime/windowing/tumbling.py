@@ -169,7 +169,7 @@ def fire_tumbling(self: Any, watermark: int, out: list[Any], out_ts: list[Any]) 
                         extend_ts([max_ts] * (len(out) - before))
                     if uses_state:  # the user function may have used state
                         set_namespace(window)
-            if t == min(max_ts + lateness, MAX_LONG_VALUE):
+            if t == max_ts + lateness or t == MAX_LONG_VALUE:  # the cleanup timer
                 clear()
                 if uses_state:
                     pctx._window = window
