@@ -35,6 +35,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Iterable, Iterator
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from streamstate.api.state import MapStateDescriptor
@@ -282,8 +283,8 @@ class _TimerQueue:
         return out
 
 
-def _by_key_group(item: tuple[tuple[Any, Any], int]) -> int:
-    return item[1]
+#: the sort key of a bucket's ``((key, namespace), key group)`` items (C: no call per item)
+_by_key_group = itemgetter(1)
 
 
 class InternalTimerService:
