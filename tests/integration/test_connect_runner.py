@@ -175,3 +175,44 @@ def _env_of_no_session(url: str):
 
     remote = {"execution.runner": "spark", "spark.remote": url}
     return envs.make_env(max_records=20, restarts=3, conf=remote)
+
+
+def test_one_exit_hook_closes_the_owned_sessions_left_open(connect_server, monkeypatch):
+    """Sessions jobs made for themselves wait for their stopping thread in ONE registry
+    with ONE exit hook, moved to the top of the exit stack at each registration (exit
+    hooks run last-registered first: it must run before the exit hook of the newest
+    client): a stopped session leaves the registry, and the hook closes the clients of
+    those left open, without an RPC."""
+    import atexit
+
+    from streamstate.spark import dataframe_runner
+    from streamstate.spark.dataframe_runner import _OwnedSessions
+    from streamstate.spark.session import connect_session
+
+    stack: list = []  # the exit hooks registered through the module, in order
+
+    def unregister(fn):
+        stack[:] = [f for f in stack if f != fn]
+
+    owned = _OwnedSessions()
+    first, second, third = (connect_session(connect_server.url) for _ in range(3))
+    monkeypatch.setattr(dataframe_runner.atexit, "register", stack.append)
+    monkeypatch.setattr(dataframe_runner.atexit, "unregister", unregister)
+    try:
+        stack.append(first.client._on_exit)  # as if pyspark's hooks were in the same stack
+        owned.add(first)
+        stack.append(second.client._on_exit)
+        owned.add(second)
+        owned.add(third)
+        assert stack == [first.client._on_exit, second.client._on_exit, owned.close_open]
+        owned.stop(second)
+        assert second.is_stopped
+        assert owned.open_sessions() == [first, third]
+        owned.close_open()
+        assert owned.open_sessions() == []
+        assert first.client.is_closed and third.client.is_closed
+    finally:
+        monkeypatch.undo()
+        atexit.unregister(owned.close_open)
+        for session in (first, second, third):
+            session.stop()

@@ -334,11 +334,8 @@ class DataFrameEpochRunner(EpochRunner):
             )
             if not _AT_EXIT:
                 _AT_EXIT.append(atexit.register(join_host_stoppers, 10.0))
-            if own is not None:
-                # registered after the session's client, so run before its own exit hook
-                # (pyspark's, which retries its cleanup RPC for minutes once the server is
-                # gone): should the thread not finish, the client is closed without an RPC
-                atexit.register(_close_at_exit, own)
+            if own is not None:  # should the thread not finish, closed at exit
+                _OWNED_SESSIONS.add(own)
             t.start()
             _STOPPERS.append(t)
         elif own is not None:
@@ -368,15 +365,54 @@ def _stop_session(session: Any) -> None:
         log.debug("stopping the job's Spark Connect session failed: %s", e)
 
 
-def _close_at_exit(session: Any) -> None:
-    """At exit: let the hosts' stopper threads finish (bounded), then close the session's
-    client if it is still open (no RPC: the server may be gone already)."""
-    join_host_stoppers(10.0)
-    if not session.is_stopped:
-        try:
-            session.client.close()
-        except Exception as e:  # noqa: BLE001 - the process is exiting
-            log.debug("closing the job's Spark Connect client failed: %s", e)
+class _OwnedSessions:
+    """The sessions jobs made for themselves whose stopping thread has not stopped them
+    yet; ONE exit hook closes those left open (their clients, without an RPC: the server
+    may be gone), once the hosts' stopper threads finished (bounded). An entry leaves the
+    registry when its session is stopped, so a process running many jobs holds neither a
+    hook nor a session per job."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, Any] = {}  # id(session) -> session
+        self._lock = threading.Lock()
+
+    def add(self, session: Any) -> None:
+        with self._lock:
+            self._open[id(session)] = session
+        # moved to the top each time: exit hooks run last-registered first, and this one
+        # must run before the exit hook of every owned session's client (pyspark's,
+        # registered when the client was made), which retries its cleanup RPC for
+        # minutes once the server is gone
+        atexit.unregister(self.close_open)
+        atexit.register(self.close_open)
+
+    def stop(self, session: Any) -> None:
+        """Stop ``session`` and forget it."""
+        _stop_session(session)
+        with self._lock:
+            self._open.pop(id(session), None)
+
+    def open_sessions(self) -> list[Any]:
+        with self._lock:
+            return list(self._open.values())
+
+    def close_open(self) -> None:
+        """At exit: let the hosts' stopper threads finish (bounded), then close the client
+        of every owned session still open."""
+        join_host_stoppers(10.0)
+        with self._lock:
+            sessions = list(self._open.values())
+            self._open.clear()
+        for session in sessions:
+            if session.is_stopped:
+                continue
+            try:
+                session.client.close()
+            except Exception as e:  # noqa: BLE001 - the process is exiting
+                log.debug("closing the job's Spark Connect client failed: %s", e)
+
+
+_OWNED_SESSIONS = _OwnedSessions()
 
 
 def _stop_hosts_job(spark: Any, job_id: str, own: Any = None) -> None:
@@ -392,4 +428,4 @@ def _stop_hosts_job(spark: Any, job_id: str, own: Any = None) -> None:
     except Exception as e:  # noqa: BLE001 - the job is over; hosts also time out
         log.debug("stopping the subtask hosts failed: %s", e)
     if own is not None:
-        _stop_session(own)
+        _OWNED_SESSIONS.stop(own)
