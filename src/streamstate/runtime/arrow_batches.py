@@ -14,9 +14,11 @@ the encoding is one row per output with the columns of :data:`ROUTED_FIELDS`:
 
 Batches are cut at :data:`BATCH_ROWS` rows or :data:`BATCH_BYTES` payload bytes, so a
 large epoch streams instead of building one huge batch. A row with an empty payload is a
-**tick** (:func:`tick_rows`): it carries nothing but its target, so that a receiver learns
-which subtask it is even when no record came for it (an engine's partition number need
-not be the subtask's: e.g. Spark numbers a union's partitions across its inputs).
+**tick**: it carries nothing but its target, so that a receiver learns which subtask it is
+even when no record came for it (an engine's partition number need not be the subtask's:
+e.g. Spark numbers a union's partitions across its inputs). The senders of a stage send
+its ticks (:func:`tick_targets`: every receiver gets one from exactly one sender), so the
+exchange needs no input of its own for them.
 Decoding checks that every row of one receiver has the same target: rows of two targets
 in one partition are a :class:`MisroutedRecordError` naming both, never a record
 processed by the wrong subtask. pyarrow only, no pyspark.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from typing import Any
 
 from streamstate.errors import StreamStateError
@@ -39,7 +42,7 @@ __all__ = [
     "decode_routed",
     "encode_routed",
     "routed_schema",
-    "tick_rows",
+    "tick_targets",
 ]
 
 #: the columns, in order, as (name, Spark SQL type)
@@ -70,8 +73,10 @@ def encode_routed(
     outputs: Iterable[tuple[int, int, Any]],
     route: Callable[[int, int], int],
     large_binary: bool = False,
+    ticks: Iterable[tuple[int, int]] = (),
 ) -> Iterator[Any]:
-    """Record batches of ``outputs``; ``route(dest, target)`` gives each row's route."""
+    """Record batches of ``outputs``, then a tick row for every ``(dest, target)`` of
+    ``ticks``; ``route(dest, target)`` gives each row's route."""
     import pyarrow as pa
 
     schema = routed_schema(large_binary)
@@ -92,8 +97,8 @@ def encode_routed(
             schema=schema,
         )
 
-    for dest, target, payload in outputs:
-        blob = pickle.dumps(payload, protocol=5)
+    rows = ((dest, target, pickle.dumps(payload, protocol=5)) for dest, target, payload in outputs)
+    for dest, target, blob in chain(rows, ((dest, target, b"") for dest, target in ticks)):
         dests.append(dest)
         targets.append(target)
         routes.append(route(dest, target))
@@ -106,11 +111,15 @@ def encode_routed(
         yield batch()
 
 
-def tick_rows(
-    dest: int, parallelism: int, route: Callable[[int, int], int]
-) -> list[tuple[Any, ...]]:
-    """One tick row ``(dest, target, route, b"")`` for every subtask of stage ``dest``."""
-    return [(dest, target, route(dest, target), b"") for target in range(parallelism)]
+def tick_targets(
+    sender: int, senders: int, receivers: Iterable[tuple[int, int]]
+) -> Iterator[tuple[int, int]]:
+    """The ticks subtask ``sender`` of ``senders`` sends: ``(dest, target)`` for each
+    ``(dest, parallelism)`` of ``receivers`` and each of its subtasks ``target`` with
+    ``target % senders == sender``, so that the senders together tick every receiver once."""
+    for dest, parallelism in receivers:
+        for target in range(sender, parallelism, senders):
+            yield dest, target
 
 
 def decode_routed(batches: Iterable[Any]) -> tuple[int | None, list[tuple[int, Any]]]:

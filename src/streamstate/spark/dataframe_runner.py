@@ -6,13 +6,15 @@ and no RDD API, so this runner builds each epoch as a DataFrame plan:
 * a **source stage** is ``spark.range(p, numPartitions=p).mapInArrow(subtask)``: partition
   ``i`` holds the single row ``i``, and the subtask function runs subtask ``i``;
 * a **downstream stage** is the union of its upstream stages' rows for it
-  (``filter(dest == stage)``) and one *tick* row per subtask, ``repartition(p, "route")``,
-  ``mapInArrow(subtask)``. Every row carries a *route*, an int whose Spark hash lands on
-  its target subtask's partition (``routing.py``), so the exchange delivers each record
-  to exactly its subtask. A task learns its subtask from its rows' target (the tick makes
-  sure one comes), not from the Spark partition id, which counts across a union's inputs
-  when Spark runs two stages' tasks in one Spark stage; rows of two targets in one task
-  fail the epoch. An exchange with an explicit partition count is never coalesced by
+  (``filter(dest == stage)``), ``repartition(p, "route")``, ``mapInArrow(subtask)``. Every
+  row carries a *route*, an int whose Spark hash lands on its target subtask's partition
+  (``routing.py``), so the exchange delivers each record to exactly its subtask. A task
+  learns its subtask from its rows' target, not from the Spark partition id, which counts
+  across a union's inputs when Spark runs two stages' tasks in one Spark stage; rows of two
+  targets in one task fail the epoch. The subtasks of a stage's first upstream stage send
+  it one *tick* row per subtask (``arrow_batches.tick_targets``) after their records, so
+  that a row comes even when no record does: the exchange has no input of its own for them
+  (a local relation of ticks would add tasks to every map stage). An exchange with an explicit partition count is never coalesced by
   adaptive execution;
 * the rows are Arrow record batches of ``(dest, target, route, payload)``
   (``runtime/arrow_batches.py``); leaf stages emit their acks (and the acks forwarded to
@@ -43,7 +45,7 @@ from streamstate.runtime.arrow_batches import (
     ROUTED_FIELDS,
     decode_routed,
     encode_routed,
-    tick_rows,
+    tick_targets,
 )
 from streamstate.runtime.epoch_runner import EpochRunner
 from streamstate.runtime.gc_pause import freeze_survivors, gc_paused
@@ -103,11 +105,13 @@ def _run_subtask(
     hosted: float | None,
     source: bool,
     large_binary: bool,
+    ticks: tuple[int, tuple[tuple[int, int], ...]],
     batches: Any,
 ) -> Any:
     """The ``mapInArrow`` function of a stage: runs the subtask its rows name (a source's
     one ``range`` row is its index; a downstream stage's rows carry their target, and its
-    tick row makes sure one comes even when no record does)."""
+    tick row makes sure one comes even when no record does). ``ticks``: this stage's
+    parallelism and the ``(stage, parallelism)`` it sends ticks to."""
     freeze_survivors()  # the daemon's gc.collect() after the task skips them (gc_pause.py)
     items: list[tuple[int, Any]] = []
     if source:
@@ -129,7 +133,10 @@ def _run_subtask(
     else:
         with gc_paused():  # the whole epoch here, not as Spark pulls it (runtime/gc_pause.py)
             outputs = list(run_stage_partition(blob, meta, spec, index, items, executor))
-    yield from encode_routed(outputs, _router(meta), large_binary)
+    senders, receivers = ticks
+    yield from encode_routed(
+        outputs, _router(meta), large_binary, tick_targets(index, senders, receivers)
+    )
 
 
 def _routed_struct() -> Any:
@@ -170,6 +177,14 @@ def _known_schema(frame: Any, schema: Any) -> Any:
     return frame
 
 
+def _ticked(stage: Any, stages: dict[int, Any]) -> tuple[tuple[int, int], ...]:
+    """The ``(stage id, parallelism)`` of the stages ``stage`` sends ticks to: those whose
+    first upstream stage it is."""
+    return tuple(
+        (d, stages[d].parallelism) for d in stage.downstream if stages[d].upstream[0] == stage.id
+    )
+
+
 def _stop_hosts_batches(job_id: str, batches: Any) -> Any:
     import pyarrow as pa
 
@@ -197,8 +212,6 @@ class DataFrameEpochRunner(EpochRunner):
         self._hosted = _hosted(configuration)
         self._large_binary = False
         self._artifacts: str | None = None
-        #: stage id -> its tick rows' DataFrame (built once per job and parallelism)
-        self._ticks: dict[int, Any] = {}
         #: rescales so far (names the large specs' artifacts apart)
         self._spec_generation = 0
         #: gives a classic session its Spark console progress bar back when the job ends
@@ -231,7 +244,6 @@ class DataFrameEpochRunner(EpochRunner):
         """The plan was rescaled (runtime/rescale.py): its new stage specs (a large one
         under a new artifact name: a session's artifacts cannot be replaced) and tick rows
         at the new parallelism."""
-        self._ticks = {}
         self._spec_generation += 1
         self._ship_specs(job_id, specs)
 
@@ -266,6 +278,7 @@ class DataFrameEpochRunner(EpochRunner):
         spark = self.spark
         routed = self._routed
         meta = {s.id: (s.parallelism, s.max_parallelism) for s in plan.stages}
+        stages = {s.id: s for s in plan.stages}
         frames: dict[int, Any] = {}
         persisted = []
         for st in plan.stages:
@@ -280,12 +293,7 @@ class DataFrameEpochRunner(EpochRunner):
                 # SQL text, not pyspark.sql.functions: those build classic or Connect columns
                 # by the process's mode, not by the session's
                 ups = [frames[u].filter(f"dest = {st.id}") for u in st.upstream]
-                ticks = self._ticks.get(st.id)
-                if ticks is None:  # the same rows every epoch: one local relation per job
-                    ticks = self._ticks[st.id] = spark.createDataFrame(
-                        tick_rows(st.id, st.parallelism, _router(meta)), routed
-                    )
-                union = _known_schema(reduce(lambda a, b: a.unionAll(b), [*ups, ticks]), routed)
+                union = _known_schema(reduce(lambda a, b: a.unionAll(b), ups), routed)
                 base = union.repartition(st.parallelism, "route")
                 hosted = self._hosted
             fn = partial(
@@ -296,6 +304,7 @@ class DataFrameEpochRunner(EpochRunner):
                 hosted,
                 st.is_source,
                 self._large_binary,
+                (st.parallelism, _ticked(st, stages)),
             )
             out = base.mapInArrow(fn, routed)
             if len(st.downstream) > 1:
@@ -341,7 +350,6 @@ class DataFrameEpochRunner(EpochRunner):
         elif own is not None:
             _stop_session(own)
         self._job_id = None
-        self._ticks = {}
         if (
             self._artifacts is not None
             and self.spark is not None

@@ -14,7 +14,7 @@ from streamstate.runtime.arrow_batches import (
     decode_routed,
     encode_routed,
     routed_schema,
-    tick_rows,
+    tick_targets,
 )
 from streamstate.runtime.protocol import DRIVER
 from streamstate.runtime.shuffle import ACK, DATA
@@ -57,16 +57,23 @@ def test_round_trip_keeps_every_output_in_order():
 
 
 def test_a_tick_names_the_subtask_and_carries_nothing():
-    import pyarrow as pa
-
-    ticks = tick_rows(3, 4, lambda dest, target: route_of(4, target))
-    assert [t[:3] for t in ticks] == [(3, t, route_of(4, t)) for t in range(4)]
-    cols = list(zip(*ticks, strict=True))
-    batch = pa.RecordBatch.from_arrays(
-        [pa.array(cols[i], f.type) for i, f in enumerate(routed_schema())], schema=routed_schema()
+    outputs = [(3, 1, (DATA, 1, 0, 0, b"x", 0))]
+    (batch,) = encode_routed(
+        outputs, lambda dest, target: route_of(4, target), ticks=[(3, 1), (5, 0)]
     )
+    assert batch.column(0).to_pylist() == [3, 3, 5]
+    assert batch.column(2).to_pylist() == [route_of(4, 1)] * 2 + [route_of(4, 0)]
+    assert batch.column(3).to_pylist()[1:] == [b"", b""]
+    assert decode_routed([batch.slice(0, 2)]) == (1, [(1, outputs[0][2])])
     assert decode_routed([batch.slice(1, 1)]) == (1, [])
     assert decode_routed([]) == (None, [])
+
+
+@pytest.mark.parametrize("senders", [1, 2, 3, 5])
+def test_the_senders_tick_every_receiver_once(senders):
+    receivers = [(3, 4), (7, 1), (9, 6)]
+    sent = [t for sender in range(senders) for t in tick_targets(sender, senders, receivers)]
+    assert sorted(sent) == sorted((d, t) for d, p in receivers for t in range(p))
 
 
 def test_batches_are_cut_by_rows_and_bytes(monkeypatch):
