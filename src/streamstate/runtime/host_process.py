@@ -50,6 +50,7 @@ from streamstate.runtime.gc_pause import gc_paused
 from streamstate.runtime.host_owner import this_owner
 from streamstate.runtime.job_end import end_job
 from streamstate.runtime.runtime_dir import remove_empty
+from streamstate.runtime.spent import release, release_after_reply
 from streamstate.runtime.subtask_host import authkey
 
 __all__ = ["PREWARM", "ZYGOTE_IDLE_S"]
@@ -92,6 +93,7 @@ class _Host:
         PROCESS.query_host_starter = functools.partial(
             ensure_query_host, idle_timeout_s=self.idle_timeout_s
         )
+        release_after_reply()  # _run releases an epoch's spent input after its reply
         listener = Listener(self.path, family="AF_UNIX", authkey=authkey(self.job_id))
         os.chmod(self.path, 0o600)
         threading.Thread(target=self._watchdog, daemon=True).start()
@@ -184,6 +186,7 @@ class _Host:
                     reply = ("err", _picklable(e), traceback.format_exc())
                 conn.send(reply)
             finally:
+                release()  # the epoch's spent input, freed once the worker has its reply
                 self.last = time.monotonic()
 
 

@@ -20,6 +20,7 @@ from streamstate.runtime.graph import Stage
 from streamstate.runtime.protocol import EpochSpec, StageTaskSpec, SubtaskAck
 from streamstate.runtime.shuffle import decode_input
 from streamstate.runtime.sliced_read import read_in_slices, reads_in_slices
+from streamstate.runtime.spent import keep
 from streamstate.runtime.watermarks import ChannelWatermark
 from streamstate.runtime.worker.chain import OperatorChain
 from streamstate.runtime.worker.instance import SubtaskInstance
@@ -108,6 +109,7 @@ def _read_source(ctx: InputContext) -> EpochInput:
         return EpochInput(progress)
     records, progress = stage.source.read(ctx.assignment, spec.source_budget)
     ctx.chain.push_heads(records)
+    keep(records)  # freed after the reply where a process releases (spent.py), else now
     return EpochInput(progress)
 
 
@@ -124,6 +126,7 @@ def _read_source_function(ctx: InputContext) -> EpochInput:
     reader = epoch_reader(ctx.spec.stage, ctx.inst)
     records, progress = reader.read_epoch(ctx.assignment, ctx.spec.source_budget)
     ctx.chain.push_heads(records, reader.epoch_timestamps)
+    keep(records)
     return EpochInput(progress)
 
 
@@ -139,6 +142,7 @@ def _read_shuffled(ctx: InputContext) -> EpochInput:
                     link.push(inputs[side], stamps[side], side)
         else:
             link.push(inputs[0], stamps[0])
+    keep(inputs)  # freed after the reply where a process releases (spent.py), else now
     return EpochInput(None, forwarded, channels)
 
 
