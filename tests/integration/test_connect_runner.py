@@ -156,9 +156,12 @@ def test_a_job_stops_the_connect_session_it_made_and_to_dataframe_keeps_one(
     assert len(made) == 1 and made[0].is_stopped
 
     env = _env_of_no_session(connect_server.url)
-    frame = env.from_collection(data).key_by(lambda v: v[0]).reduce(
-        lambda a, b: (a[0], a[1] + b[1])
-    ).to_dataframe()
+    frame = (
+        env.from_collection(data)
+        .key_by(lambda v: v[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .to_dataframe()
+    )
     join_host_stoppers()
     try:
         assert len(made) == 2 and not made[1].is_stopped
@@ -216,3 +219,29 @@ def test_one_exit_hook_closes_the_owned_sessions_left_open(connect_server, monke
         atexit.unregister(owned.close_open)
         for session in (first, second, third):
             session.stop()
+
+
+def test_a_connect_job_sends_the_same_plan_every_epoch(connect_spark, monkeypatch):
+    """The epochs of a Connect job send one plan, byte for byte (the epoch's specs travel
+    in a session setting that Spark hands every task, not in the plan's functions), so the
+    server's plan cache skips its analysis; the setting is gone when the job ends."""
+    from pyspark.sql.connect.dataframe import DataFrame
+
+    sent: list[bytes] = []
+    collect = DataFrame.collect
+
+    def recorded(frame):
+        sent.append(frame._plan.to_proto(frame._session.client).SerializeToString())
+        return collect(frame)
+
+    monkeypatch.setattr(DataFrame, "collect", recorded)
+    data = records(60, 7)
+    env = make_env(connect_spark, epoch_records=10)
+    sink = count_job(env, data)
+    job_id = env.execute("same-plan").get_job_id()
+    monkeypatch.undo()
+    assert final_counts(sink.get_results()) == dict(Counter(k for k, _ in data))
+    epochs = [plan for plan in sent if b"_run_subtask" in plan]
+    assert len(epochs) >= 3
+    assert len(set(epochs)) == 1
+    assert connect_spark.conf.get(f"spark.streamstate.epoch-specs.{job_id}", None) is None

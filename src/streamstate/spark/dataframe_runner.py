@@ -32,13 +32,14 @@ another executor is rebuilt from its lineage).
 from __future__ import annotations
 
 import atexit
+import base64
 import logging
 import os
 import pickle
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial, reduce
+from functools import lru_cache, partial, reduce
 from typing import Any
 
 from streamstate.runtime.arrow_batches import (
@@ -101,7 +102,7 @@ def _router(meta: dict[int, tuple[int, int]]) -> Any:
 def _run_subtask(
     blob: Any,
     meta: dict[int, tuple[int, int]],
-    spec: EpochSpec,
+    spec_at: tuple[str, int],
     hosted: float | None,
     source: bool,
     large_binary: bool,
@@ -110,9 +111,11 @@ def _run_subtask(
 ) -> Any:
     """The ``mapInArrow`` function of a stage: runs the subtask its rows name (a source's
     one ``range`` row is its index; a downstream stage's rows carry their target, and its
-    tick row makes sure one comes even when no record does). ``ticks``: this stage's
-    parallelism and the ``(stage, parallelism)`` it sends ticks to."""
+    tick row makes sure one comes even when no record does). ``spec_at``: the session
+    setting that holds the epoch's specs and this stage's id (:func:`_task_epoch_spec`);
+    ``ticks``: this stage's parallelism and the ``(stage, parallelism)`` it sends ticks to."""
     freeze_survivors()  # the daemon's gc.collect() after the task skips them (gc_pause.py)
+    spec = _task_epoch_spec(*spec_at)
     items: list[tuple[int, Any]] = []
     if source:
         ids = [i for b in batches for i in b.column(0).to_pylist()]
@@ -137,6 +140,37 @@ def _run_subtask(
     yield from encode_routed(
         outputs, _router(meta), large_binary, tick_targets(index, senders, receivers)
     )
+
+
+def _spec_setting(job_id: str) -> str:
+    """The session setting that carries a job's epoch specs to its tasks."""
+    return f"spark.streamstate.epoch-specs.{job_id}"
+
+
+def _encode_specs(epoch_specs: dict[int, EpochSpec]) -> str:
+    return base64.b64encode(pickle.dumps(epoch_specs, protocol=5)).decode("ascii")
+
+
+@lru_cache(maxsize=4)
+def _decode_specs(value: str) -> dict[int, EpochSpec]:
+    specs: dict[int, EpochSpec] = pickle.loads(base64.b64decode(value))
+    return specs
+
+
+def _task_epoch_spec(setting: str, stage: int) -> EpochSpec:
+    """The epoch spec of ``stage``, read in a task: Spark propagates the session's
+    ``spark.*`` settings to every task of a SQL execution as local properties
+    (``SQLExecution.withSQLConfPropagated``), on a cluster as locally."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    value = None if context is None else context.getLocalProperty(setting)
+    if value is None:
+        raise RuntimeError(
+            f"the task found no epoch specs in its local property {setting!r}: the "
+            f"session's settings did not reach the task (a SQL execution propagates them)"
+        )
+    return _decode_specs(value)[stage]
 
 
 def _routed_struct() -> Any:
@@ -217,6 +251,13 @@ class DataFrameEpochRunner(EpochRunner):
         #: gives a classic session its Spark console progress bar back when the job ends
         self._resume_console_progress: Callable[[], None] | None = None
         self._routed = _routed_struct()
+        #: Spark Connect: the epoch's DataFrame plan (the leaves' union, the stages to
+        #: persist) and the ExecutionPlan it was built for. The same DataFrame every epoch
+        #: sends the same plan, byte for byte (the specs travel in a session setting), so
+        #: the server's plan cache (``spark.connect.session.planCache.*``) skips its
+        #: analysis. A classic DataFrame would reuse its executed plan, shuffle output
+        #: included: it is built anew every epoch
+        self._frames: tuple[ExecutionPlan, Any, list[Any]] | None = None
 
     def describe(self) -> str:
         if self.spark is None:
@@ -244,6 +285,7 @@ class DataFrameEpochRunner(EpochRunner):
         """The plan was rescaled (runtime/rescale.py): its new stage specs (a large one
         under a new artifact name: a session's artifacts cannot be replaced) and tick rows
         at the new parallelism."""
+        self._frames = None
         self._spec_generation += 1
         self._ship_specs(job_id, specs)
 
@@ -273,6 +315,38 @@ class DataFrameEpochRunner(EpochRunner):
 
     def run_epoch(self, plan: ExecutionPlan, epoch_specs: dict[int, EpochSpec]) -> list[SubtaskAck]:
         from pyspark import StorageLevel
+
+        assert self._job_id is not None, "run_epoch before start"
+        setting = _spec_setting(self._job_id)
+        self.spark.conf.set(setting, _encode_specs(epoch_specs))
+        if self._frames is not None and self._frames[0] is plan:
+            _, final, persisted = self._frames
+            for frame in persisted:
+                frame.persist(StorageLevel.MEMORY_AND_DISK)
+        else:
+            final, persisted = self._epoch_frames(plan, setting)
+            if is_connect_session(self.spark):
+                self._frames = (plan, final, persisted)
+        try:
+            # collect, not toArrow: toArrow asks the server for the plan's schema first
+            # (an analysis of the whole epoch's plan); collect takes it from the result
+            rows = final.collect()
+        except Exception as e:  # noqa: BLE001
+            raise translate_spark_error(e) from None
+        finally:
+            for frame in persisted:
+                frame.unpersist()
+        # each row is a pickled (ACK, pickled SubtaskAck) payload (worker/ack.emit)
+        acks = [pickle.loads(pickle.loads(row.payload)[1]) for row in rows]
+        hostless = {s.id for s in plan.stages if _hostless(s)}
+        if hostless:  # nothing to find in place: not counted as hits or misses
+            acks = [replace(a, cache_hit=None) if a.stage in hostless else a for a in acks]
+        return acks
+
+    def _epoch_frames(self, plan: ExecutionPlan, setting: str) -> tuple[Any, list[Any]]:
+        """The DataFrame of an epoch of ``plan`` (the union of its leaves' acks) and the
+        stages it persists (read by more than one stage: their stateful tasks run once)."""
+        from pyspark import StorageLevel
         from pyspark.sql.types import LongType, StructField, StructType
 
         spark = self.spark
@@ -282,7 +356,6 @@ class DataFrameEpochRunner(EpochRunner):
         frames: dict[int, Any] = {}
         persisted = []
         for st in plan.stages:
-            spec = epoch_specs[st.id]
             if st.is_source:
                 base = _known_schema(
                     spark.range(st.parallelism, numPartitions=st.parallelism),
@@ -300,7 +373,7 @@ class DataFrameEpochRunner(EpochRunner):
                 _run_subtask,
                 self.blobs[st.id],
                 meta,
-                spec,
+                (setting, st.id),
                 hosted,
                 st.is_source,
                 self._large_binary,
@@ -312,25 +385,17 @@ class DataFrameEpochRunner(EpochRunner):
                 persisted.append(out)
             frames[st.id] = out
         leaves = [frames[s.id].select("payload") for s in plan.leaves]
-        final = reduce(lambda a, b: a.unionAll(b), leaves)
-        try:
-            # collect, not toArrow: toArrow asks the server for the plan's schema first
-            # (an analysis of the whole epoch's plan); collect takes it from the result
-            rows = final.collect()
-        except Exception as e:  # noqa: BLE001
-            raise translate_spark_error(e) from None
-        finally:
-            for frame in persisted:
-                frame.unpersist()
-        # each row is a pickled (ACK, pickled SubtaskAck) payload (worker/ack.emit)
-        acks = [pickle.loads(pickle.loads(row.payload)[1]) for row in rows]
-        hostless = {s.id for s in plan.stages if _hostless(s)}
-        if hostless:  # nothing to find in place: not counted as hits or misses
-            acks = [replace(a, cache_hit=None) if a.stage in hostless else a for a in acks]
-        return acks
+        return reduce(lambda a, b: a.unionAll(b), leaves), persisted
 
     def stop(self) -> None:
         own = self.spark if self._owns_session else None
+        if own is None and self._job_id is not None and self.spark is not None:
+            # a session the job does not own outlives it: its settings go to every task of
+            # every later SQL execution (the job's own session is released at its end)
+            try:
+                self.spark.conf.unset(_spec_setting(self._job_id))
+            except Exception as e:  # noqa: BLE001 - best effort; the setting is inert
+                log.debug("removing the job's epoch specs setting failed: %s", e)
         self._owns_session = False  # stopped once (stop() may be called again after a failure)
         if self._hosted is not None and self._job_id is not None and self.spark is not None:
             # best effort, off the job's critical path (as the classic runner's stop); the
@@ -350,6 +415,7 @@ class DataFrameEpochRunner(EpochRunner):
         elif own is not None:
             _stop_session(own)
         self._job_id = None
+        self._frames = None
         if (
             self._artifacts is not None
             and self.spark is not None
