@@ -12,7 +12,9 @@ a running count per key in ``ValueState`` on the heap backend. Reported:
 ``--runners`` runs streamstate on several epoch runners in the same run: ``rdd`` (the
 classic runner), ``dataframe`` (the DataFrame runner on the same classic session) and
 ``connect`` (the DataFrame runner on a Spark Connect server, ``local[2]``, that the
-benchmark starts and stops); the first one named is the base of the runner ratios.
+benchmark starts and stops); the first one named is the base of the runner ratios. The
+runners take turns within each cell, run after run, so a shared machine's changing load
+meets them alike.
 
 ``--state-backend hashmap rocksdb`` measures both backends in the same run, interleaved
 cell by cell (1 epoch: heap, RocksDB; 10 epochs: heap, RocksDB), and reports RocksDB
@@ -118,15 +120,6 @@ def _previous_job_cleaned_up() -> None:
     join_host_stoppers()
 
 
-def best_of(repeat: int, fn: Any) -> tuple[float, dict[str, Any]]:
-    best: tuple[float, dict[str, Any]] = (0.0, {})
-    for _ in range(repeat):
-        r = fn()
-        if r[0] > best[0]:
-            best = r
-    return best
-
-
 _BACKEND_NAMES = {"hashmap": "heap", "rocksdb": "RocksDB"}
 
 
@@ -137,48 +130,62 @@ def _backend_label(backends: list[str], backend: str) -> str:
 
 def _measure(
     args: Any,
-    spark: Any,
+    sessions: dict[str, Any],
     data: list[Any],
     rows: dict[str, dict[str, float]],
     extra: dict[str, Any],
-    runner_label: str,
 ) -> None:
-    """streamstate's rows (and extras) of one runner: 1 and 10 epochs, checkpoints off/on,
-    each state backend of ``args.state_backend`` in turn within each cell."""
+    """streamstate's rows (and extras) of every runner of ``args.runners``: 1 and 10
+    epochs, checkpoints off/on, each state backend of ``args.state_backend`` in turn within
+    each cell. Within a cell the runners take turns, run after run (the best of
+    ``--repeat`` each), so that a shared machine's changing load meets them alike."""
+    labels = {
+        runner: ("" if args.runners == ["rdd"] else f", {runner} runner") for runner in args.runners
+    }
+    kinds = [
+        ("no checkpoints", False, args.subtask_hosts),
+        ("checkpoint every epoch", True, args.subtask_hosts),
+    ]
+    if args.compare_hosts:  # the same, subtasks in the Spark workers (hosts off), same run
+        kinds.append(("checkpoint every epoch, hosts off", True, "false"))
     for epochs in (1, 10):
         for backend in args.state_backend:
             STATE_BACKEND[0] = backend
-            label = runner_label + _backend_label(args.state_backend, backend)
-            off, acc_off = best_of(
-                args.repeat, lambda e=epochs: run_streamstate(spark, data, e, False)
-            )
-            on, acc_on = best_of(
-                args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True)
-            )
-            rows.setdefault(f"streamstate (no checkpoints{label})", {})[str(epochs)] = off
-            rows.setdefault(f"streamstate (checkpoint every epoch{label})", {})[str(epochs)] = on
-            extra[f"checkpoint overhead, {epochs} epoch(s){label}"] = 1 - on / off
-            extra[f"cache hits/misses, {epochs} epoch(s), checkpointing{label}"] = (
-                acc_on.get("cache_hits"),
-                acc_on.get("cache_misses"),
-            )
-            extra[f"subtask seconds, {epochs} epoch(s), checkpointing{label}"] = {
-                k.split(".", 1)[1]: v for k, v in acc_on.items() if k.startswith("subtask-seconds.")
-            }
-            if args.compare_hosts:  # the same, subtasks in the Spark workers (hosts off), same run
-                SUBTASK_HOSTS[0] = "false"
-                plain, acc_plain = best_of(
-                    args.repeat, lambda e=epochs: run_streamstate(spark, data, e, True)
+            best: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+            for kind, checkpoint, hosts in kinds:
+                SUBTASK_HOSTS[0] = hosts
+                for _ in range(args.repeat):
+                    for runner in args.runners:
+                        RUNNER[0] = "dataframe" if runner == "connect" else runner
+                        run = run_streamstate(sessions[runner], data, epochs, checkpoint)
+                        if run[0] > best.get((runner, kind), (0.0, {}))[0]:
+                            best[runner, kind] = run
+            SUBTASK_HOSTS[0] = args.subtask_hosts
+            for runner in args.runners:
+                label = labels[runner] + _backend_label(args.state_backend, backend)
+                for kind, _checkpoint, _hosts in kinds:
+                    rows.setdefault(f"streamstate ({kind}{label})", {})[str(epochs)] = best[
+                        runner, kind
+                    ][0]
+                off = best[runner, "no checkpoints"][0]
+                on, acc_on = best[runner, "checkpoint every epoch"]
+                extra[f"checkpoint overhead, {epochs} epoch(s){label}"] = 1 - on / off
+                extra[f"cache hits/misses, {epochs} epoch(s), checkpointing{label}"] = (
+                    acc_on.get("cache_hits"),
+                    acc_on.get("cache_misses"),
                 )
-                SUBTASK_HOSTS[0] = args.subtask_hosts
-                rows.setdefault(f"streamstate (checkpoint every epoch, hosts off{label})", {})[
-                    str(epochs)
-                ] = plain
-                extra[f"hosts on / off, {epochs} epoch(s){label}"] = on / plain
-                extra[f"cache hits/misses, {epochs} epoch(s), hosts off{label}"] = (
-                    acc_plain.get("cache_hits"),
-                    acc_plain.get("cache_misses"),
-                )
+                extra[f"subtask seconds, {epochs} epoch(s), checkpointing{label}"] = {
+                    k.split(".", 1)[1]: v
+                    for k, v in acc_on.items()
+                    if k.startswith("subtask-seconds.")
+                }
+                if args.compare_hosts:
+                    plain, acc_plain = best[runner, "checkpoint every epoch, hosts off"]
+                    extra[f"hosts on / off, {epochs} epoch(s){label}"] = on / plain
+                    extra[f"cache hits/misses, {epochs} epoch(s), hosts off{label}"] = (
+                        acc_plain.get("cache_hits"),
+                        acc_plain.get("cache_misses"),
+                    )
 
 
 def _connect_session() -> tuple[Any, str]:
@@ -245,13 +252,12 @@ def main(argv: list[str] | None = None) -> None:
     if "connect" in args.runners:
         sessions["connect"], server_home = _connect_session()
     try:
+        STATE_BACKEND[0] = args.state_backend[0]
         for runner in args.runners:
             RUNNER[0] = "dataframe" if runner == "connect" else runner
-            label = "" if args.runners == ["rdd"] else f", {runner} runner"
-            STATE_BACKEND[0] = args.state_backend[0]
             if runner != "rdd":  # warm-up: this runner's workers and server
                 run_streamstate(sessions[runner], data[: min(len(data), 50_000)], 2, True)
-            _measure(args, sessions[runner], data, rows, extra, label)
+        _measure(args, sessions, data, rows, extra)
     finally:
         if server_home is not None:
             from streamstate.spark.local_server import stop_server
