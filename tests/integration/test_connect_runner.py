@@ -245,3 +245,34 @@ def test_a_connect_job_sends_the_same_plan_every_epoch(connect_spark, monkeypatc
     assert len(epochs) >= 3
     assert len(set(epochs)) == 1
     assert connect_spark.conf.get(f"spark.streamstate.epoch-specs.{job_id}", None) is None
+
+
+@pytest.mark.parametrize(
+    ("owned", "conf", "expected"),
+    [
+        (True, {}, "false"),
+        (True, {"spark.sql.adaptive.enabled": "true"}, "true"),
+        (False, {}, "true"),
+    ],
+)
+def test_a_jobs_own_session_runs_without_adaptive_execution(connect_server, owned, conf, expected):
+    """A job's own Connect session runs its epochs without adaptive execution (a second
+    Spark job per epoch, nothing to adapt), unless the job's configuration names it; a
+    session the user gave keeps the user's setting."""
+    from streamstate.common import Configuration
+    from streamstate.spark.dataframe_runner import DataFrameEpochRunner
+    from streamstate.spark.runner import join_host_stoppers
+
+    configuration = Configuration()
+    for key, value in conf.items():
+        configuration.set_string(key, value)
+    session = connect_session(connect_server.url, configuration)
+    session.conf.set("spark.sql.adaptive.enabled", "true")  # Spark's default
+    runner = DataFrameEpochRunner(session, configuration, owns_session=owned)
+    try:
+        runner.start("adaptive-test", None, {})
+        assert session.conf.get("spark.sql.adaptive.enabled") == expected
+    finally:
+        runner.stop()
+        join_host_stoppers()
+        session.stop()

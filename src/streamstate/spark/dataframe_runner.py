@@ -75,6 +75,7 @@ __all__ = ["DataFrameEpochRunner"]
 log = logging.getLogger("streamstate")
 
 _INLINE_SPEC_BYTES = 64 * 1024
+_ADAPTIVE = "spark.sql.adaptive.enabled"
 
 
 class _FileSpec:
@@ -272,6 +273,13 @@ class DataFrameEpochRunner(EpochRunner):
             self.spark = get_or_create_spark(self.configuration)
         bind_job_session(self.spark)
         connect = is_connect_session(self.spark)
+        conf = self.configuration.to_dict() if self.configuration is not None else {}
+        if self._owns_session and _ADAPTIVE not in conf:
+            # nothing in an epoch's plan for adaptive execution to adapt (its exchange has
+            # an explicit partition count), and it costs a Spark job more per epoch (the
+            # map stage's own job, then a re-planned result job). A session the user gave
+            # keeps the user's setting
+            self.spark.conf.set(_ADAPTIVE, "false")
         if not connect:  # a Connect server's bar is on the server's terminal
             self._resume_console_progress = suspend_console_progress(self.spark, self.configuration)
         files = ConnectFiles(self.spark) if connect else self.spark.sparkContext
