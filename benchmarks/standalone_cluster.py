@@ -96,16 +96,25 @@ def start_cluster(
         )
     ui_url = f"http://127.0.0.1:{ui}/json/"
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(ui_url, timeout=5) as r:
-                if json.load(r).get("aliveworkers", 0) >= workers:
-                    return master, ui_url, procs
-        except OSError:
-            pass
-        time.sleep(1)
-    stop(procs)
-    raise RuntimeError(f"the standalone cluster did not come up; logs in {work}")
+    try:
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(ui_url, timeout=5) as r:
+                    if json.load(r).get("aliveworkers", 0) >= workers:
+                        return master, ui_url, procs
+            except OSError:
+                pass
+            except ValueError as e:  # not the master's JSON: another server took the port
+                raise RuntimeError(
+                    f"{ui_url} answered with something else than the master's status (the "
+                    f"port was taken between choosing it and the master's start?); logs in "
+                    f"{work}"
+                ) from e
+            time.sleep(1)
+        raise RuntimeError(f"the standalone cluster did not come up; logs in {work}")
+    except BaseException:
+        stop(procs)  # the master and workers never outlive a start that failed
+        raise
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
