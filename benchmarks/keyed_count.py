@@ -95,7 +95,7 @@ def run_streamstate(
     env.from_collection(data).set_parallelism(readers).key_by(lambda v: v[0]).process(
         CountPerKey()
     ).uid("count").add_sink(DiscardingSink())
-    _previous_job_cleaned_up()
+    previous_job_cleaned_up()
     t0 = time.perf_counter()
     result = env.execute("keyed-count-bench")
     dt = time.perf_counter() - t0
@@ -105,7 +105,7 @@ def run_streamstate(
     return len(data) / dt, acc
 
 
-def _previous_job_cleaned_up() -> None:
+def previous_job_cleaned_up() -> None:
     """Wait for the previous job's end-of-job work: the Spark runner stops a finished job's
     subtask hosts with a small Spark job in the background after ``execute()`` returned
     (``spark/runner.py``). Started back to back, the next job's first tasks waited for its
