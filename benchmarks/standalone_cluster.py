@@ -23,8 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,12 +45,6 @@ CONFIGS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def spark_class() -> str:
     import pyspark
 
@@ -61,42 +55,46 @@ def start_cluster(
     work: str, workers: int, memory: str, cores: int = 1
 ) -> tuple[str, str, list[subprocess.Popen]]:
     """Master URL, its web UI and the started processes (master first); every worker
-    offers ``cores`` cores and ``memory``."""
+    offers ``cores`` cores and ``memory``.
+
+    The master binds ports the kernel picks (``--port 0 --webui-port 0``), read back from
+    its log: a port chosen here and bound later could be taken in between by another
+    process (Spark would then move to the next port, and the workers and the status poll
+    would talk to the wrong server)."""
     import pyspark
 
     env = dict(os.environ)
     env["SPARK_HOME"] = os.path.dirname(pyspark.__file__)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    port, ui = free_port(), free_port()
-    procs = []
-    log = open(os.path.join(work, "master.log"), "w")
-    procs.append(
-        subprocess.Popen(
-            [spark_class(), "org.apache.spark.deploy.master.Master"]
-            + ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    )
-    master = f"spark://127.0.0.1:{port}"
-    for i in range(workers):
-        wdir = os.path.join(work, f"worker-{i}")
-        os.makedirs(wdir)
-        wlog = open(os.path.join(work, f"worker-{i}.log"), "w")
+    procs: list[subprocess.Popen] = []
+    master_log = os.path.join(work, "master.log")
+    try:
         procs.append(
             subprocess.Popen(
-                [spark_class(), "org.apache.spark.deploy.worker.Worker"]
-                + ["--cores", str(cores), "--memory", memory, "--work-dir", wdir]
-                + ["--webui-port", str(free_port()), "--host", "127.0.0.1", master],
-                stdout=wlog,
+                [spark_class(), "org.apache.spark.deploy.master.Master"]
+                + ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"],
+                stdout=open(master_log, "w"),
                 stderr=subprocess.STDOUT,
                 env=env,
             )
         )
-    ui_url = f"http://127.0.0.1:{ui}/json/"
-    deadline = time.monotonic() + 300
-    try:
+        port, ui = _bound_ports(master_log, procs[0], ("sparkMaster", "MasterUI"))
+        master = f"spark://127.0.0.1:{port}"
+        for i in range(workers):
+            wdir = os.path.join(work, f"worker-{i}")
+            os.makedirs(wdir)
+            procs.append(
+                subprocess.Popen(
+                    [spark_class(), "org.apache.spark.deploy.worker.Worker"]
+                    + ["--cores", str(cores), "--memory", memory, "--work-dir", wdir]
+                    + ["--webui-port", "0", "--host", "127.0.0.1", master],
+                    stdout=open(os.path.join(work, f"worker-{i}.log"), "w"),
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
+            )
+        ui_url = f"http://127.0.0.1:{ui}/json/"
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(ui_url, timeout=5) as r:
@@ -104,17 +102,32 @@ def start_cluster(
                         return master, ui_url, procs
             except OSError:
                 pass
-            except ValueError as e:  # not the master's JSON: another server took the port
-                raise RuntimeError(
-                    f"{ui_url} answered with something else than the master's status (the "
-                    f"port was taken between choosing it and the master's start?); logs in "
-                    f"{work}"
-                ) from e
             time.sleep(1)
         raise RuntimeError(f"the standalone cluster did not come up; logs in {work}")
     except BaseException:
         stop(procs)  # the master and workers never outlive a start that failed
         raise
+
+
+def _bound_ports(
+    log_path: str, proc: subprocess.Popen, services: tuple[str, ...], timeout_s: float = 120
+) -> list[int]:
+    """The ports Spark's ``Successfully started service '<name>' on port N`` lines of the
+    log at ``log_path`` name for ``services``, in that order, once all were logged."""
+    patterns = {name: re.compile(rf"started service '{name}' on port (\d+)") for name in services}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open(log_path, errors="replace") as f:
+            text = f.read()
+        found = {name: p.search(text) for name, p in patterns.items()}
+        if all(found.values()):
+            return [int(found[name].group(1)) for name in services]  # type: ignore[union-attr]  # all matched
+        if proc.poll() is not None:
+            raise RuntimeError(f"the Spark master exited ({proc.returncode}); log: {log_path}")
+        time.sleep(0.2)
+    raise RuntimeError(
+        f"the Spark master did not log its ports within {timeout_s:.0f} s: {log_path}"
+    )
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
