@@ -22,6 +22,14 @@ was restored), via ``backend.get_keys``. Registering a timer that exists is one
 dict lookup; advancing time when nothing is due is one comparison with the
 heap's head.
 
+Bulk registrations (:meth:`InternalTimerService.register_event_time_timers`)
+reach the map state late: at :meth:`InternalTimerService.flush`, which the
+owning operator calls from ``snapshot_state`` (before every snapshot), in
+registration order. A timer that fires before the flush never touches the
+state (a window that opens and fires within one epoch costs no state write for
+its timers). Every per-timer call flushes first, so the state and the queue
+agree wherever a per-timer caller can look.
+
 Ordering: timers fire in timestamp order; ties break by key group, then by
 registration order (after a restore: by the order the backend lists keys and
 map entries in). Timers registered while firing (e.g. by ``on_timer``) whose
@@ -34,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -89,7 +97,7 @@ class _TimerQueue:
     sharing a timestamp (every key's timer of a window) cost one heap entry.
     """
 
-    __slots__ = ("state", "state_name", "heap", "buckets", "size")
+    __slots__ = ("state", "state_name", "heap", "buckets", "size", "fresh", "log")
 
     def __init__(self, backend: KeyedStateBackend, state_name: str) -> None:
         self.state_name = state_name
@@ -98,6 +106,12 @@ class _TimerQueue:
         self.buckets: dict[int, dict[tuple[Any, Any], int]] = {}
         #: number of live timers
         self.size = 0
+        #: timestamps whose bucket :meth:`add_keys` made since the last :meth:`flush`: none
+        #: of their timers is in the state (firing them removes nothing from it)
+        self.fresh: set[int] = set()
+        #: the bulk registrations not yet in the state, in order: ``(namespace, timestamp,
+        #: [(key, key group), ...])`` (a timer no longer in its bucket is skipped at flush)
+        self.log: list[tuple[Any, int, list[tuple[Any, int]]]] = []
         self._rebuild(backend)
 
     def _rebuild(self, backend: KeyedStateBackend) -> None:
@@ -119,6 +133,8 @@ class _TimerQueue:
         heapq.heapify(self.heap)
 
     def add(self, backend: KeyedStateBackend, namespace: Any, timestamp: int) -> None:
+        if self.log:
+            self.flush(backend)  # the state in registration order, every bucket in it
         key = backend.get_current_key()
         b = self.buckets.get(timestamp)
         try:
@@ -148,50 +164,75 @@ class _TimerQueue:
         backend: KeyedStateBackend,
         namespace: Any,
         timestamp: int,
-        keys: Iterable[tuple[Any, int]],
+        keys: list[tuple[Any, int]],
     ) -> None:
-        """:meth:`add` for each ``(key, key group)`` of ``keys`` as the current key, in order."""
+        """:meth:`add` for each ``(key, key group)`` of ``keys`` in order, into the queue
+        only: the state gets them at :meth:`flush` (unless they fired before)."""
         b = self.buckets.get(timestamp)
-        fresh = b is None
-        bucket: dict[tuple[Any, Any], int] = {} if b is None else b
-        put = self.state.put
-        entry = (namespace, timestamp)
-        set_key = backend.set_current_key
-        first, n = backend.shuffled_key_slots() or (0, -1)
-        current = backend.current
-        added = 0
         try:
-            for key, kg in keys:
-                size = len(bucket)
-                pair = (key, namespace)
-                bucket.setdefault(pair, kg)  # one hash of the window (a Python call), not two
-                if len(bucket) == size:
-                    continue  # registered already
-                kgi = kg - first
-                if 0 <= kgi < n:
-                    current.key = key
-                    current.key_group_index = kgi
-                    current.key_bytes = None
-                else:
-                    set_key(key, kg)
-                try:
-                    put(entry, True)
-                except BaseException:
-                    del bucket[pair]  # the queue holds only timers the state holds
-                    raise
-                added += 1
-        except (TypeError, KeySerializationError):
+            # one hash of (key, window) per timer (TimeWindow.__hash__ is a Python call):
+            # the dict made here hands its hashes to update(); a registered timer keeps its
+            # place (its key group is the same)
+            new = {(key, namespace): kg for key, kg in keys}
+        except TypeError:
             raise StateAccessError(
                 f"a timer's namespace must be hashable, got {type(namespace).__name__!r}"
             ) from None
+        if not new:
+            return
+        if b is None:
+            self.buckets[timestamp] = new
+            heapq.heappush(self.heap, timestamp)
+            self.fresh.add(timestamp)
+            self.size += len(new)
+        else:
+            before = len(b)
+            b.update(new)
+            self.size += len(b) - before
+        self.log.append((namespace, timestamp, keys))
+
+    def flush(self, backend: KeyedStateBackend) -> None:
+        """Write the timers of the bulk registrations still registered to the state, in
+        registration order (the backend's current key is left as it was)."""
+        log, buckets = self.log, self.buckets
+        if not log:
+            return
+        current = backend.current
+        saved = (current.key, current.key_group_index, current.key_bytes)
+        set_key = backend.set_current_key
+        first, n = backend.shuffled_key_slots() or (0, -1)
+        put = self.state.put
+        try:
+            for namespace, timestamp, keys in log:
+                b = buckets.get(timestamp)
+                if not b:
+                    continue  # fired (or deleted) before the flush
+                entry = (namespace, timestamp)
+                for key, kg in keys:
+                    if (key, namespace) not in b:
+                        continue
+                    kgi = kg - first
+                    if 0 <= kgi < n:
+                        current.key = key
+                        current.key_group_index = kgi
+                        current.key_bytes = None
+                    else:
+                        set_key(key, kg)
+                    try:
+                        put(entry, True)
+                    except KeySerializationError:
+                        raise StateAccessError(
+                            f"a timer's namespace must be serializable by the state backend, "
+                            f"got {type(namespace).__name__!r}"
+                        ) from None
         finally:
-            if added:
-                self.size += added
-                if fresh:
-                    self.buckets[timestamp] = bucket
-                    heapq.heappush(self.heap, timestamp)
+            current.key, current.key_group_index, current.key_bytes = saved
+        self.log = []
+        self.fresh.clear()
 
     def remove(self, backend: KeyedStateBackend, namespace: Any, timestamp: int) -> None:
+        if self.log:
+            self.flush(backend)
         b = self.buckets.get(timestamp)
         if b is None:
             return
@@ -212,6 +253,8 @@ class _TimerQueue:
 
     def fire(self, backend: KeyedStateBackend, until: Callable[[], int]) -> Iterator[InternalTimer]:
         """Yield due timers (timestamp order; ties by key group) while ``head <= until()``."""
+        if self.log:
+            self.flush(backend)
         buckets = self.buckets
         set_key = backend.set_current_key
         remove = self.state.remove
@@ -222,6 +265,7 @@ class _TimerQueue:
             if not b:
                 heapq.heappop(self.heap)
                 buckets.pop(ts, None)
+                self.fresh.discard(ts)
                 continue
             # a snapshot of the bucket, by key group (stable: registration order within)
             for (key, ns), kg in sorted(b.items(), key=_by_key_group):
@@ -229,7 +273,8 @@ class _TimerQueue:
                     continue  # deleted by an earlier handler
                 self.size -= 1
                 set_key(key, kg)
-                remove((ns, ts))
+                if ts not in self.fresh:
+                    remove((ns, ts))
                 yield InternalTimer(key, kg, ns, ts)
                 if self.heap and self.heap[0] < ts:
                     break  # a handler registered an earlier due timer: fire that first
@@ -247,6 +292,7 @@ class _TimerQueue:
         first, n = backend.shuffled_key_slots() or (0, -1)
         current = backend.current
         remove = self.state.remove
+        fresh = self.fresh
         heap = self.heap
         while heap and heap[0] <= until:
             ts = heapq.heappop(heap)
@@ -254,17 +300,21 @@ class _TimerQueue:
             if not b:
                 continue
             due = sorted(b.items(), key=_by_key_group)
-            batch = []
-            for (key, ns), kg in due:
-                kgi = kg - first
-                if 0 <= kgi < n:
-                    current.key = key
-                    current.key_group_index = kgi
-                    current.key_bytes = None
-                else:
-                    set_key(key, kg)
-                remove((ns, ts))
-                batch.append((key, kg, ns))
+            if ts in fresh:  # none of them reached the state
+                fresh.discard(ts)
+                batch = [(key, kg, ns) for (key, ns), kg in due]
+            else:
+                batch = []
+                for (key, ns), kg in due:
+                    kgi = kg - first
+                    if 0 <= kgi < n:
+                        current.key = key
+                        current.key_group_index = kgi
+                        current.key_bytes = None
+                    else:
+                        set_key(key, kg)
+                    remove((ns, ts))  # a timer logged but not flushed: removes nothing
+                    batch.append((key, kg, ns))
             self.size -= len(batch)
             yield ts, batch
             heap = self.heap  # a compaction may have replaced it
@@ -351,11 +401,18 @@ class InternalTimerService:
         self._event.add(self.backend, namespace, int(ts))
 
     def register_event_time_timers(
-        self, namespace: Any, ts: int, keys: Iterable[tuple[Any, int]]
+        self, namespace: Any, ts: int, keys: list[tuple[Any, int]]
     ) -> None:
         """:meth:`register_event_time_timer` for each ``(key, key group)`` of ``keys`` in
-        turn as the current key (the backend's current key is left at the last one)."""
+        turn as the current key, without touching the backend's current key. The timers
+        are written to the state at :meth:`flush` (the list is kept until then: the caller
+        does not change it); the operator calling this flushes in its ``snapshot_state``."""
         self._event.add_keys(self.backend, namespace, int(ts), keys)
+
+    def flush(self) -> None:
+        """Write the timers of :meth:`register_event_time_timers` that are still
+        registered to the keyed state (before a snapshot; per-timer calls do it first)."""
+        self._event.flush(self.backend)
 
     def delete_event_time_timer(self, namespace: Any, ts: int) -> None:
         """Remove the current key's event-time timer ``(namespace, ts)``; no-op if absent."""

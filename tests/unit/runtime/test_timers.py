@@ -403,6 +403,7 @@ def test_bulk_registration_and_taking_equal_the_per_timer_calls(
                     (t.key, t.key_group, t.namespace, t.timestamp)
                     for t in svc.advance_watermark(wm)
                 ]
+        svc.flush()  # as the operator's snapshot_state: bulk registrations reach the state
         restored = backend(name=name)
         restored.restore([handle_of(b)])
         svc2 = InternalTimerService(restored, "t")
@@ -414,3 +415,52 @@ def test_bulk_registration_and_taking_equal_the_per_timer_calls(
         b.dispose()
         restored.dispose()
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("name", ["hashmap", "rocksdb"])
+def test_bulk_timers_reach_the_state_at_flush_unless_they_fired(name: str) -> None:
+    """A bulk-registered timer that fires before the flush never touches the state; the
+    ones still registered are written at flush(); per-timer calls flush first."""
+    b = backend(name=name)
+    svc = InternalTimerService(b, "t")
+    state = "_timer_state/event_t"
+    kg = b.key_group_of
+    svc.register_event_time_timers("w1", 10, [("a", kg("a")), ("b", kg("b"))])
+    svc.register_event_time_timers("w2", 20, [("b", kg("b")), ("c", kg("c"))])
+    assert svc.num_event_time_timers() == 4
+    assert list(b.get_keys(state)) == []  # nothing written yet
+    b.snapshot_delta()  # forget the registration of the state itself
+    fired = [(k, ns, ts) for ts, due in svc.take_due_event_time_timers(10) for k, _, ns in due]
+    assert sorted(fired) == [("a", "w1", 10), ("b", "w1", 10)]
+    assert list(b.get_keys(state)) == []
+    svc.flush()
+    assert sorted(b.get_keys(state)) == ["b", "c"]
+    # a restore sees exactly the timers left, and fires them as the original does
+    restored = backend(name=name)
+    restored.restore([handle_of(b)])
+    svc2 = InternalTimerService(restored, "t")
+    assert fire_all_event(svc2, MAX_WATERMARK) == [
+        (t.key, t.namespace, t.timestamp) for t in svc.advance_watermark(MAX_WATERMARK)
+    ]
+    # a per-timer delete of a timer not flushed yet: gone from both queue and state
+    svc.register_event_time_timers("w3", 30, [("d", kg("d"))])
+    set_key(b, "d")
+    svc.delete_event_time_timer("w3", 30)
+    assert svc.num_event_time_timers() == 0
+    assert list(b.get_keys(state)) == []
+    # a per-timer registration flushes the bulk ones first and keeps the current key
+    svc.register_event_time_timers("w4", 40, [("e", kg("e"))])
+    set_key(b, "a")
+    svc.register_event_time_timer("w4", 40)
+    assert b.get_current_key() == "a"
+    assert sorted(b.get_keys(state)) == ["a", "e"]
+    b.dispose()
+    restored.dispose()
+
+
+def test_bulk_registration_rejects_an_unhashable_namespace() -> None:
+    b = backend()
+    svc = InternalTimerService(b, "t")
+    with pytest.raises(StateAccessError, match="hashable"):
+        svc.register_event_time_timers([1], 5, [("a", b.key_group_of("a"))])
+    assert svc.num_event_time_timers() == 0

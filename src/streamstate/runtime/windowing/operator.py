@@ -133,6 +133,11 @@ class WindowOperator(StreamOperator):
     def close(self) -> None:
         self.window_function.close()
 
+    def snapshot_state(self, checkpoint_id: int | None, timestamp_ms: int) -> None:
+        # the tumbling path registers timers in bulk: they reach the keyed state here
+        self.timers.flush()
+        super().snapshot_state(checkpoint_id, timestamp_ms)
+
     # ------------------------------------------------------------------ elements
     def process_batch(self, batch: list[Any]) -> list[Any]:
         return self.process_batch_ts(batch, [None] * len(batch))[0]

@@ -136,6 +136,7 @@ class Harness:
         self.out.extend(zip(out, self.op.hook_timestamps, strict=True))
 
     def handle(self) -> KeyGroupsStateHandle:
+        self.op.snapshot_state(None, 0)  # as an epoch's commit does before the snapshot
         snap = self.backend.snapshot()
         h = KeyGroupsStateHandle(
             ByteStreamStateHandle.of(snap.data),
