@@ -4,17 +4,20 @@ windows with the default trigger (``EventTimeTrigger``). Functions of the operat
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any, cast
 
 from streamstate.api.window_base import MAX_LONG_VALUE, MIN_LONG_VALUE, TimeWindow
 from streamstate.runtime.operators.outputs import outputs_not_iterable
+from streamstate.runtime.shuffle import KeyedColumns
 from streamstate.runtime.state.kinds import BulkAddingState
 
 __all__ = ["fire_tumbling", "tumbling_batch"]
 
 
 def tumbling_batch(
-    self: Any, batch: list[Any], timestamps: list[Any]
+    self: Any, batch: Sequence[Any], timestamps: list[Any]
 ) -> tuple[list[Any], list[Any]]:
     """Tumbling event-time windows with the default trigger, in bulk.
 
@@ -39,26 +42,39 @@ def tumbling_batch(
     ):
         return _checked_batch(self, batch, timestamps)
     # every element is on time (the common case): no check per element
-    starts = [ts - (ts - offset + size) % size for ts in timestamps]
-    #: window start -> key -> [key group, value, value, ...] (arrival order per key)
-    groups: dict[int, dict[Any, list[Any]]] = {start: {} for start in dict.fromkeys(starts)}
-    for start, (kg, key, value) in zip(starts, batch, strict=True):
-        per_key = groups[start]
-        if key in per_key:
-            per_key[key].append(value)
-        else:
-            per_key[key] = [kg, value]
-    _add_groups(self, list(groups.items()))
+    if isinstance(batch, KeyedColumns):
+        kgs, keys, values = batch.kgs, batch.keys, batch.values
+    else:
+        kgs, keys, values = (list(c) for c in zip(*batch, strict=True)) if batch else ([], [], [])
+    #: window start -> key -> its values (arrival order); windows and keys in order of
+    #: first arrival, as the per-element path registers their timers
+    groups: dict[int, defaultdict[Any, list[Any]]] = {}
+    # elements come roughly in time order: the window of the last element is tested
+    # first (two comparisons), its start computed only when an element leaves it
+    lo, hi = 1, 0
+    per_key: defaultdict[Any, list[Any]] = defaultdict(list)
+    for ts, key, value in zip(timestamps, keys, values, strict=True):
+        if ts >= hi or ts < lo:
+            lo = ts - (ts - offset + size) % size
+            hi = lo + size
+            found = groups.get(lo)
+            if found is None:
+                per_key = groups[lo] = defaultdict(list)
+            else:
+                per_key = found
+        per_key[key].append(value)
+    _add_groups(self, groups, dict(zip(keys, kgs, strict=True)))
     return [], []
 
 
 def _checked_batch(
-    self: Any, batch: list[Any], timestamps: list[Any]
+    self: Any, batch: Sequence[Any], timestamps: list[Any]
 ) -> tuple[list[Any], list[Any]]:
     """:func:`tumbling_batch` checking each element: on-time ones in bulk, the rest back."""
     size, offset = self.assigner._size, self.assigner._offset
     wm = self.timers.current_watermark()
-    groups: dict[int, dict[Any, list[Any]]] = {}
+    groups: dict[int, defaultdict[Any, list[Any]]] = {}
+    key_groups: dict[Any, int] = {}
     rest: list[Any] = []
     rest_ts: list[Any] = []
     for rec, ts in zip(batch, timestamps, strict=True):
@@ -67,21 +83,23 @@ def _checked_batch(
             if start + size - 1 > wm:
                 per_key = groups.get(start)
                 if per_key is None:
-                    per_key = groups[start] = {}
+                    per_key = groups[start] = defaultdict(list)
                 key = rec[1]
-                if key in per_key:
-                    per_key[key].append(rec[2])
-                else:
-                    per_key[key] = [rec[0], rec[2]]
+                per_key[key].append(rec[2])
+                key_groups[key] = rec[0]
                 continue
         rest.append(rec)
         rest_ts.append(ts)
-    _add_groups(self, list(groups.items()))
+    _add_groups(self, groups, key_groups)
     return rest, rest_ts
 
 
-def _add_groups(self: Any, groups: list[tuple[int, dict[Any, list[Any]]]]) -> None:
-    """Add each (window start, key)'s values to its window and register its timers."""
+def _add_groups(
+    self: Any, groups: dict[int, defaultdict[Any, list[Any]]], key_groups: dict[Any, int]
+) -> None:
+    """Add each (window start, key)'s values to its window and register its timers.
+
+    ``key_groups``: the key group of every key in ``groups``."""
     if not groups:
         return
     size = self.assigner._size
@@ -96,20 +114,22 @@ def _add_groups(self: Any, groups: list[tuple[int, dict[Any, list[Any]]]]) -> No
     add_many = cast(BulkAddingState, ws).add_many
     register = self.timers.register_event_time_timers
     lateness = self.allowed_lateness
-    for start, per_key in groups:
+    for start, per_key in groups.items():
         window = TimeWindow(start, start + size)
         max_ts = start + size - 1
         ws.set_current_namespace(window)
+        keys = []
         for key, vals in per_key.items():
-            kgi = vals[0] - first
+            kg = key_groups[key]
+            kgi = kg - first
             if 0 <= kgi < n:
                 current.key = key
                 current.key_group_index = kgi
                 current.key_bytes = None
             else:
-                set_key(key, vals[0])
-            add_many(vals[1:])
-        keys = [(key, vals[0]) for key, vals in per_key.items()]
+                set_key(key, kg)
+            add_many(vals)
+            keys.append((key, kg))
         register(window, max_ts, keys)
         cleanup = min(max_ts + lateness, MAX_LONG_VALUE)
         if cleanup != max_ts and cleanup < MAX_LONG_VALUE:
