@@ -119,7 +119,10 @@ class EdgeWriter:
             timestamps = [None] * len(batch)
         part = self.edge.partitioning
         if part is Partitioning.HASH:
-            self._add_hash_timed(batch, timestamps)
+            if self.edge.receiver_keys:
+                self._add_hash_timed_unkeyed(batch, timestamps)
+            else:
+                self._add_hash_timed(batch, timestamps)
         elif part is Partitioning.BROADCAST:
             self.everyone.extend(batch)
             self.ets.extend(timestamps)
@@ -244,6 +247,36 @@ class EdgeWriter:
                 c[1].append(k)
                 c[2].append(v)
                 cts[target].append(ts)
+        except Exception as e:  # noqa: BLE001 - name the key and the operator, keep the cause
+            self._raise_key_error(batch, e)
+
+    def _add_hash_timed_unkeyed(self, batch: list[Any], timestamps: list[Any]) -> None:
+        """``_add_hash_timed`` without the key column (the receiver extracts keys)."""
+        key_of, ser, mp, p, cache = self.key_of, self.ser, self.mp, self.p, self.cache
+        assert self.cts is not None
+        kg_app = [c[0].append for c in self.cols]
+        v_app = [c[2].append for c in self.cols]
+        ts_app = [c.append for c in self.cts]
+        h = mmh3.hash
+        try:
+            for v, ts in zip(batch, timestamps, strict=True):
+                k = key_of(v)
+                tk = type(k)
+                if tk is str or tk is int:
+                    t = cache.get((tk, k)) if tk is int else cache.get(k)
+                    if t is None:
+                        kg = h(ser(k), 0, False) % mp
+                        t = (kg, kg * p // mp)
+                        if len(cache) < _KEY_CACHE_LIMIT:
+                            cache[(tk, k) if tk is int else k] = t
+                    kg, target = t
+                else:
+                    {k: None}  # noqa: B018 - fails fast for unhashable keys (caught below)
+                    kg = h(ser(k), 0, False) % mp
+                    target = kg * p // mp
+                kg_app[target](kg)
+                v_app[target](v)
+                ts_app[target](ts)
         except Exception as e:  # noqa: BLE001 - name the key and the operator, keep the cause
             self._raise_key_error(batch, e)
 
