@@ -44,10 +44,10 @@ from typing import Any
 
 from benchmarks.keyed_count import previous_job_cleaned_up
 from benchmarks.results import Sitting, add_result_option, rates_table, record
-from streamstate.common import Configuration, Duration, TimestampAssigner, WatermarkStrategy
+from benchmarks.window_job import Count, KeyWindowCount, Ts
+from streamstate.common import Configuration, Duration, WatermarkStrategy
 from streamstate.datastream import StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
-from streamstate.datastream.functions import AggregateFunction, WindowFunction
 from streamstate.datastream.window import TumblingEventTimeWindows
 
 WINDOW_MS = 10_000
@@ -64,31 +64,6 @@ def workload(records: int, keys: int) -> list[tuple[str, int]]:
 
 def expected_windows(data: list[tuple[str, int]]) -> int:
     return len({(k, ts - ts % WINDOW_MS) for k, ts in data})
-
-
-class Ts(TimestampAssigner):
-    def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
-        return value[1]
-
-
-class Count(AggregateFunction):
-    def create_accumulator(self) -> int:
-        return 0
-
-    def add(self, value: Any, accumulator: int) -> int:
-        return accumulator + 1
-
-    def get_result(self, accumulator: int) -> int:
-        return accumulator
-
-    def merge(self, acc_a: int, acc_b: int) -> int:
-        return acc_a + acc_b
-
-
-class KeyWindowCount(WindowFunction):
-    def apply(self, key: Any, window: Any, inputs: Any) -> Any:
-        for c in inputs:
-            yield key, window.start, c
 
 
 def run_streamstate(
