@@ -8,6 +8,7 @@ runs when a window is purged (``ProcessWindowFunction.clear``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from streamstate.runtime.operators.base import close_function, open_function
@@ -46,6 +47,18 @@ class InternalWindowFunction:
         if kind == "process":
             return self.fn.process(key, context, inputs)
         return self.fn.process(context, inputs)
+
+    def caller(self) -> Callable[[Any, Any, Any, Any], Any]:
+        """:meth:`process` made for this function's kind once: the firing loop calls it
+        per (key, window) without the dispatch on the kind."""
+        fn = self.fn
+        if self.kind == "window" and self.single_value:
+            apply = fn.apply
+            return lambda key, window, context, contents: apply(key, window, [contents])
+        if self.kind == "process" and self.single_value:
+            process = fn.process
+            return lambda key, window, context, contents: process(key, context, [contents])
+        return self.process
 
     def clear(self, window: Any, context: Any) -> None:
         if self.kind in ("process", "process_all"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any, cast
 
 from streamstate.api.window_base import MAX_LONG_VALUE, MIN_LONG_VALUE, TimeWindow
@@ -155,13 +156,14 @@ def fire_tumbling(self: Any, watermark: int, out: list[Any], out_ts: list[Any]) 
     wf = self.window_function
     uses_state = wf.kind in ("process", "process_all")
     is_list = self.is_list
-    process = wf.process
+    process = wf.caller()
     pctx = self.process_ctx
     lateness = self.allowed_lateness
     extend, extend_ts = out.extend, out_ts.extend
-    namespace = None
     for t, due in self.timers.take_due_event_time_timers(watermark):
-        for key, kg, window in due:
+        # a bucket holds the timers of few windows (one, where the lateness is 0), in runs
+        window = max_ts = fires = cleans = None
+        for key, kg, ns in due:
             kgi = kg - first
             if 0 <= kgi < n:
                 current.key = key
@@ -169,28 +171,35 @@ def fire_tumbling(self: Any, watermark: int, out: list[Any], out_ts: list[Any]) 
                 current.key_bytes = None
             else:
                 set_key(key, kg)
-            if window is not namespace or uses_state:
+            if ns is not window:
+                if max_ts is not None:  # the outputs of the last window carry its time
+                    extend_ts(repeat(max_ts, len(out) - len(out_ts)))
+                window = ns
+                max_ts = window.end - 1
+                fires = t == max_ts
+                cleans = t == max_ts + lateness or t == MAX_LONG_VALUE  # the cleanup timer
                 set_namespace(window)
-                namespace = window
-            max_ts = window.end - 1
-            if t == max_ts:
+                pctx._window = window
+            elif uses_state:
+                set_namespace(window)
+                pctx._window = window
+            if fires:
                 contents = get()
                 if is_list:  # list state: no elements, no call (as _fire)
                     contents = list(contents) if contents else None
                 if contents is not None:
-                    pctx._window = window
                     r = process(key, window, pctx, contents)
                     if r is not None:
-                        before = len(out)
                         try:
                             extend(r)
                         except TypeError:
                             raise outputs_not_iterable(self, r) from None
-                        extend_ts([max_ts] * (len(out) - before))
                     if uses_state:  # the user function may have used state
                         set_namespace(window)
-            if t == max_ts + lateness or t == MAX_LONG_VALUE:  # the cleanup timer
+                        pctx._window = window
+            if cleans:
                 clear()
                 if uses_state:
-                    pctx._window = window
                     wf.clear(window, pctx)
+        if max_ts is not None:
+            extend_ts(repeat(max_ts, len(out) - len(out_ts)))
