@@ -110,8 +110,10 @@ class _TimerQueue:
         #: of their timers is in the state (firing them removes nothing from it)
         self.fresh: set[int] = set()
         #: the bulk registrations not yet in the state, in order: ``(namespace, timestamp,
-        #: [(key, key group), ...])`` (a timer no longer in its bucket is skipped at flush)
-        self.log: list[tuple[Any, int, list[tuple[Any, int]]]] = []
+        #: [(key, key group), ...], bucket)``. While the log is not empty no timer leaves a
+        #: bucket alone (every per-timer call flushes first; firing takes whole buckets),
+        #: so the timers of an entry whose bucket is still the timestamp's are all live
+        self.log: list[tuple[Any, int, list[tuple[Any, int]], dict[Any, int]]] = []
         self._rebuild(backend)
 
     def _rebuild(self, backend: KeyedStateBackend) -> None:
@@ -181,7 +183,7 @@ class _TimerQueue:
         if not new:
             return
         if b is None:
-            self.buckets[timestamp] = new
+            b = self.buckets[timestamp] = new
             heapq.heappush(self.heap, timestamp)
             self.fresh.add(timestamp)
             self.size += len(new)
@@ -189,7 +191,7 @@ class _TimerQueue:
             before = len(b)
             b.update(new)
             self.size += len(b) - before
-        self.log.append((namespace, timestamp, keys))
+        self.log.append((namespace, timestamp, keys, b))
 
     def flush(self, backend: KeyedStateBackend) -> None:
         """Write the timers of the bulk registrations still registered to the state, in
@@ -203,14 +205,11 @@ class _TimerQueue:
         first, n = backend.shuffled_key_slots() or (0, -1)
         put = self.state.put
         try:
-            for namespace, timestamp, keys in log:
-                b = buckets.get(timestamp)
-                if not b:
-                    continue  # fired (or deleted) before the flush
+            for namespace, timestamp, keys, bucket in log:
+                if buckets.get(timestamp) is not bucket:
+                    continue  # fired before the flush
                 entry = (namespace, timestamp)
                 for key, kg in keys:
-                    if (key, namespace) not in b:
-                        continue
                     kgi = kg - first
                     if 0 <= kgi < n:
                         current.key = key

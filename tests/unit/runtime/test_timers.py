@@ -454,6 +454,12 @@ def test_bulk_timers_reach_the_state_at_flush_unless_they_fired(name: str) -> No
     svc.register_event_time_timer("w4", 40)
     assert b.get_current_key() == "a"
     assert sorted(b.get_keys(state)) == ["a", "e"]
+    # a bucket that fired and was made again: only the timers of the new one are written
+    svc.register_event_time_timers("w5", 50, [("f", kg("f"))])
+    assert [ts for ts, _ in svc.take_due_event_time_timers(50)] == [40, 50]
+    svc.register_event_time_timers("w5", 50, [("g", kg("g"))])
+    svc.flush()
+    assert sorted(b.get_keys(state)) == ["g"]
     b.dispose()
     restored.dispose()
 
