@@ -42,9 +42,9 @@ import time
 import uuid
 from typing import Any
 
+from benchmarks.jobs.window_count import Count, KeyWindowCount, Ts
 from benchmarks.keyed_count import previous_job_cleaned_up
 from benchmarks.results import Sitting, add_result_option, rates_table, record
-from benchmarks.window_job import Count, KeyWindowCount, Ts
 from streamstate.common import Configuration, Duration, WatermarkStrategy
 from streamstate.datastream import StreamExecutionEnvironment
 from streamstate.datastream.connectors import DiscardingSink
