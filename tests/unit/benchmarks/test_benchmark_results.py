@@ -12,7 +12,14 @@ from benchmarks import report, results
 from benchmarks.results import ResultFormatError, Run, Sitting, Table
 
 #: modules of benchmarks/ that measure nothing themselves
-NOT_BENCHMARKS = {"__init__", "results", "report", "cluster_bed", "spark_timeline"}
+NOT_BENCHMARKS = {
+    "__init__",
+    "results",
+    "report",
+    "cluster_bed",
+    "spark_timeline",
+    "process_cpu",
+}
 
 
 def benchmark_modules() -> list[str]:
