@@ -19,9 +19,10 @@ even when no record came for it (an engine's partition number need not be the su
 e.g. Spark numbers a union's partitions across its inputs). The senders of a stage send
 its ticks (:func:`tick_targets`: every receiver gets one from exactly one sender), so the
 exchange needs no input of its own for them.
-Decoding checks that every row of one receiver has the same target: rows of two targets
-in one partition are a :class:`MisroutedRecordError` naming both, never a record
-processed by the wrong subtask. pyarrow only, no pyspark.
+Decoding checks that every row of one receiver has the same target (and, when asked, the
+receiver's stage as its ``dest``): rows of two targets in one partition are a
+:class:`MisroutedRecordError` naming both, never a record processed by the wrong subtask.
+pyarrow only, no pyspark.
 """
 
 from __future__ import annotations
@@ -122,16 +123,26 @@ def tick_targets(
             yield dest, target
 
 
-def decode_routed(batches: Iterable[Any]) -> tuple[int | None, list[tuple[int, Any]]]:
+def decode_routed(
+    batches: Iterable[Any], dest: int | None = None
+) -> tuple[int | None, list[tuple[int, Any]]]:
     """The receiving subtask and the ``(target, payload)`` items of ``batches`` (what
     ``run_stage_partition`` reads), ticks left out; the subtask is None when no row came.
 
-    Rows for two targets raise :class:`MisroutedRecordError`. Columns are found by name."""
+    Rows for two targets, or (``dest`` given) a row for another stage than ``dest``, raise
+    :class:`MisroutedRecordError`. Columns are found by name."""
     subtask: int | None = None
     items: list[tuple[int, Any]] = []
     for b in batches:
         if b.num_rows == 0:
             continue
+        if dest is not None:
+            stray = set(b.column(b.schema.get_field_index("dest")).to_pylist()) - {dest}
+            if stray:
+                raise MisroutedRecordError(
+                    f"rows for stages {sorted(stray)} reached a task of stage {dest}: the "
+                    f"epoch's plan did not select the stage's input as computed"
+                )
         targets = b.column(b.schema.get_field_index("target")).to_pylist()
         payloads = b.column(b.schema.get_field_index("payload")).to_pylist()
         for target, payload in zip(targets, payloads, strict=True):

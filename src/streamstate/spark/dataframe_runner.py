@@ -127,7 +127,7 @@ def _run_subtask(
             )
         index = ids[0]
     else:
-        found, items = decode_routed(batches)
+        found, items = decode_routed(batches, spec_at[1])
         if found is None:
             raise RuntimeError("a stage's task got no rows, not even its tick row")
         index = found
@@ -210,6 +210,19 @@ def _known_schema(frame: Any, schema: Any) -> Any:
     ):
         frame._cached_schema = schema
     return frame
+
+
+def _rows_for(frame: Any, upstream: Any, stage: int) -> Any:
+    """The rows of ``upstream``'s output ``frame`` that go to ``stage``. A stage that feeds
+    only ``stage`` sends it every row (its data, watermarks, ticks and the acks it forwards:
+    ``worker/ack.emit``), so its frame goes as it is: a filter would be one more
+    code-generated stage to plan every epoch (and its closure cleaned), for nothing; the
+    receiving task checks every row's ``dest`` all the same (``decode_routed``)."""
+    if list(upstream.downstream) == [stage]:
+        return frame
+    # SQL text, not pyspark.sql.functions: those build classic or Connect columns by the
+    # process's mode, not by the session's
+    return frame.filter(f"dest = {stage}")
 
 
 def _ticked(stage: Any, stages: dict[int, Any]) -> tuple[tuple[int, int], ...]:
@@ -371,9 +384,7 @@ class DataFrameEpochRunner(EpochRunner):
                 )
                 hosted = None if _hostless(st) else self._hosted
             else:
-                # SQL text, not pyspark.sql.functions: those build classic or Connect columns
-                # by the process's mode, not by the session's
-                ups = [frames[u].filter(f"dest = {st.id}") for u in st.upstream]
+                ups = [_rows_for(frames[u], stages[u], st.id) for u in st.upstream]
                 union = _known_schema(reduce(lambda a, b: a.unionAll(b), ups), routed)
                 base = union.repartition(st.parallelism, "route")
                 hosted = self._hosted
@@ -392,7 +403,9 @@ class DataFrameEpochRunner(EpochRunner):
                 out = out.persist(StorageLevel.MEMORY_AND_DISK)
                 persisted.append(out)
             frames[st.id] = out
-        leaves = [frames[s.id].select("payload") for s in plan.leaves]
+        # the leaves' rows as they are (all acks, all of one schema): a projection to the
+        # payload would be one more code-generated stage to plan every epoch
+        leaves = [frames[s.id] for s in plan.leaves]
         return reduce(lambda a, b: a.unionAll(b), leaves), persisted
 
     def stop(self) -> None:
