@@ -144,6 +144,11 @@ class KeyedStore(ABC):
         #: namespace -> {key: key group index} of the entries changed since the last
         #: :meth:`clear_changes`
         self.dirty: dict[Any, dict[Any, int]] = {VOID_NAMESPACE: {}}
+        #: namespaces a backend created for an access since the last :meth:`clear_changes`:
+        #: they held no entry at the last snapshot or delta, so a key absent from one now
+        #: needs no tombstone (a window created and purged within one epoch leaves none).
+        #: A backend that cannot tell leaves it empty; a restore into one removes it.
+        self.born: set[Any] = set()
 
     def meta(self) -> dict[str, Any]:
         """JSON-compatible description recorded in snapshots: name, kind, serializers."""
@@ -169,8 +174,14 @@ class KeyedStore(ABC):
             by_index: dict[int, list[Any]] = {}
             for key, kgi in dirty.items():
                 by_index.setdefault(kgi, []).append(key)
+            born = namespace in self.born
             for kgi in sorted(by_index):
-                yield (namespace, kgi, *self.lookup(kgi, namespace, by_index[kgi]))
+                present, stored, absent = self.lookup(kgi, namespace, by_index[kgi])
+                if born:
+                    if not present:
+                        continue
+                    absent = []
+                yield namespace, kgi, present, stored, absent
 
     # ---------------------------------------------------------------- what a backend implements
     @abstractmethod

@@ -19,6 +19,7 @@ from streamstate.datastream.window import TimeWindow
 from streamstate.errors import StateAccessError
 from streamstate.runtime.checkpoint.filesystem import FileSystemCheckpointStorageAccess
 from streamstate.runtime.checkpoint.incremental import IncrementalKeyedStateHandle
+from streamstate.runtime.state.format.keyed import DELTA_MAGIC, read_header
 from streamstate.runtime.state.format.namespaces import VOID_NAMESPACE
 from streamstate.runtime.state.registry import registered_keyed_backends
 from tests.support import backends as H
@@ -184,6 +185,55 @@ def test_deltas_carry_namespaced_puts_and_tombstones(made: Made) -> None:
             b.apply_delta(delta)
             got.update(dump_ns(b))
         assert got == dump_ns(a)
+
+
+def _delta_blocks(delta: bytes) -> int:
+    r = read_header(delta, DELTA_MAGIC, "keyed state delta")
+    r.frame()  # the states' meta
+    return r.u32()
+
+
+def test_a_namespace_made_and_emptied_between_deltas_needs_no_tombstone(made: Made) -> None:
+    """A window created and purged within one epoch: the heap backend knows the namespace
+    held nothing at the last delta and writes no tombstone for it; removals in a namespace
+    that held entries (the base's, or restored ones) still travel as tombstones."""
+    a = made.backend()
+    fill_ns(a)
+    base = H.handle_of(a, a.snapshot())
+    fresh = TimeWindow(100, 110)
+    states = [a.get_partitioned_state(d) for d in H.ALL]
+    for k in KEYS:
+        if H.kg_of(k) not in a.key_group_range:
+            continue
+        H.at(a, k)
+        for s in states:
+            s.set_current_namespace(fresh)
+        states[0].update(k)
+        states[1].add(1)
+        states[2].put("u", 1)
+        for s in states:
+            s.clear()
+    for s in states:
+        s.set_current_namespace(VOID_NAMESPACE)
+    made_and_emptied = a.snapshot_delta()
+    _change(a, KEYS[:30])  # removals from the base's namespaces
+    changed = a.snapshot_delta()
+    if made.name == "hashmap":
+        assert _delta_blocks(made_and_emptied) == 0
+    assert _delta_blocks(changed) > 0
+    b = made.backend()
+    b.restore([base])
+    b.apply_delta(made_and_emptied)
+    b.apply_delta(changed)
+    assert dump_ns(b) == dump_ns(a)
+    # restored entries are the base's: a restored backend's removals are tombstones
+    c = made.backend()
+    c.restore([base])
+    _change(c, KEYS[:30])
+    d = made.backend()
+    d.restore([base])
+    d.apply_delta(c.snapshot_delta())
+    assert dump_ns(d) == dump_ns(c) == dump_ns(a)
 
 
 @pytest.mark.parametrize("direction", ["heap->rocksdb", "rocksdb->heap"])

@@ -53,6 +53,7 @@ class HeapKeyedStateBackend(KeyedStateBackend[HeapStore]):
         first = self._first_key_group
         for namespace, maps in source.namespaces.items():
             into = target.maps(namespace)
+            target.born.discard(namespace)  # it holds entries it did not make
             for kg in key_groups:
                 into[kg - first] = maps[kg - source_first]
 

@@ -8,7 +8,8 @@ its namespace, so reading the current key's entry is ``dicts[key_group_index].ge
 
 Delta tracking is one dict per namespace, ``dirty[key] = key group index``, written on
 every mutation (a key belongs to exactly one key group). At delta time an entry still
-present is written as a put, an absent one as a tombstone.
+present is written as a put, an absent one as a tombstone, except in a namespace an
+access created since the last delta (``KeyedStore.born``): it had no entries to remove.
 """
 
 from __future__ import annotations
@@ -79,9 +80,11 @@ class HeapStore(KeyedStore):
         return present, [entries[k] for k in present], [k for k in keys if k not in entries]
 
     def load(self, kgi: int, namespace: Any, keys: list[Any], stored: list[Any]) -> None:
+        self.born.discard(namespace)  # restored entries are the base's
         self.maps(namespace)[kgi].update(zip(keys, stored, strict=True))
 
     def remove(self, kgi: int, namespace: Any, keys: list[Any]) -> None:
+        self.born.discard(namespace)
         entries = self.maps(namespace)[kgi]
         for key in keys:
             entries.pop(key, None)
@@ -107,6 +110,8 @@ class HeapStore(KeyedStore):
         was dropped is rebound (re-creating just that namespace)."""
         for dirty in self.dirty.values():
             dirty.clear()
+        # before the rebinding below, which creates the dropped (empty) namespaces anew
+        self.born.clear()
         if len(self.namespaces) > 1:
             empty = [
                 namespace
@@ -124,6 +129,7 @@ class HeapStore(KeyedStore):
     def clear_all(self) -> None:
         self.namespaces.clear()
         self.dirty.clear()
+        self.born.clear()
         self.accesses.clear()
         self.maps(VOID_NAMESPACE)
 
@@ -146,8 +152,13 @@ class HeapAccess(StateAccess):
 
     def set_namespace(self, namespace: Any) -> None:
         self.namespace = namespace
-        self._maps = self._store.maps(namespace)
-        self._dirty = self._store.dirty[namespace]
+        store = self._store
+        maps = store.namespaces.get(namespace)
+        if maps is None:  # a namespace without entries: its removals need no tombstone
+            maps = store.maps(namespace)
+            store.born.add(namespace)
+        self._maps = maps
+        self._dirty = store.dirty[namespace]
 
     def _no_key(self) -> NoReturn:
         raise_without_key(self._store.name, self._store.operator_name)
