@@ -257,6 +257,12 @@ def main(argv: list[str] | None = None) -> None:
             RUNNER[0] = "dataframe" if runner == "connect" else runner
             if runner != "rdd":  # warm-up: this runner's workers and server
                 run_streamstate(sessions[runner], data[: min(len(data), 50_000)], 2, True)
+            if len(args.runners) > 1:
+                # every runner also runs many small epochs before the measured cells, so
+                # that its JVM has compiled the per-epoch paths (a Connect epoch's planning
+                # ones are many: the first 10-epoch cell ran slower than the second on
+                # both runners, 2026-11-29); a warm server is Connect's normal state
+                run_streamstate(sessions[runner], data[: min(len(data), 50_000)], 20, False)
         _measure(args, sessions, data, rows, extra)
     finally:
         if server_home is not None:
