@@ -34,6 +34,7 @@ __all__ = [
     "StoreAccessError",
     "StoreNotInstalledError",
     "StreamStateError",
+    "TaskChannelError",
     "TaskFailure",
     "TimestampError",
     "UnknownJobError",
@@ -284,6 +285,13 @@ class TaskFailure(StreamStateError, RuntimeError):
         if self.error_type not in (name, f"streamstate.errors.{name}"):
             return False
         return bool(getattr(globals().get(name), "suppresses_restarts", False))
+
+
+class TaskChannelError(StreamStateError, ConnectionError):
+    """A connection between co-scheduled tasks, or to the driver's coordinator, failed:
+    it could not be opened, the other side failed authentication, or it closed in the
+    middle of an epoch (``execution.runner: barrier``, docs/epoch.md). The epoch fails
+    and the restart strategy restarts the job from its last checkpoint."""
 
 
 class UnsupportedFeatureError(StreamStateError, NotImplementedError):

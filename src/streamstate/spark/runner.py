@@ -45,7 +45,13 @@ from streamstate.spark.placement import (
 from streamstate.spark.python_deps import ship_python_dependencies
 from streamstate.spark.session import bind_job_session
 
-__all__ = ["SparkEpochRunner", "join_host_stoppers", "translate_spark_error"]
+__all__ = [
+    "SparkEpochRunner",
+    "join_host_stoppers",
+    "prepare_job_session",
+    "release_job_session",
+    "translate_spark_error",
+]
 
 log = logging.getLogger("streamstate")
 
@@ -140,6 +146,42 @@ def _ack_of(x: Any) -> Any:
     return x[2][1]
 
 
+def prepare_job_session(
+    spark: Any, configuration: Any
+) -> tuple[Any, Callable[[], None] | None]:
+    """The classic session a job runs on (``spark``, else one made from
+    ``configuration``), made ready for it: its workers' Python checked, the job's Python
+    dependencies shipped, task-failure logs quietened (unless
+    ``execution.task-failure-logs``), the console progress bar suspended, the session bound
+    to the job. Returns the session and what gives the progress bar back
+    (:func:`release_job_session`)."""
+    from streamstate.spark.session import (
+        check_session_python,
+        get_or_create_spark,
+        silence_task_failure_logs,
+    )
+
+    if spark is None:
+        spark = get_or_create_spark(configuration)
+    check_session_python(spark)  # a user's own session: its workers' Python
+    ship_python_dependencies(spark.sparkContext, configuration)
+    keep = configuration is not None and str(
+        configuration.get_string("execution.task-failure-logs", "false")
+    ).strip().lower() in ("true", "1", "yes")
+    if not keep:
+        silence_task_failure_logs(spark)
+    resume = suspend_console_progress(spark, configuration)
+    bind_job_session(spark)
+    return spark, resume
+
+
+def release_job_session(resume_console_progress: Callable[[], None] | None) -> None:
+    """The job is over: the session is no longer bound to it and gets its progress bar back."""
+    bind_job_session(None)
+    if resume_console_progress is not None:
+        resume_console_progress()
+
+
 class SparkEpochRunner(EpochRunner):
     def __init__(self, spark: Any = None, configuration: Any = None) -> None:
         self.spark = spark
@@ -160,23 +202,9 @@ class SparkEpochRunner(EpochRunner):
         return f"Spark ({self.spark.sparkContext.master})" if self.spark else "Spark"
 
     def start(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
-        from streamstate.spark.session import (
-            check_session_python,
-            get_or_create_spark,
-            silence_task_failure_logs,
+        self.spark, self._resume_console_progress = prepare_job_session(
+            self.spark, self.configuration
         )
-
-        if self.spark is None:
-            self.spark = get_or_create_spark(self.configuration)
-        check_session_python(self.spark)  # a user's own session: its workers' Python
-        ship_python_dependencies(self.spark.sparkContext, self.configuration)
-        keep = self.configuration is not None and str(
-            self.configuration.get_string("execution.task-failure-logs", "false")
-        ).strip().lower() in ("true", "1", "yes")
-        if not keep:
-            silence_task_failure_logs(self.spark)
-        self._resume_console_progress = suspend_console_progress(self.spark, self.configuration)
-        bind_job_session(self.spark)
         self._job_id = job_id
         self._broadcasts = []
         self._ship_specs(job_id, specs)
@@ -335,10 +363,8 @@ class SparkEpochRunner(EpochRunner):
             _destroy(self._broadcasts)
         self._job_id = None
         self._broadcasts = []
-        bind_job_session(None)
-        if self._resume_console_progress is not None:
-            self._resume_console_progress()
-            self._resume_console_progress = None
+        release_job_session(self._resume_console_progress)
+        self._resume_console_progress = None
 
 
 #: background threads stopping finished jobs' hosts (``join_host_stoppers`` waits for them)

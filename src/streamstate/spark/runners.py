@@ -4,6 +4,8 @@
   locations; needs a SparkContext, so a classic (JVM-backed) session;
 * ``dataframe``: the DataFrame runner (``dataframe_runner.py``): ``mapInArrow`` and
   ``repartition`` only; runs on a Spark Connect session and on a classic one;
+* ``barrier``: one Spark barrier stage of co-scheduled tasks for the whole job
+  (``barrier_runner.py``, Flink's execution model); needs a classic session;
 * ``spark`` (the default): the session decides. A Spark Connect session gets
   ``dataframe``; a classic one :data:`CLASSIC_DEFAULT` (the faster of the two there,
   measured in docs/benchmarks.md). Without a session given, the job runs on the first of:
@@ -21,6 +23,7 @@ from typing import Any
 
 from streamstate.errors import ConfigurationError
 from streamstate.runtime.epoch_runner import EpochRunner
+from streamstate.spark.barrier_runner import BarrierEpochRunner
 from streamstate.spark.dataframe_runner import DataFrameEpochRunner
 from streamstate.spark.runner import SparkEpochRunner
 from streamstate.spark.session import is_connect_session
@@ -52,6 +55,7 @@ def _rdd(spark: Any, configuration: Any) -> EpochRunner:
 SPARK_RUNNERS: dict[str, Callable[[Any, Any], EpochRunner]] = {
     "rdd": _rdd,
     "dataframe": DataFrameEpochRunner,
+    "barrier": BarrierEpochRunner,
 }
 
 
@@ -94,7 +98,7 @@ def make_spark_runner(name: str, spark: Any, configuration: Any) -> EpochRunner:
             f"execution.runner must be one of spark, {', '.join(SPARK_RUNNERS)}, local; "
             f"got {name!r}"
         )
-    if spark is None and name != "rdd":
+    if spark is None and name not in ("rdd", "barrier"):
         spark = connect_session_for(configuration)
         if spark is not None:  # made for this job: the job stops it when it ends
             return DataFrameEpochRunner(spark, configuration, owns_session=True)

@@ -32,7 +32,6 @@ again) or :data:`GONE` (the pin's files were superseded: ask again).
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import logging
@@ -45,6 +44,7 @@ from typing import Any
 
 from streamstate.errors import QueryableStateError, StreamStateError, WrongKeyTypeError
 from streamstate.runtime.keygroups import compute_key_group_for_serialized_key
+from streamstate.runtime.mutual_auth import mac
 from streamstate.runtime.queryable.serving import QueryableOperator, ServingCache, StaleSnapshot
 from streamstate.runtime.serializers.base import dumps_portable
 from streamstate.runtime.serializers.key import deserialize_untrusted
@@ -62,7 +62,6 @@ __all__ = [
     "decode_answer",
     "encode_frame",
     "encode_request",
-    "mac",
     "send_frame",
 ]
 
@@ -93,10 +92,6 @@ def client_secret(secret: str, job_id: str) -> str:
     """What a client proves to a query host: derived from the host's secret (the driver
     derives it for the clients it routes; they cannot derive the host's secret back)."""
     return hmac.new(secret.encode(), b"direct-client|" + job_id.encode(), "sha256").hexdigest()
-
-
-def mac(secret: str, role: bytes, nonce: bytes) -> bytes:
-    return hmac.new(secret.encode(), role + nonce, hashlib.sha256).digest()
 
 
 def send_frame(sock: socket.socket, payload: bytes) -> None:

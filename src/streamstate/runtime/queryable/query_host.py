@@ -50,8 +50,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from streamstate.errors import QueryableStateError, StreamStateError
-from streamstate.runtime import host_owner
+from streamstate.runtime import host_owner, mutual_auth
 from streamstate.runtime.host_owner import running, this_owner
+from streamstate.runtime.mutual_auth import mac
 from streamstate.runtime.queryable import direct
 from streamstate.runtime.queryable.direct import (
     CLIENT_MAGIC,
@@ -266,33 +267,18 @@ def stop_query_host(job_id: str) -> list[int]:
 # ------------------------------------------------------------------------------ the handshake
 
 
-def _mac(secret: str, role: bytes, nonce: bytes) -> bytes:
-    return hmac.new(secret.encode(), role + nonce, hashlib.sha256).digest()
-
-
-def _recv(conn: Connection, timeout: float, max_bytes: int = 256) -> bytes:
-    if not conn.poll(timeout):
-        raise QueryableStateError("the peer did not answer the handshake in time")
-    return conn.recv_bytes(max_bytes)
-
-
 def handshake(conn: Connection, secret: str, server: bool) -> None:
     """Both sides prove they know ``secret`` (HMAC of the other side's nonce) before
     either unpickles anything the other sends; raises QueryableStateError otherwise."""
-    t = HANDSHAKE_TIMEOUT_S
-    if server:
-        theirs = _recv(conn, t)
-        mine = secrets.token_bytes(32)
-        conn.send_bytes(mine + _mac(secret, b"host", theirs))
-        if not hmac.compare_digest(_recv(conn, t), _mac(secret, b"driver", mine)):
-            raise QueryableStateError("a query-host client failed authentication")
-    else:
-        mine = secrets.token_bytes(32)
-        conn.send_bytes(mine)
-        reply = _recv(conn, t)
-        if not hmac.compare_digest(reply[32:], _mac(secret, b"host", mine)):
-            raise QueryableStateError("the query host failed authentication")
-        conn.send_bytes(_mac(secret, b"driver", reply[:32]))
+    mutual_auth.handshake(
+        conn,
+        secret,
+        server,
+        timeout=HANDSHAKE_TIMEOUT_S,
+        failure=QueryableStateError,
+        server_role=b"host",
+        client_role=b"driver",
+    )
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -410,8 +396,8 @@ class QueryHost:
                     self.client_slots.release()
             else:
                 mine = secrets.token_bytes(32)
-                direct.send_frame(sock, mine + _mac(self.secret, b"host", first))
-                if not hmac.compare_digest(reader.frame(256), _mac(self.secret, b"driver", mine)):
+                direct.send_frame(sock, mine + mac(self.secret, b"host", first))
+                if not hmac.compare_digest(reader.frame(256), mac(self.secret, b"driver", mine)):
                     raise QueryableStateError("a query-host client failed authentication")
                 sock.settimeout(None)  # the driver keeps its connections (its own time-outs)
                 self._serve_driver(sock, reader)

@@ -1,0 +1,251 @@
+"""Runs a job on one Spark barrier stage of co-scheduled tasks (``execution.runner: barrier``).
+
+The whole job is ONE Spark job: ``parallelize(range(n), n).barrier().mapPartitions(task)``
+with ``n`` the plan's largest parallelism, submitted from a thread of the driver when the
+first epoch starts. Task ``i`` runs subtask ``i`` of every stage for the job's life
+(``runtime/cosched/``); the driver's :class:`TaskCoordinator` hands each epoch's specs to
+the tasks and gathers their acks, so an epoch costs no Spark job, no task launch and no
+Spark shuffle. The epochs themselves (the worker step, checkpoints, acks, the driver's
+loop) are those of every runner.
+
+A failed task fails the launch: the runner cancels the Spark job, and the epoch's error
+goes to the restart strategy, whose restart (a new attempt) launches all tasks again from
+the last completed checkpoint: Flink's full-restart failover. A rescale relaunches at the
+new parallelism. While the job runs its ``n`` tasks hold ``n`` task slots of the
+application: Spark refuses a barrier stage that needs more slots than the cluster has,
+and refuses barrier stages under dynamic allocation. Limitations: docs/limitations.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from streamstate.common.configuration import parse_duration_ms
+from streamstate.errors import ConfigurationError, StreamStateError
+from streamstate.runtime.cosched.coordinator import RemoteTaskError, TaskCoordinator
+from streamstate.runtime.cosched.links import StageShape
+from streamstate.runtime.cosched.task_loop import run_task
+from streamstate.runtime.epoch_runner import EpochRunner
+from streamstate.runtime.graph import ExecutionPlan
+from streamstate.runtime.protocol import EpochSpec, SubtaskAck
+from streamstate.spark.placement import executor_location
+from streamstate.spark.runner import (
+    prepare_job_session,
+    release_job_session,
+    translate_spark_error,
+)
+
+__all__ = ["BarrierEpochRunner"]
+
+log = logging.getLogger("streamstate")
+
+#: how long the tasks of a launch may take to start and connect, by default (s)
+DEFAULT_START_TIMEOUT_S = 120.0
+#: how long stopping waits for the tasks to clean up and the Spark job to end (s)
+_STOP_TIMEOUT_S = 30.0
+
+
+def _task(coordinator: str, secret: str, index: int, it: Any) -> Any:
+    """The Spark task of co-scheduled task ``index`` (runs on an executor)."""
+    for _ in it:
+        pass  # its input is its index only
+    run_task(index, coordinator, secret, executor_location())
+    return iter(())
+
+
+@dataclass
+class _Launch:
+    """One Spark job of co-scheduled tasks: its coordinator and the thread waiting on it."""
+
+    coordinator: TaskCoordinator
+    attempt: int
+    shape: tuple[tuple[int, int], ...]
+    thread: threading.Thread | None = None
+    #: the Spark job's exception, once it ended with one
+    error: list[BaseException] = field(default_factory=list)
+
+    def failed(self) -> BaseException | None:
+        if self.error:
+            return self.error[0]
+        if self.thread is not None and not self.thread.is_alive():
+            return StreamStateError("the co-scheduled tasks' Spark job ended unexpectedly")
+        return None
+
+
+def _submit(sc: Any, group: str, tasks: int, task: Callable[..., Any], launch: _Launch) -> None:
+    """The launch's Spark job (on its own thread: it runs as long as the job does)."""
+    # job groups are per thread (PySpark pins Python threads to JVM threads)
+    sc.setJobGroup(group, "streamstate: co-scheduled tasks", interruptOnCancel=True)
+    try:
+        sc.parallelize(range(tasks), tasks).barrier().mapPartitionsWithIndex(task).collect()
+    except BaseException as e:  # noqa: BLE001 - the driver loop raises it from its wait
+        launch.error.append(e)
+
+
+def _start_timeout(configuration: Any) -> float:
+    raw = (
+        configuration.get_string("execution.runner.barrier.start-timeout", None)
+        if configuration is not None
+        else None
+    )
+    return DEFAULT_START_TIMEOUT_S if raw is None else parse_duration_ms(raw) / 1000.0
+
+
+def _translate(e: BaseException) -> BaseException:
+    """A task's or the Spark job's failure as the error the worker raised."""
+    if isinstance(e, RemoteTaskError):
+        return translate_spark_error(RuntimeError(e.remote_traceback))
+    if isinstance(e, StreamStateError):
+        return e
+    text = str(e)
+    if "more slots than" in text or "BARRIER_SLOTS" in text.upper():
+        return ConfigurationError(
+            "execution.runner: barrier needs a task slot for every co-scheduled task at once "
+            "(the plan's largest parallelism), and the Spark application has fewer: lower "
+            "the parallelism, or give the application more executors or cores "
+            f"(Spark: {text.strip().splitlines()[0] if text.strip() else type(e).__name__})"
+        )
+    if "dynamic resource allocation" in text:
+        return _dynamic_allocation_error()
+    return translate_spark_error(e)
+
+
+def _dynamic_allocation_error() -> ConfigurationError:
+    return ConfigurationError(
+        "execution.runner: barrier runs on a barrier stage, which Spark refuses under dynamic "
+        "allocation: set spark.dynamicAllocation.enabled=false for this application, or use "
+        "execution.runner: rdd"
+    )
+
+
+class BarrierEpochRunner(EpochRunner):
+    def __init__(self, spark: Any = None, configuration: Any = None) -> None:
+        self.spark = spark
+        self.configuration = configuration
+        self._job_id: str | None = None
+        self._specs: dict[int, bytes] = {}
+        self._launch: _Launch | None = None
+        self._resume_console_progress: Callable[[], None] | None = None
+        self._start_timeout = _start_timeout(configuration)
+
+    def describe(self) -> str:
+        master = self.spark.sparkContext.master if self.spark is not None else "Spark"
+        return f"Spark barrier stage ({master})"
+
+    def start(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
+        from streamstate.spark.session import is_connect_session
+
+        if self.spark is not None and is_connect_session(self.spark):
+            raise ConfigurationError(
+                "execution.runner: barrier needs a SparkContext, and a Spark Connect session "
+                "has none: use execution.runner: dataframe (or spark, which picks it)"
+            )
+        self.spark, self._resume_console_progress = prepare_job_session(
+            self.spark, self.configuration
+        )
+        conf = self.spark.sparkContext.getConf()
+        if str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
+            raise _dynamic_allocation_error()
+        self._job_id = job_id
+        self._specs = dict(specs)
+
+    def restage(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
+        """The plan was rescaled: the next epoch launches the tasks at its parallelism."""
+        self._end_launch(graceful=True)
+        self._job_id = job_id
+        self._specs = dict(specs)
+
+    def run_epoch(self, plan: ExecutionPlan, epoch_specs: dict[int, EpochSpec]) -> list[SubtaskAck]:
+        attempt = next(iter(epoch_specs.values())).attempt
+        shape = tuple((s.id, s.parallelism) for s in plan.stages)
+        launch = self._launch
+        try:
+            if launch is None or launch.attempt != attempt or launch.shape != shape:
+                self._end_launch(graceful=launch is not None and launch.shape != shape)
+                launch = self._launch = self._launch_tasks(plan, attempt, shape)
+            blobs = launch.coordinator.run_epoch(epoch_specs, launch.failed)
+        except KeyboardInterrupt:
+            self._end_launch(graceful=False)
+            raise
+        except Exception as e:  # noqa: BLE001 - every failure ends the launch, as the worker's error
+            self._end_launch(graceful=False)
+            raise _translate(e) from None
+        return [pickle.loads(b) for b in blobs]
+
+    def _launch_tasks(
+        self, plan: ExecutionPlan, attempt: int, shape: tuple[tuple[int, int], ...]
+    ) -> _Launch:
+        sc = self.spark.sparkContext
+        conf = sc.getConf()
+        advertised = conf.get("spark.driver.host", "127.0.0.1")
+        bind = conf.get("spark.driver.bindAddress", None) or advertised
+        tasks = max(s.parallelism for s in plan.stages)
+        secret = secrets.token_hex(32)  # this launch's: tasks of an older one cannot join
+        launch = _Launch(TaskCoordinator(bind, advertised, tasks, secret), attempt, shape)
+        launch.thread = threading.Thread(
+            target=_submit,
+            args=(
+                sc,
+                self._group(),
+                tasks,
+                partial(_task, launch.coordinator.address, secret),
+                launch,
+            ),
+            name=f"streamstate-barrier-{self._job_id}",
+            daemon=True,
+        )
+        launch.thread.start()
+        try:
+            launch.coordinator.await_tasks(launch.failed, self._start_timeout)
+            blobs = {sid: (self._job_id, sid, blob) for sid, blob in self._specs.items()}
+            meta = {s.id: (s.parallelism, s.max_parallelism) for s in plan.stages}
+            shapes = [
+                StageShape(s.id, s.parallelism, tuple(s.upstream), tuple(s.downstream))
+                for s in plan.stages
+            ]
+            launch.coordinator.launch(blobs, meta, shapes)
+        except BaseException:
+            self._launch = launch
+            raise
+        log.info("job %s: %d co-scheduled tasks running (attempt %d)", self._job_id, tasks, attempt)
+        return launch
+
+    def _group(self) -> str:
+        return f"streamstate-{self._job_id}"
+
+    def _end_launch(self, graceful: bool) -> None:
+        """End the running launch: ``graceful`` asks its tasks to clean up and return;
+        otherwise (a failure) its Spark job is cancelled."""
+        launch, self._launch = self._launch, None
+        if launch is None:
+            return
+        if graceful and launch.failed() is None:
+            launch.coordinator.stop(_STOP_TIMEOUT_S)
+        else:
+            try:
+                self.spark.sparkContext.cancelJobGroup(self._group())
+            except Exception as e:  # noqa: BLE001 - the context may be stopping already
+                log.debug("cancelling the co-scheduled tasks failed: %s", e)
+        launch.coordinator.close()
+        if launch.thread is not None:
+            launch.thread.join(_STOP_TIMEOUT_S)
+
+    def interrupt(self) -> None:
+        """Cancel the running epoch (a second Ctrl-C): the driver loop's wait raises."""
+        launch = self._launch
+        if launch is not None:
+            launch.coordinator.abort()
+
+    def stop(self) -> None:
+        self._end_launch(graceful=True)
+        self._job_id = None
+        self._specs = {}
+        release_job_session(self._resume_console_progress)
+        self._resume_console_progress = None
