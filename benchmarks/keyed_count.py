@@ -12,7 +12,8 @@ a running count per key in ``ValueState`` on the heap backend. Reported:
 ``--runners`` runs streamstate on several epoch runners in the same run: ``rdd`` (the
 classic runner), ``dataframe`` (the DataFrame runner on the same classic session) and
 ``connect`` (the DataFrame runner on a Spark Connect server, ``local[2]``, that the
-benchmark starts and stops); the first one named is the base of the runner ratios. The
+benchmark starts and stops) and ``barrier`` (one Spark barrier stage of co-scheduled tasks
+for the whole job, ``spark/barrier_runner.py``); the first one named is the base of the runner ratios. The
 runners take turns within each cell, run after run, so a shared machine's changing load
 meets them alike.
 
@@ -21,7 +22,7 @@ cell by cell (1 epoch: heap, RocksDB; 10 epochs: heap, RocksDB), and reports Roc
 against heap; the first one named is the base.
 
 Run: ``make bench`` (or ``python -m benchmarks.keyed_count [--records N] [--no-peers]
-[--state-backend hashmap rocksdb] [--runners rdd dataframe connect]``).
+[--state-backend hashmap rocksdb] [--runners rdd dataframe connect barrier]``).
 Every figure, streamstate's and each peer's, is the best of ``--repeat`` runs after an
 untimed warm-up run.
 """
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--runners",
         nargs="+",
-        choices=("rdd", "dataframe", "connect"),
+        choices=("rdd", "dataframe", "connect", "barrier"),
         default=["rdd"],
         help="streamstate's epoch runners to measure (the first is the ratios' base)",
     )
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
 
     rows: dict[str, dict[str, float]] = {}
     extra: dict[str, Any] = {}
-    sessions = {"rdd": spark, "dataframe": spark}
+    sessions = {"rdd": spark, "dataframe": spark, "barrier": spark}
     server_home = None
     if "connect" in args.runners:
         sessions["connect"], server_home = _connect_session()

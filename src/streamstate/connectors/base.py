@@ -42,6 +42,10 @@ class Source(ABC):
     #: open file, no thread): on Spark, a source stage of such a source with no operator
     #: chained to it runs in the task's Python worker instead of a subtask host
     stateless_reader: bool = False
+    #: the driver runs a Spark job of the job's application while it plans epochs (a
+    #: Spark stream's trigger): it needs a task slot the job's own tasks do not hold
+    #: (the barrier runner's tasks hold theirs for the job's life)
+    runs_spark_jobs: bool = False
 
     @abstractmethod
     def create_enumerator_state(self, parallelism: int) -> Any:

@@ -26,9 +26,13 @@ def mac(secret: str, role: bytes, nonce: bytes) -> bytes:
 
 
 def _recv(conn: Connection, timeout: float, failure: type[Exception]) -> bytes:
-    if not conn.poll(timeout):
-        raise failure("the peer did not answer the handshake in time")
-    return conn.recv_bytes(256)
+    try:
+        if not conn.poll(timeout):
+            raise failure("the peer did not answer the handshake in time")
+        return conn.recv_bytes(256)
+    except (EOFError, OSError) as e:
+        # the other side refused us (it closes on a wrong answer) or went away
+        raise failure(f"the peer closed the connection during the handshake ({e!r})") from e
 
 
 def handshake(
@@ -49,7 +53,7 @@ def handshake(
         mine = secrets.token_bytes(_NONCE_BYTES)
         conn.send_bytes(mine + mac(secret, server_role, theirs))
         if not hmac.compare_digest(_recv(conn, timeout, failure), mac(secret, client_role, mine)):
-            raise failure(f"a {client_role.decode()} connecting failed authentication")
+            raise failure(f"a connecting {client_role.decode()} failed authentication")
     else:
         mine = secrets.token_bytes(_NONCE_BYTES)
         conn.send_bytes(mine)

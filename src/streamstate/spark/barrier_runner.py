@@ -19,7 +19,9 @@ and refuses barrier stages under dynamic allocation. Limitations: docs/limitatio
 from __future__ import annotations
 
 import logging
+import os
 import pickle
+import re
 import secrets
 import threading
 from collections.abc import Callable
@@ -42,7 +44,7 @@ from streamstate.spark.runner import (
     translate_spark_error,
 )
 
-__all__ = ["BarrierEpochRunner"]
+__all__ = ["BarrierEpochRunner", "task_slots"]
 
 log = logging.getLogger("streamstate")
 
@@ -87,6 +89,19 @@ def _submit(sc: Any, group: str, tasks: int, task: Callable[..., Any], launch: _
         sc.parallelize(range(tasks), tasks).barrier().mapPartitionsWithIndex(task).collect()
     except BaseException as e:  # noqa: BLE001 - the driver loop raises it from its wait
         launch.error.append(e)
+
+
+def task_slots(master: str, cpus: int | None = None) -> int | None:
+    """The task slots of a local master (``local``, ``local[N]``, ``local[*]``,
+    ``local[N,F]``, ``local-cluster[W,C,M]``), or None when the cluster manager knows."""
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if m is not None:
+        n = m.group(1)
+        if n is None:
+            return 1
+        return (cpus or os.cpu_count() or 1) if n == "*" else int(n)
+    m = re.fullmatch(r"local-cluster\[(\d+),\s*(\d+),\s*\d+\]", master.strip())
+    return int(m.group(1)) * int(m.group(2)) if m is not None else None
 
 
 def _start_timeout(configuration: Any) -> float:
@@ -187,6 +202,24 @@ class BarrierEpochRunner(EpochRunner):
         advertised = conf.get("spark.driver.host", "127.0.0.1")
         bind = conf.get("spark.driver.bindAddress", None) or advertised
         tasks = max(s.parallelism for s in plan.stages)
+        slots = task_slots(sc.master)
+        streams = [s.id for s in plan.stages if s.is_source and s.source.runs_spark_jobs]
+        if streams and slots is not None and tasks >= slots:
+            # each trigger of the stream is a Spark job of the driver's, which would wait
+            # for a slot the co-scheduled tasks hold for the job's life
+            raise ConfigurationError(
+                f"from_spark_stream() runs a Spark job for every trigger, and with "
+                f"execution.runner: barrier the job's {tasks} co-scheduled tasks hold all "
+                f"{slots} task slots of {sc.master}: lower the parallelism below {slots}, "
+                f"or use execution.runner: rdd"
+            )
+        if slots is not None and tasks > slots:
+            # Spark would retry its own slot check for minutes before failing the job
+            raise ConfigurationError(
+                f"execution.runner: barrier needs a task slot for each of the job's {tasks} "
+                f"co-scheduled tasks at once (its largest parallelism), and {sc.master} has "
+                f"{slots}: lower the parallelism to {slots}, or run on more cores"
+            )
         secret = secrets.token_hex(32)  # this launch's: tasks of an older one cannot join
         launch = _Launch(TaskCoordinator(bind, advertised, tasks, secret), attempt, shape)
         launch.thread = threading.Thread(

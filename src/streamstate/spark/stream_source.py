@@ -75,6 +75,7 @@ class SparkStreamSource(Source):
     """Reads a streaming DataFrame trigger by trigger (see module doc)."""
 
     sliced_reads = True
+    runs_spark_jobs = True  # a trigger per epoch
 
     def __init__(
         self,

@@ -48,7 +48,7 @@ def test_strict_config_turns_the_warning_into_an_error():
         ("execution.epoch.idle-wait-ms", "-1", "must be >= 0"),
         ("execution.checkpointing.timeout", "soon", "must be a duration"),
         ("execution.checkpointing.num-retained", "0", "must be >= 1"),
-        ("execution.runner", "cluster", "must be one of spark, rdd, dataframe, local"),
+        ("execution.runner", "cluster", "must be one of spark, rdd, dataframe, barrier, local"),
         ("state.backend.incremental", "yes", "must be true or false"),
         ("restart-strategy.exponential-delay.jitter-factor", "2", r"must be in \[0.0, 1.0\]"),
         ("execution.task-failure-logs", "maybe", "must be true or false"),

@@ -30,10 +30,15 @@ from typing import Any
 from streamstate.errors import TaskChannelError
 from streamstate.runtime.cosched import links
 
-__all__ = ["Channels"]
+__all__ = ["Channels", "PeerClosedError"]
 
 #: how long opening the channels may take before the task gives up (s)
 OPEN_TIMEOUT_S = 60.0
+
+
+class PeerClosedError(TaskChannelError):
+    """A peer's channel closed mid-epoch: a consequence of the peer's own failure, which
+    the coordinator reports in its place."""
 
 
 class Channels:
@@ -124,7 +129,7 @@ class Channels:
         while not peers <= ended:
             peer, frame = self._frames.get()
             if frame is None:
-                raise TaskChannelError(
+                raise PeerClosedError(
                     f"the channel from task {peer} to task {self.index} closed in epoch "
                     f"{self._epoch} (task {peer} failed or was stopped)"
                 )

@@ -31,6 +31,8 @@ __all__ = ["RemoteTaskError", "TaskCoordinator"]
 
 #: how often a wait looks at whether the Spark job is still running (s)
 _POLL_S = 0.2
+#: how long a task's failure caused by another's waits for that other's (s)
+_CAUSE_WAIT_S = 10.0
 
 
 class RemoteTaskError(Exception):
@@ -93,7 +95,9 @@ class TaskCoordinator:
             self._addresses[index] = address
         self._listener.close()
 
-    def launch(self, blobs: dict[int, Any], meta: dict[int, tuple[int, int]], shapes: list[StageShape]) -> None:
+    def launch(
+        self, blobs: dict[int, Any], meta: dict[int, tuple[int, int]], shapes: list[StageShape]
+    ) -> None:
         """Send every task the launch, then listen for their answers."""
         addresses = [self._addresses[i] for i in range(self.tasks)]
         start = pickle.dumps(("start", addresses, blobs, meta, shapes), protocol=5)
@@ -128,12 +132,32 @@ class TaskCoordinator:
             if reply is None:
                 raise _crashed(index, _spark_error(failed))
             if reply[0] == "failed":
+                if reply[2]:  # a peer's channel closed under it: the peer's failure says why
+                    raise self._cause(failed) or RemoteTaskError(index, reply[1])
                 raise RemoteTaskError(index, reply[1])
             if reply[0] != "done" or index not in pending:
                 raise TaskChannelError(f"task {index} answered {reply[0]!r} out of turn")
             acks.extend(reply[1])
             pending.discard(index)
         return acks
+
+    def _cause(self, failed: Callable[[], BaseException | None]) -> BaseException | None:
+        """The failure that made another task's channel close, once it arrives (at most a
+        few seconds): a task's own error, a crashed task, or the Spark job's error."""
+        deadline = time.monotonic() + _CAUSE_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                index, reply = self._answers.get(timeout=_POLL_S)
+            except queue.Empty:
+                error = failed()
+                if error is not None:
+                    return error
+                continue
+            if reply is None:
+                return _crashed(index, _spark_error(failed))
+            if reply[0] == "failed" and not reply[2]:
+                return RemoteTaskError(index, reply[1])
+        return None
 
     def _next_answer(self, failed: Callable[[], BaseException | None]) -> tuple[int, Any]:
         while True:

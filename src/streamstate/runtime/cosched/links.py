@@ -80,8 +80,8 @@ def _authenticate(conn: Connection, secret: str, server: bool) -> Connection:
             server,
             timeout=HANDSHAKE_TIMEOUT_S,
             failure=TaskChannelError,
-            server_role=b"listening side",
-            client_role=b"connecting side",
+            server_role=b"listener",
+            client_role=b"peer",
         )
     except BaseException:
         conn.close()

@@ -10,7 +10,7 @@ shape), opens its channels (``channels.py``) and then serves the coordinator:
   acks)`` with the leaf stages' acks (pickled, as the other runners collect them);
 * ``("stop",)``: what the process kept of the job goes (``job_end``), the task returns.
 
-A failure answers ``("failed", traceback)`` and re-raises, which fails the Spark stage
+A failure answers ``("failed", traceback, consequence)`` and re-raises, which fails the Spark stage
 (and with it every task of the launch: the driver restarts them all from the last
 checkpoint). A coordinator that goes away ends the task.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 from streamstate.errors import TaskChannelError
 from streamstate.runtime.cosched import links
-from streamstate.runtime.cosched.channels import Channels
+from streamstate.runtime.cosched.channels import Channels, PeerClosedError
 from streamstate.runtime.cosched.links import StageShape
 from streamstate.runtime.gc_pause import gc_paused
 from streamstate.runtime.job_end import end_job
@@ -72,9 +72,10 @@ def run_task(index: int, coordinator: str, secret: str, executor: str | None) ->
                 return
             acks = _run_epoch(index, message[1], channels, blobs, meta, shapes, executor)
             links.send(link, ("done", acks))
-    except BaseException:
+    except BaseException as e:
         try:
-            links.send(link, ("failed", traceback.format_exc()))
+            # a peer's closed channel is a consequence: the coordinator looks for the cause
+            links.send(link, ("failed", traceback.format_exc(), isinstance(e, PeerClosedError)))
         except OSError:
             pass  # the coordinator is gone: Spark reports the failure
         raise
@@ -115,11 +116,6 @@ def _run_epoch(
                     local.setdefault(dest, []).append(payload)
                 else:
                     channels.send_payload(part, dest, payload)
-        readers = {
-            j
-            for down in shape.downstream
-            for j in range(parallelism[down])
-            if j != index
-        }
+        readers = {j for down in shape.downstream for j in range(parallelism[down]) if j != index}
         channels.end_stage(shape.id, readers)
     return acks
