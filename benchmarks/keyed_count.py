@@ -30,6 +30,7 @@ untimed warm-up run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -312,17 +313,19 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'engine':44s} {'1 batch/epoch':>15s} {'10 batches/epochs':>18s}")
     for name, r in rows.items():
         print(f"{name:44s} {r.get('1', 0):>13,.0f}/s {r.get('10', 0):>16,.0f}/s")
-    first = "" if args.runners == ["rdd"] else f", {args.runners[0]} runner"
     ratios = []
     if not args.no_peers:
-        for backend in backends:
-            suffix = first + _backend_label(backends, backend)
+        for runner, backend in itertools.product(args.runners, backends):
+            suffix = ("" if args.runners == ["rdd"] else f", {runner} runner") + _backend_label(
+                backends, backend
+            )
             base = rows[f"streamstate (checkpoint every epoch{suffix})"]
             print(f"\nratios: streamstate (checkpoint every epoch{suffix}) / peer")
             for name, r in rows.items():
                 if name.startswith("Spark"):
+                    of = _BACKEND_NAMES[backend] + ("" if len(args.runners) == 1 else f", {runner}")
                     ratios.append(
-                        f"{name} ({_BACKEND_NAMES[backend]}): {base['1'] / r['1']:.1f}x "
+                        f"{name} ({of}): {base['1'] / r['1']:.1f}x "
                         f"(1 batch), {base['10'] / r['10']:.1f}x (10)"
                     )
                     print(
@@ -351,7 +354,13 @@ def main(argv: list[str] | None = None) -> None:
         ]
         # the runners' comparison and the RocksDB backend are runs of their own; the K1
         # table is the default run (heap, rdd runner)
-        name = "" if args.runners == ["rdd"] else "Runners: RDD, DataFrame, Spark Connect"
+        name = (
+            ""
+            if args.runners == ["rdd"]
+            else "Runners: RDD, DataFrame, Spark Connect"
+            if {"dataframe", "connect"} & set(args.runners)
+            else "Runners: RDD and barrier (co-scheduled tasks)"
+        )
         if backends == ["rocksdb"]:
             name = f"{name}, RocksDB state backend" if name else "RocksDB state backend"
         record("keyed_count", sitting.run([table], notes, name=name))

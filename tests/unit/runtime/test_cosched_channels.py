@@ -184,3 +184,21 @@ def test_a_task_of_another_version_is_refused_by_the_coordinator():
     coordinator.close()
     assert isinstance(errors[0], ConfigurationError)
     assert "another streamstate than the driver" in str(errors[0])
+
+
+@pytest.mark.parametrize(
+    ("master", "slots"),
+    [
+        ("local", 1),
+        ("local[2]", 2),
+        ("local[*]", 8),
+        ("local[3,2]", 3),
+        ("local-cluster[2, 1, 1024]", 2),
+        ("spark://master:7077", None),
+        ("yarn", None),
+    ],
+)
+def test_the_task_slots_of_a_local_master(master, slots):
+    from streamstate.spark.barrier_runner import task_slots
+
+    assert task_slots(master, cpus=8) == slots
