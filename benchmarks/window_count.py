@@ -198,8 +198,15 @@ def main(argv: list[str] | None = None) -> None:
         help="comma-separated reader counts of the collection (a row each; the first is the "
         "ratio's base; Flink's fromCollection reads with 1)",
     )
+    p.add_argument(
+        "--epochs",
+        default="1,10",
+        help="comma-separated streamstate cells: the records as 1 epoch and as 10 (Spark's "
+        "micro-batches follow: 1 and 10); e.g. 1 to measure the one-epoch cell alone",
+    )
     add_result_option(p)
     args = p.parse_args(argv)
+    cells = [int(e) for e in args.epochs.split(",") if e.strip()]
     sitting = Sitting.begin("benchmarks.window_count", argv)
     backends = [b.strip() for b in args.state_backends.split(",") if b.strip()]
     readers = [int(r) for r in args.source_parallelism.split(",") if r.strip()]
@@ -218,14 +225,14 @@ def main(argv: list[str] | None = None) -> None:
             if readers != [1]:
                 name = f"{name}, {n} reader{'s' if n > 1 else ''}"
             names.append(name)
-            for epochs in (1, 10):
+            for epochs in cells:
                 rows.setdefault(name, {})[str(epochs)] = best_of(
                     args.repeat,
                     lambda e=epochs, b=backend, n=n: run_streamstate(spark, data, e, b, n)[0],
                 )
     if not args.no_spark:
         run_spark(spark, data[:50_000], 1)  # warm-up
-        for batches in (1, 10):
+        for batches in cells:
             rows.setdefault("Spark Structured Streaming", {})[str(batches)] = best_of(
                 args.repeat, lambda b=batches: run_spark(spark, data, b)
             )
@@ -242,8 +249,11 @@ def main(argv: list[str] | None = None) -> None:
         for name in names:
             s = rows[name]
             ratios.append(
-                f"{name} / Spark: {s['1'] / k['1']:.2f}x (1 batch), "
-                f"{s['10'] / k['10']:.2f}x (10 batches)"
+                f"{name} / Spark: "
+                + ", ".join(
+                    f"{s[str(c)] / k[str(c)]:.2f}x ({c} batch{'es' if c > 1 else ''})"
+                    for c in cells
+                )
             )
             print(ratios[-1])
     if args.json:

@@ -408,6 +408,14 @@ class InternalTimerService:
         does not change it); the operator calling this flushes in its ``snapshot_state``."""
         self._event.add_keys(self.backend, namespace, int(ts), keys)
 
+    def event_time_timer_keys(self, namespace: Any, ts: int) -> list[tuple[Any, int]]:
+        """``(key, key group)`` of every registered event-time timer ``(key, namespace,
+        ts)`` (bulk registrations not flushed yet included), in registration order."""
+        b = self._event.buckets.get(int(ts))
+        if not b:
+            return []
+        return [(key, kg) for (key, ns), kg in b.items() if ns == namespace]
+
     def flush(self) -> None:
         """Write the timers of :meth:`register_event_time_timers` that are still
         registered to the keyed state (before a snapshot; per-timer calls do it first)."""

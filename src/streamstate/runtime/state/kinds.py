@@ -19,7 +19,7 @@ time, so the state may change while they are iterated.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 from streamstate.api.state import (
     AggregatingState,
@@ -34,6 +34,7 @@ from streamstate.runtime.state.store import StateAccess, state_not_mergeable_err
 __all__ = [
     "KIND_CLASSES",
     "MERGING_KINDS",
+    "AccumulatorState",
     "BulkAddingState",
     "KeyedAggregatingState",
     "KeyedListState",
@@ -60,6 +61,19 @@ class BulkAddingState(Protocol):
     """A handle of a :data:`MERGING_KINDS` kind: ``add`` of many values in one access."""
 
     def add_many(self, values: list[Any]) -> None: ...
+
+
+@runtime_checkable
+class AccumulatorState(Protocol):
+    """A reducing or aggregating handle's stored object, as it is (Flink's
+    ``InternalAppendingState.getInternal``/``updateInternal``): the reduced value or the
+    accumulator of the current key in the current namespace, ``None`` for none. For a
+    caller that folds many values itself (the window operator's bulk path) and writes
+    the result with one access; ``update_internal(None)`` removes the entry."""
+
+    def get_internal(self) -> Any: ...
+
+    def update_internal(self, stored: Any) -> None: ...
 
 
 def merging_state(state: Any, descriptor: StateDescriptor) -> MergingState:
@@ -265,6 +279,12 @@ class KeyedReducingState(_KeyedState, ReducingState):
                 current = value if current is None else reduce(current, value)
         access.put(current)
 
+    def get_internal(self) -> Any:
+        return self._access.get()
+
+    def update_internal(self, stored: Any) -> None:
+        self._access.put(stored)
+
 
 class KeyedAggregatingState(_KeyedState, AggregatingState):
     """Holds the accumulator; ``get()`` is ``get_result(acc)`` or ``None``; ``add(None)`` clears."""
@@ -303,6 +323,12 @@ class KeyedAggregatingState(_KeyedState, AggregatingState):
                 accumulator = agg.create_accumulator()
             accumulator = agg.add(value, accumulator)
         access.put(accumulator)
+
+    def get_internal(self) -> Any:
+        return self._access.get()
+
+    def update_internal(self, stored: Any) -> None:
+        self._access.put(stored)
 
 
 #: state kind -> handle class

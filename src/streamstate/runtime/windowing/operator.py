@@ -49,7 +49,7 @@ from streamstate.runtime.windowing.merging import (
     MergingWindowSet,
     merging_element,
 )
-from streamstate.runtime.windowing.tumbling import fire_tumbling, tumbling_batch
+from streamstate.runtime.windowing.tumbling import Fold, fire_tumbling, fold_of, tumbling_batch
 
 __all__ = ["WINDOW_STATE_NAME", "WindowOperator"]
 
@@ -118,6 +118,12 @@ class WindowOperator(StreamOperator):
         self.window_function.open(ctx)
         self.window_state = keyed_state(ctx, self.window_state_descriptor)
         self.is_list = self.window_state_descriptor.kind == "list"
+        #: the bulk path folds reducing/aggregating contents as it groups them
+        self.fold: Fold | None = (
+            fold_of(self.window_state_descriptor, self.window_state)
+            if self._fast_tumbling
+            else None
+        )
         self.trigger_ctx = TriggerContext(ctx, self.timers)
         self.process_ctx = WindowProcessContext(self, ctx, self.timers, self.merging)
         self.assigner_ctx = AssignerContext(self.timers, ctx)
