@@ -44,6 +44,7 @@ from typing import Any
 
 from benchmarks.jobs.window_count import Count, KeyWindowCount, Ts
 from benchmarks.keyed_count import previous_job_cleaned_up
+from benchmarks.process_cpu import KINDS, KindMeter, measured
 from benchmarks.results import Sitting, add_result_option, rates_table, record
 from streamstate.common import Configuration, Duration, WatermarkStrategy
 from streamstate.datastream import StreamExecutionEnvironment
@@ -204,6 +205,12 @@ def main(argv: list[str] | None = None) -> None:
         help="comma-separated streamstate cells: the records as 1 epoch and as 10 (Spark's "
         "micro-batches follow: 1 and 10); e.g. 1 to measure the one-epoch cell alone",
     )
+    p.add_argument(
+        "--kind-cpu",
+        action="store_true",
+        help="print each streamstate run's CPU seconds per kind of process (the subtask "
+        "hosts apart: benchmarks/process_cpu.py; needs a writable cgroup-v1 cpuacct)",
+    )
     add_result_option(p)
     args = p.parse_args(argv)
     cells = [int(e) for e in args.epochs.split(",") if e.strip()]
@@ -217,53 +224,71 @@ def main(argv: list[str] | None = None) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     data = workload(args.records, args.keys)
     verify_streamstate(spark, data[:100_000])  # correctness check + warm-up
-    rows: dict[str, dict[str, float]] = {}
-    names = []
-    for backend in backends:
-        for n in readers:
-            name = "streamstate" if backend == "hashmap" else f"streamstate ({backend})"
-            if readers != [1]:
-                name = f"{name}, {n} reader{'s' if n > 1 else ''}"
-            names.append(name)
-            for epochs in cells:
-                rows.setdefault(name, {})[str(epochs)] = best_of(
-                    args.repeat,
-                    lambda e=epochs, b=backend, n=n: run_streamstate(spark, data, e, b, n)[0],
-                )
-    if not args.no_spark:
-        run_spark(spark, data[:50_000], 1)  # warm-up
-        for batches in cells:
-            rows.setdefault("Spark Structured Streaming", {})[str(batches)] = best_of(
-                args.repeat, lambda b=batches: run_spark(spark, data, b)
+    meter = KindMeter("window-count") if args.kind_cpu else None
+    try:
+
+        def streamstate_run(epochs: int, backend: str, n: int) -> float:
+            if meter is None:
+                return run_streamstate(spark, data, epochs, backend, n)[0]
+            rate, cpu = measured(meter, lambda: run_streamstate(spark, data, epochs, backend, n)[0])
+            kinds = ", ".join(f"{k} {cpu.get(k, 0):.3f}" for k in KINDS)
+            print(
+                f"CPU s, {backend}, {n} reader(s), {epochs} epoch(s): {kinds} ({rate:,.0f} rec/s)"
             )
-    print(
-        f"\nevent-time tumbling window count, {args.records:,} records, {args.keys:,} keys, "
-        f"10 s windows, parallelism 2"
-    )
-    print(f"{'engine':32s} {'1 batch/epoch':>15s} {'10 batches/epochs':>18s}")
-    for name, r in rows.items():
-        print(f"{name:32s} {r.get('1', 0):>13,.0f}/s {r.get('10', 0):>16,.0f}/s")
-    ratios = []
-    if not args.no_spark:
-        k = rows["Spark Structured Streaming"]
-        for name in names:
-            s = rows[name]
-            ratios.append(
-                f"{name} / Spark: "
-                + ", ".join(
-                    f"{s[str(c)] / k[str(c)]:.2f}x ({c} batch{'es' if c > 1 else ''})"
-                    for c in cells
+            return rate
+
+        rows: dict[str, dict[str, float]] = {}
+        names = []
+        for backend in backends:
+            for n in readers:
+                name = "streamstate" if backend == "hashmap" else f"streamstate ({backend})"
+                if readers != [1]:
+                    name = f"{name}, {n} reader{'s' if n > 1 else ''}"
+                names.append(name)
+                for epochs in cells:
+                    rows.setdefault(name, {})[str(epochs)] = best_of(
+                        args.repeat,
+                        lambda e=epochs, b=backend, n=n: streamstate_run(e, b, n),
+                    )
+        if not args.no_spark:
+            run_spark(spark, data[:50_000], 1)  # warm-up
+            for batches in cells:
+                rows.setdefault("Spark Structured Streaming", {})[str(batches)] = best_of(
+                    args.repeat, lambda b=batches: run_spark(spark, data, b)
                 )
+        print(
+            f"\nevent-time tumbling window count, {args.records:,} records, {args.keys:,} keys, "
+            f"10 s windows, parallelism 2"
+        )
+        print(f"{'engine':32s} {'1 batch/epoch':>15s} {'10 batches/epochs':>18s}")
+        for name, r in rows.items():
+            print(f"{name:32s} {r.get('1', 0):>13,.0f}/s {r.get('10', 0):>16,.0f}/s")
+        ratios = []
+        if not args.no_spark:
+            k = rows["Spark Structured Streaming"]
+            for name in names:
+                s = rows[name]
+                ratios.append(
+                    f"{name} / Spark: "
+                    + ", ".join(
+                        f"{s[str(c)] / k[str(c)]:.2f}x ({c} batch{'es' if c > 1 else ''})"
+                        for c in cells
+                    )
+                )
+                print(ratios[-1])
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"rows": rows, "records": args.records}, f, indent=2)
+        if args.result:
+            table = rates_table(
+                "engine", rows, {"1": "1 batch / epoch", "10": "10 batches / epochs"}
             )
-            print(ratios[-1])
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "records": args.records}, f, indent=2)
-    if args.result:
-        table = rates_table("engine", rows, {"1": "1 batch / epoch", "10": "10 batches / epochs"})
-        notes = [f"Ratio {'; '.join(ratios)}."] if ratios else []
-        record("window_count", sitting.run([table], notes))
-    spark.stop()
+            notes = [f"Ratio {'; '.join(ratios)}."] if ratios else []
+            record("window_count", sitting.run([table], notes))
+    finally:
+        if meter is not None:
+            meter.close()
+        spark.stop()
 
 
 if __name__ == "__main__":
