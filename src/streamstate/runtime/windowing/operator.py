@@ -44,12 +44,13 @@ from streamstate.runtime.windowing.contexts import (
     WindowProcessContext,
     keyed_state,
 )
+from streamstate.runtime.windowing.folding import FoldedWindows, fold_of
 from streamstate.runtime.windowing.merging import (
     MERGING_WINDOW_SET_STATE_NAME,
     MergingWindowSet,
     merging_element,
 )
-from streamstate.runtime.windowing.tumbling import Fold, fire_tumbling, fold_of, tumbling_batch
+from streamstate.runtime.windowing.tumbling import fire_tumbling, tumbling_batch
 
 __all__ = ["WINDOW_STATE_NAME", "WindowOperator"]
 
@@ -118,12 +119,10 @@ class WindowOperator(StreamOperator):
         self.window_function.open(ctx)
         self.window_state = keyed_state(ctx, self.window_state_descriptor)
         self.is_list = self.window_state_descriptor.kind == "list"
-        #: the bulk path folds reducing/aggregating contents as it groups them
-        self.fold: Fold | None = (
-            fold_of(self.window_state_descriptor, self.window_state)
-            if self._fast_tumbling
-            else None
-        )
+        #: the bulk path folds reducing/aggregating contents as it groups them and keeps
+        #: them out of the state until something else needs them there (folding.py)
+        fold = fold_of(self.window_state_descriptor, self.window_state)
+        self.folded = FoldedWindows(self, fold) if self._fast_tumbling and fold else None
         self.trigger_ctx = TriggerContext(ctx, self.timers)
         self.process_ctx = WindowProcessContext(self, ctx, self.timers, self.merging)
         self.assigner_ctx = AssignerContext(self.timers, ctx)
@@ -140,7 +139,10 @@ class WindowOperator(StreamOperator):
         self.window_function.close()
 
     def snapshot_state(self, checkpoint_id: int | None, timestamp_ms: int) -> None:
-        # the tumbling path registers timers in bulk: they reach the keyed state here
+        # the tumbling path registers timers in bulk and folds windows out of the state:
+        # both reach the keyed state here
+        if self.folded is not None:
+            self.folded.flush()
         self.timers.flush()
         super().snapshot_state(checkpoint_id, timestamp_ms)
 
@@ -209,6 +211,8 @@ class WindowOperator(StreamOperator):
     def on_processing_time(self, now_ms: int) -> list[Any]:
         out: list[Any] = []
         out_ts: list[Any] = []
+        if self.folded is not None and self.timers.num_processing_time_timers():
+            self.folded.flush()  # the timers' handling reads the state
         for timer in self.timers.advance_processing_time(now_ms):
             self._on_timer(timer, False, out, out_ts)
         out, out_ts = self._split_side(out, out_ts)
