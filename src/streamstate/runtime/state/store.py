@@ -171,10 +171,12 @@ class KeyedStore(ABC):
         for namespace, dirty in list(self.dirty.items()):
             if not dirty:
                 continue
+            born = namespace in self.born
+            if born and not self.holds_entries(namespace):
+                continue  # created and emptied since the last delta: nothing to write
             by_index: dict[int, list[Any]] = {}
             for key, kgi in dirty.items():
                 by_index.setdefault(kgi, []).append(key)
-            born = namespace in self.born
             for kgi in sorted(by_index):
                 present, stored, absent = self.lookup(kgi, namespace, by_index[kgi])
                 if born:
@@ -182,6 +184,11 @@ class KeyedStore(ABC):
                         continue
                     absent = []
                 yield namespace, kgi, present, stored, absent
+
+    def holds_entries(self, namespace: Any) -> bool:
+        """Whether any key has an entry in ``namespace``; a backend that cannot tell
+        cheaply answers True (:meth:`changes` then looks the changed keys up)."""
+        return True
 
     # ---------------------------------------------------------------- what a backend implements
     @abstractmethod

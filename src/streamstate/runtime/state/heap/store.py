@@ -79,6 +79,10 @@ class HeapStore(KeyedStore):
         present = [k for k in keys if k in entries]
         return present, [entries[k] for k in present], [k for k in keys if k not in entries]
 
+    def holds_entries(self, namespace: Any) -> bool:
+        maps = self.namespaces.get(namespace)
+        return maps is not None and any(maps)
+
     def load(self, kgi: int, namespace: Any, keys: list[Any], stored: list[Any]) -> None:
         self.born.discard(namespace)  # restored entries are the base's
         self.maps(namespace)[kgi].update(zip(keys, stored, strict=True))
