@@ -36,6 +36,7 @@ __all__ = [
     "StreamStateError",
     "TaskChannelError",
     "TaskFailure",
+    "TaskSlotsError",
     "TimestampError",
     "UnknownJobError",
     "UnknownKvStateError",
@@ -115,6 +116,16 @@ class StateMigrationError(StreamStateError):
     """Restored state is incompatible with the descriptor it is restored into, or its
     migration to the descriptor's schema failed. A restart cannot cure it (the same
     checkpoint is restored again), so the job fails whatever the restart strategy."""
+
+    #: the executor fails the job instead of asking the restart strategy
+    suppresses_restarts = True
+
+
+class TaskSlotsError(ConfigurationError):
+    """A job needs more task slots at once than its Spark application can ever give it
+    (the barrier runner's co-scheduled tasks on a local master with fewer cores, or with
+    every slot held while the driver must run Spark jobs of its own). A restart cannot
+    cure it, so the job fails whatever the restart strategy; the message names the fix."""
 
     #: the executor fails the job instead of asking the restart strategy
     suppresses_restarts = True

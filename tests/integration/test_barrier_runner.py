@@ -17,7 +17,12 @@ import pytest
 from streamstate.common import RestartStrategies, Types
 from streamstate.datastream import CheckpointingMode, ExternalizedCheckpointCleanup
 from streamstate.datastream.state import ValueStateDescriptor
-from streamstate.errors import ConfigurationError, JobExecutionError
+from streamstate.errors import (
+    ConfigurationError,
+    CorruptCheckpointError,
+    JobExecutionError,
+    TaskSlotsError,
+)
 from streamstate.runtime.state_reader import list_checkpoints, read_keyed_state
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.jobs import CountPerKey, records
@@ -129,13 +134,13 @@ def test_a_user_exception_keeps_its_type(spark):
     assert isinstance(ei.value, JobExecutionError)
 
 
-def test_more_tasks_than_task_slots_is_a_configuration_error(spark):
+def test_more_tasks_than_task_slots_is_a_typed_error(spark):
     env = _env(spark, "barrier")
     env.set_parallelism(3)  # local[2]: two task slots
-    env.set_restart_strategy(RestartStrategies.no_restart())
     env.from_collection(list(range(10))).key_by(lambda v: v % 3).map(lambda v: v).print()
-    with pytest.raises(ConfigurationError, match="task slot"):
+    with pytest.raises(TaskSlotsError, match="lower the parallelism to 2") as ei:
         env.execute("too-wide")
+    assert isinstance(ei.value, ConfigurationError)
 
 
 def test_a_spark_stream_with_every_slot_held_is_a_configuration_error(spark, tmp_path):
@@ -150,5 +155,23 @@ def test_a_spark_stream_with_every_slot_held_is_a_configuration_error(spark, tmp
     env.from_spark_stream(stream, str(tmp_path / "spark"), bounded=True).map(
         lambda r: (r.key, r.id)
     ).key_by(lambda v: v[0]).process(CountPerKey()).print()
-    with pytest.raises(ConfigurationError, match="from_spark_stream"):
+    with pytest.raises(TaskSlotsError, match="from_spark_stream"):
         env.execute("stream")
+
+
+def test_a_job_failing_before_its_first_epoch_frees_the_task_slots(spark, tmp_path):
+    """``prepare`` submits the tasks' Spark job before the driver restores the job: a
+    restore that fails must end it, or the next job would wait for slots forever."""
+    env = _env(spark, "barrier")
+    env.set_restore_path(str(tmp_path / "no-such-savepoint"))
+    env.from_collection(DATA).key_by(lambda v: v[0]).process(CountPerKey()).print()
+    with pytest.raises(CorruptCheckpointError, match="no-such-savepoint"):
+        env.execute("bad-restore")
+    env = _env(spark, "barrier")  # both slots again, for a job of two tasks
+    out = list(
+        env.from_collection(DATA)
+        .key_by(lambda v: v[0])
+        .process(CountPerKey())
+        .execute_and_collect()
+    )
+    assert len(out) == len(DATA)

@@ -485,17 +485,23 @@ class JobExecutor:
         t0 = time.time()
         self._make_committers()
         try:
+            job.runner.prepare(self.job_id, job.plan)
             self._initial_restore()
         except BaseException:
             job.lifecycle.transition(JobStatus.FAILED)
+            job.runner.stop()  # what prepare started
             raise
-        # executors on other machines must see the job's state directory (sharing.py)
-        mark_shared(job.storage)
-        job.runner.start(
-            self.job_id,
-            job.plan,
-            build_task_specs(job.plan, self.job_id, job.storage, job.settings, job.features),
-        )
+        try:
+            # executors on other machines must see the job's state directory (sharing.py)
+            mark_shared(job.storage)
+            job.runner.start(
+                self.job_id,
+                job.plan,
+                build_task_specs(job.plan, self.job_id, job.storage, job.settings, job.features),
+            )
+        except BaseException:
+            job.runner.stop()  # what prepare (or start, in part) started
+            raise
         if self._ctrl_c is not None:
             self._ctrl_c.reclaim()  # starting Spark installed PySpark's Ctrl-C handler
         job.lifecycle.transition(JobStatus.RUNNING)

@@ -18,6 +18,7 @@ and refuses barrier stages under dynamic allocation. Limitations: docs/limitatio
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import pickle
@@ -30,7 +31,7 @@ from functools import partial
 from typing import Any
 
 from streamstate.common.configuration import parse_duration_ms
-from streamstate.errors import ConfigurationError, StreamStateError
+from streamstate.errors import ConfigurationError, StreamStateError, TaskSlotsError
 from streamstate.runtime.cosched.coordinator import RemoteTaskError, TaskCoordinator
 from streamstate.runtime.cosched.links import StageShape
 from streamstate.runtime.cosched.task_loop import run_task
@@ -39,6 +40,9 @@ from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import EpochSpec, SubtaskAck
 from streamstate.spark.placement import executor_location
 from streamstate.spark.runner import (
+    _AT_EXIT,
+    _STOPPERS,
+    join_host_stoppers,
     prepare_job_session,
     release_job_session,
     translate_spark_error,
@@ -67,9 +71,14 @@ class _Launch:
     """One Spark job of co-scheduled tasks: its coordinator and the thread waiting on it."""
 
     coordinator: TaskCoordinator
-    attempt: int
+    #: the job's attempt it runs (None: submitted by ``prepare``, the first attempt's)
+    attempt: int | None
     shape: tuple[tuple[int, int], ...]
+    #: its Spark job group (what cancels it, and only it)
+    group: str
     thread: threading.Thread | None = None
+    #: every task connected and got the launch
+    ready: bool = False
     #: the Spark job's exception, once it ended with one
     error: list[BaseException] = field(default_factory=list)
 
@@ -79,6 +88,14 @@ class _Launch:
         if self.thread is not None and not self.thread.is_alive():
             return StreamStateError("the co-scheduled tasks' Spark job ended unexpectedly")
         return None
+
+    def finish(self, timeout: float) -> None:
+        """Ask the tasks to end (each drops what its process kept of the job), then wait
+        for the Spark job to end: off the driver loop, like the RDD runner's host stopper."""
+        self.coordinator.stop(timeout)
+        self.coordinator.close()
+        if self.thread is not None:
+            self.thread.join(timeout)
 
 
 def _submit(sc: Any, group: str, tasks: int, task: Callable[..., Any], launch: _Launch) -> None:
@@ -149,14 +166,20 @@ class BarrierEpochRunner(EpochRunner):
         self._launch: _Launch | None = None
         self._resume_console_progress: Callable[[], None] | None = None
         self._start_timeout = _start_timeout(configuration)
+        #: the session was made ready for the job (prepare_job_session)
+        self._session_open = False
+        #: launches so far (names their Spark job groups apart)
+        self._launches = 0
 
     def describe(self) -> str:
         master = self.spark.sparkContext.master if self.spark is not None else "Spark"
         return f"Spark barrier stage ({master})"
 
-    def start(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
+    def _open_session(self) -> None:
         from streamstate.spark.session import is_connect_session
 
+        if self._session_open:
+            return
         if self.spark is not None and is_connect_session(self.spark):
             raise ConfigurationError(
                 "execution.runner: barrier needs a SparkContext, and a Spark Connect session "
@@ -165,15 +188,27 @@ class BarrierEpochRunner(EpochRunner):
         self.spark, self._resume_console_progress = prepare_job_session(
             self.spark, self.configuration
         )
+        self._session_open = True
         conf = self.spark.sparkContext.getConf()
         if str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
             raise _dynamic_allocation_error()
+
+    def prepare(self, job_id: str, plan: ExecutionPlan) -> None:
+        """Submit the Spark job of the tasks now: they start and connect while the driver
+        restores the job and pickles its specs (the launch waits for them at the first
+        epoch)."""
+        self._open_session()
+        self._job_id = job_id
+        self._launch = self._submit_launch(plan, None)
+
+    def start(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
+        self._open_session()
         self._job_id = job_id
         self._specs = dict(specs)
 
     def restage(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
         """The plan was rescaled: the next epoch launches the tasks at its parallelism."""
-        self._end_launch(graceful=True)
+        self._end_launch()
         self._job_id = job_id
         self._specs = dict(specs)
 
@@ -182,21 +217,24 @@ class BarrierEpochRunner(EpochRunner):
         shape = tuple((s.id, s.parallelism) for s in plan.stages)
         launch = self._launch
         try:
+            if launch is not None and launch.attempt is None and launch.shape == shape:
+                launch.attempt = attempt  # prepare's launch: the job's first attempt
             if launch is None or launch.attempt != attempt or launch.shape != shape:
-                self._end_launch(graceful=launch is not None and launch.shape != shape)
-                launch = self._launch = self._launch_tasks(plan, attempt, shape)
+                self._end_launch()
+                launch = self._launch = self._submit_launch(plan, attempt)
+            if not launch.ready:
+                self._await_launch(launch, plan)
             blobs = launch.coordinator.run_epoch(epoch_specs, launch.failed)
         except KeyboardInterrupt:
-            self._end_launch(graceful=False)
+            self._end_launch()
             raise
         except Exception as e:  # noqa: BLE001 - every failure ends the launch, as the worker's error
-            self._end_launch(graceful=False)
+            self._end_launch()
             raise _translate(e) from None
         return [pickle.loads(b) for b in blobs]
 
-    def _launch_tasks(
-        self, plan: ExecutionPlan, attempt: int, shape: tuple[tuple[int, int], ...]
-    ) -> _Launch:
+    def _submit_launch(self, plan: ExecutionPlan, attempt: int | None) -> _Launch:
+        """Check that the plan's tasks can run at once here, then submit their Spark job."""
         sc = self.spark.sparkContext
         conf = sc.getConf()
         advertised = conf.get("spark.driver.host", "127.0.0.1")
@@ -207,7 +245,7 @@ class BarrierEpochRunner(EpochRunner):
         if streams and slots is not None and tasks >= slots:
             # each trigger of the stream is a Spark job of the driver's, which would wait
             # for a slot the co-scheduled tasks hold for the job's life
-            raise ConfigurationError(
+            raise TaskSlotsError(
                 f"from_spark_stream() runs a Spark job for every trigger, and with "
                 f"execution.runner: barrier the job's {tasks} co-scheduled tasks hold all "
                 f"{slots} task slots of {sc.master}: lower the parallelism below {slots}, "
@@ -215,18 +253,24 @@ class BarrierEpochRunner(EpochRunner):
             )
         if slots is not None and tasks > slots:
             # Spark would retry its own slot check for minutes before failing the job
-            raise ConfigurationError(
+            raise TaskSlotsError(
                 f"execution.runner: barrier needs a task slot for each of the job's {tasks} "
                 f"co-scheduled tasks at once (its largest parallelism), and {sc.master} has "
                 f"{slots}: lower the parallelism to {slots}, or run on more cores"
             )
         secret = secrets.token_hex(32)  # this launch's: tasks of an older one cannot join
-        launch = _Launch(TaskCoordinator(bind, advertised, tasks, secret), attempt, shape)
+        self._launches += 1
+        launch = _Launch(
+            TaskCoordinator(bind, advertised, tasks, secret),
+            attempt,
+            tuple((s.id, s.parallelism) for s in plan.stages),
+            f"streamstate-{self._job_id}-{self._launches}",
+        )
         launch.thread = threading.Thread(
             target=_submit,
             args=(
                 sc,
-                self._group(),
+                launch.group,
                 tasks,
                 partial(_task, launch.coordinator.address, secret),
                 launch,
@@ -235,37 +279,50 @@ class BarrierEpochRunner(EpochRunner):
             daemon=True,
         )
         launch.thread.start()
-        try:
-            launch.coordinator.await_tasks(launch.failed, self._start_timeout)
-            blobs = {sid: (self._job_id, sid, blob) for sid, blob in self._specs.items()}
-            meta = {s.id: (s.parallelism, s.max_parallelism) for s in plan.stages}
-            shapes = [
-                StageShape(s.id, s.parallelism, tuple(s.upstream), tuple(s.downstream))
-                for s in plan.stages
-            ]
-            launch.coordinator.launch(blobs, meta, shapes)
-        except BaseException:
-            self._launch = launch
-            raise
-        log.info("job %s: %d co-scheduled tasks running (attempt %d)", self._job_id, tasks, attempt)
         return launch
 
-    def _group(self) -> str:
-        return f"streamstate-{self._job_id}"
+    def _await_launch(self, launch: _Launch, plan: ExecutionPlan) -> None:
+        """Wait for every task of ``launch``, then send them the launch (the specs)."""
+        launch.coordinator.await_tasks(launch.failed, self._start_timeout)
+        blobs = {sid: (self._job_id, sid, blob) for sid, blob in self._specs.items()}
+        meta = {s.id: (s.parallelism, s.max_parallelism) for s in plan.stages}
+        shapes = [
+            StageShape(s.id, s.parallelism, tuple(s.upstream), tuple(s.downstream))
+            for s in plan.stages
+        ]
+        launch.coordinator.launch(blobs, meta, shapes)
+        launch.ready = True
+        log.info(
+            "job %s: %d co-scheduled tasks running (attempt %s)",
+            self._job_id,
+            launch.coordinator.tasks,
+            launch.attempt,
+        )
 
-    def _end_launch(self, graceful: bool) -> None:
-        """End the running launch: ``graceful`` asks its tasks to clean up and return;
-        otherwise (a failure) its Spark job is cancelled."""
+    def _end_launch(self) -> None:
+        """End the launch: a running one that did not fail ends in the background (its
+        tasks clean up, its Spark job ends: ``join_host_stoppers`` waits for it); otherwise
+        its Spark job is cancelled now (a restart needs its slots)."""
         launch, self._launch = self._launch, None
         if launch is None:
             return
-        if graceful and launch.failed() is None:
-            launch.coordinator.stop(_STOP_TIMEOUT_S)
-        else:
-            try:
-                self.spark.sparkContext.cancelJobGroup(self._group())
-            except Exception as e:  # noqa: BLE001 - the context may be stopping already
-                log.debug("cancelling the co-scheduled tasks failed: %s", e)
+        if launch.ready and launch.failed() is None:
+            ender = threading.Thread(
+                target=launch.finish,
+                args=(_STOP_TIMEOUT_S,),
+                name=f"streamstate-barrier-end-{self._job_id}",
+                daemon=True,
+            )
+            if not _AT_EXIT:
+                _AT_EXIT.append(atexit.register(join_host_stoppers, _STOP_TIMEOUT_S))
+            ender.start()
+            _STOPPERS.append(ender)
+            return
+        try:
+            self.spark.sparkContext.cancelJobGroup(launch.group)
+        except Exception as e:  # noqa: BLE001 - the context may be stopping already
+            log.debug("cancelling the co-scheduled tasks failed: %s", e)
+        launch.coordinator.abort()
         launch.coordinator.close()
         if launch.thread is not None:
             launch.thread.join(_STOP_TIMEOUT_S)
@@ -277,8 +334,10 @@ class BarrierEpochRunner(EpochRunner):
             launch.coordinator.abort()
 
     def stop(self) -> None:
-        self._end_launch(graceful=True)
+        self._end_launch()
         self._job_id = None
         self._specs = {}
-        release_job_session(self._resume_console_progress)
+        if self._session_open:
+            release_job_session(self._resume_console_progress)
+        self._session_open = False
         self._resume_console_progress = None
