@@ -408,6 +408,10 @@ class InternalTimerService:
         does not change it); the operator calling this flushes in its ``snapshot_state``."""
         self._event.add_keys(self.backend, namespace, int(ts), keys)
 
+    def has_event_time_timers_at(self, ts: int) -> bool:
+        """Whether any event-time timer is registered at ``ts``."""
+        return bool(self._event.buckets.get(int(ts)))
+
     def event_time_timer_keys(self, namespace: Any, ts: int) -> list[tuple[Any, int]]:
         """``(key, key group)`` of every registered event-time timer ``(key, namespace,
         ts)`` (bulk registrations not flushed yet included), in registration order."""

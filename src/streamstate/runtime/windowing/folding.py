@@ -12,6 +12,12 @@ flush`): the operator's ``snapshot_state`` (so every snapshot, checkpoint and ve
 holds them), its generic per-element path and processing-time timers, and firing a
 window that had contents in the state before it was folded here.
 
+Without allowed lateness a window's firing and cleanup are one timer: a fresh folded
+window registers its keys' timers only when it is written to the state; one that fires
+first (:meth:`FoldedWindows.take_fired`) fires in the timers' order (key group, then
+first arrival) without entering the timer queue. Where the queue holds a timer at the
+window's time already, its timers are registered and it fires through the queue.
+
 The result is ``add_many``'s: per (window, key) the fold starts from the state's
 accumulator and ``add`` (``reduce``) runs per value in arrival order; a ``None`` value
 resets it, and a ``None`` accumulator starts anew (``create_accumulator``; a reduce
@@ -26,12 +32,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import islice
+from operator import itemgetter
 from typing import Any, NamedTuple, cast
 
 from streamstate.api.window_base import MAX_LONG_VALUE, TimeWindow
 from streamstate.runtime.state.kinds import AccumulatorState
 
 __all__ = ["Fold", "FoldedWindow", "FoldedWindows", "fold_of"]
+
+_first = itemgetter(0)
 
 
 class Fold(NamedTuple):
@@ -79,6 +88,8 @@ class FoldedWindows:
     def __init__(self, op: Any, fold: Fold) -> None:
         self.op = op
         self.fold = fold
+        #: fresh windows defer their timers (module docstring): no allowed lateness
+        self.defer = op.allowed_lateness == 0
         self.windows: dict[int, FoldedWindow] = {}
         #: the key group of every key in ``windows``
         self.key_groups: dict[Any, int] = {}
@@ -164,24 +175,55 @@ class FoldedWindows:
         return out
 
     def _register(self) -> None:
-        """Register the firing (and cleanup) timers of the keys new in each window."""
+        """Register the firing (and cleanup) timers of the keys new in each window, but
+        in the fresh windows that defer theirs."""
+        defer = self.defer
+        for start, window in self.windows.items():
+            if not (defer and window.fresh):
+                self._register_keys(start, window)
+
+    def _register_keys(self, start: int, window: FoldedWindow) -> None:
+        accs = window.accs
+        if len(accs) == window.registered:
+            return
         op = self.op
         size = op.assigner._size
         register = op.timers.register_event_time_timers
-        lateness = op.allowed_lateness
         key_groups = self.key_groups
-        for start, window in self.windows.items():
-            accs = window.accs
-            if len(accs) == window.registered:
-                continue
-            keys = [(key, key_groups[key]) for key in islice(accs, window.registered, None)]
-            window.registered = len(accs)
-            tw = TimeWindow(start, start + size)
+        keys = [(key, key_groups[key]) for key in islice(accs, window.registered, None)]
+        window.registered = len(accs)
+        tw = TimeWindow(start, start + size)
+        max_ts = start + size - 1
+        register(tw, max_ts, keys)
+        cleanup = min(max_ts + op.allowed_lateness, MAX_LONG_VALUE)
+        if cleanup != max_ts and cleanup < MAX_LONG_VALUE:
+            register(tw, cleanup, keys)
+
+    def take_fired(self, watermark: int) -> list[tuple[int, int, FoldedWindow]]:
+        """``(max timestamp, start, window)`` of the fresh windows with deferred timers
+        that fire at ``watermark``, by time, forgotten here: the caller fires them and
+        that is their cleanup. A window whose time has a timer in the queue already has
+        its timers registered instead (and fires through the queue)."""
+        if not self.defer or not self.windows:
+            return []
+        size = self.op.assigner._size
+        timers = self.op.timers
+        fired = []
+        for start, window in list(self.windows.items()):
             max_ts = start + size - 1
-            register(tw, max_ts, keys)
-            cleanup = min(max_ts + lateness, MAX_LONG_VALUE)
-            if cleanup != max_ts and cleanup < MAX_LONG_VALUE:
-                register(tw, cleanup, keys)
+            if not window.fresh or max_ts > watermark:
+                continue
+            if timers.has_event_time_timers_at(max_ts):
+                self._register_keys(start, window)
+                continue
+            del self.windows[start]
+            fired.append((max_ts, start, window))
+        fired.sort(key=_first)
+        return fired
+
+    def sorted_keys(self, window: FoldedWindow) -> list[Any]:
+        """``window``'s keys in the timers' firing order: key group, then first arrival."""
+        return sorted(window.accs, key=self.key_groups.__getitem__)
 
     def fresh_window(self, start: int) -> FoldedWindow | None:
         """The folded window starting at ``start`` if the state holds none of its contents
@@ -189,9 +231,11 @@ class FoldedWindows:
         window = self.windows.get(start)
         return window if window is not None and window.fresh else None
 
-    def drop(self, start: int) -> None:
-        """Forget a fresh window whose cleanup ran (its contents never reached the state)."""
-        self.windows.pop(start, None)
+    def drop(self, start: int | None = None) -> None:
+        """Forget a fresh window whose cleanup ran (its contents never reached the state);
+        ``None``: only the key groups, once no window is left."""
+        if start is not None:
+            self.windows.pop(start, None)
         if not self.windows:
             self.key_groups.clear()
 
@@ -220,6 +264,7 @@ class FoldedWindows:
         key_groups = self.key_groups
         for start in starts:
             window = self.windows.pop(start)
+            self._register_keys(start, window)  # deferred timers
             ws.set_current_namespace(TimeWindow(start, start + size))
             for key, acc in window.accs.items():
                 kg = key_groups[key]

@@ -171,10 +171,14 @@ def fire_tumbling(self: Any, watermark: int, out: list[Any], out_ts: list[Any]) 
     extend, extend_ts = out.extend, out_ts.extend
     folded = self.folded
     result = None
+    fired: list[Any] = []  # folded windows firing without timers, by time
     if folded is not None:
         folded.flush(fired_by=watermark)
         result = folded.fold.result
+        fired = folded.take_fired(watermark)
     for t, due in self.timers.take_due_event_time_timers(watermark):
+        while fired and fired[0][0] < t:
+            _fire_folded(self, fired.pop(0), out, out_ts)
         # a bucket holds the timers of few windows (one, where the lateness is 0), in runs
         window = max_ts = fires = cleans = accs = None
         cleaned: list[int] = []
@@ -232,3 +236,52 @@ def fire_tumbling(self: Any, watermark: int, out: list[Any], out_ts: list[Any]) 
         if folded is not None:
             for start in cleaned:
                 folded.drop(start)
+    for window in fired:
+        _fire_folded(self, window, out, out_ts)
+    if folded is not None:
+        folded.drop()
+
+
+def _fire_folded(self: Any, fired: Any, out: list[Any], out_ts: list[Any]) -> None:
+    """Fire a folded window whose timers were deferred (``FoldedWindows.take_fired``):
+    per key, in the timers' order, what the timer loop does for a window fired and
+    cleaned at once from its accumulators."""
+    max_ts, start, window = fired
+    folded = self.folded
+    backend = self.backend
+    set_key = backend.set_current_key
+    first, n = backend.shuffled_key_slots() or (0, -1)
+    current = backend.current
+    wf = self.window_function
+    uses_state = wf.kind in ("process", "process_all")
+    process = wf.caller()
+    pctx = self.process_ctx
+    result = folded.fold.result
+    tw = TimeWindow(start, max_ts + 1)
+    pctx._window = tw
+    if uses_state:
+        self.window_state.set_current_namespace(tw)
+    extend = out.extend
+    accs, key_groups = window.accs, folded.key_groups
+    for key in folded.sorted_keys(window):
+        kg = key_groups[key]
+        kgi = kg - first
+        if 0 <= kgi < n:
+            current.key = key
+            current.key_group_index = kgi
+            current.key_bytes = None
+        else:
+            set_key(key, kg)
+        contents = accs[key]
+        if contents is not None:
+            r = process(key, tw, pctx, contents if result is None else result(contents))
+            if r is not None:
+                try:
+                    extend(r)
+                except TypeError:
+                    raise outputs_not_iterable(self, r) from None
+        if uses_state:
+            self.window_state.set_current_namespace(tw)
+            pctx._window = tw
+            wf.clear(tw, pctx)
+    out_ts.extend(repeat(max_ts, len(out) - len(out_ts)))
