@@ -66,14 +66,23 @@ class CollectionSource(Source):
         if self.elements is not None or start >= end:
             return self.elements[start:end] if self.elements is not None else []
         assert self._packed is not None
-        out: list[Any] = []
+        out: list[Any] | None = None
         first, last = start // _CHUNK, (end - 1) // _CHUNK
         for c in range(first, last + 1):
             chunk = self._loaded.get(c)
             if chunk is None:
                 chunk = self._loaded[c] = pickle.loads(self._packed[c])
             base = c * _CHUNK
-            out.extend(chunk[max(start, base) - base : min(end, base + len(chunk)) - base])
+            lo, hi = max(start, base) - base, min(end, base + len(chunk)) - base
+            # one copy of each element reference: the first piece is the output list, a
+            # whole chunk is appended without slicing it first
+            if out is None:
+                out = chunk[lo:hi]
+            elif lo == 0 and hi == len(chunk):
+                out += chunk
+            else:
+                out += chunk[lo:hi]
+        assert out is not None
         # readers move forward: chunks behind this read are dropped (a replay after a
         # failure unpickles them again from the packed copy)
         for c in [c for c in self._loaded if c < last]:

@@ -27,6 +27,7 @@ from streamstate.errors import KeySerializationError, OutputTypeError
 from streamstate.runtime.graph import CustomPartitionSpec, Edge, KeyingSpec, Partitioning, Stage
 from streamstate.runtime.operators.base import as_callable
 from streamstate.runtime.serializers.base import dumps_unshared
+from streamstate.runtime.subscript_keys import fast_key_selector
 from streamstate.runtime.watermarks import ChannelWatermark
 
 __all__ = [
@@ -69,10 +70,14 @@ class EdgeWriter:
         self.ts: list[list[Any]] | None = None
         self.cts: list[list[Any]] | None = None
         self.ets: list[Any] | None = None  # broadcast edges
+        #: per chunk cycle: the appenders of each column, indexed by key group (_table)
+        self._tables: list[list[Any] | None] = [None] * 4
         if edge.partitioning is Partitioning.HASH:
             assert isinstance(edge.keying, KeyingSpec)
-            self.key_of = as_callable(edge.keying.key_selector, "get_key")
+            self.key_of = fast_key_selector(as_callable(edge.keying.key_selector, "get_key"))
             self.ser = edge.keying.key_serializer.serialize
+            #: key group -> target subtask (Flink's operator index for a key group)
+            self.target_of = [kg * self.p // self.mp for kg in range(self.mp)]
         elif edge.partitioning is Partitioning.CUSTOM:
             assert isinstance(edge.keying, CustomPartitionSpec)
             self.key_of = as_callable(edge.keying.key_selector, "get_key")
@@ -157,128 +162,124 @@ class EdgeWriter:
                 assert self.ts is not None
                 self.ts[target].append(timestamps[j])
 
+    # The four hash loops below are copies of one loop, because one operation less a
+    # record is measurable here (each adds or leaves out the key and the timestamp
+    # column). Per record: the key selector (an itemgetter for ``lambda v: v[i]``), the
+    # key group from the cache of exact str/int keys (serializing + hashing is most of
+    # the cost of a shuffle otherwise; 1, 1.0 and True compare equal but serialize
+    # differently, so only exact types are cached: a str never equals an int, so one
+    # dict holds both), then the appends of the key group's target, from tables indexed
+    # by key group (no key group -> target step per record).
+
     def _add_hash(self, batch: list[Any]) -> None:
-        key_of, ser, mp, p = self.key_of, self.ser, self.mp, self.p
-        h = mmh3.hash
-        # Key group per str/int key is memoised: serializing + hashing is most of the cost
-        # of a shuffle. Only exact str/int types are cached: 1, 1.0 and True compare equal
-        # but serialize (and hash) differently.
-        cache = self.cache
-        cols = self.cols
-        kg_app = [c[0].append for c in cols]
-        k_app = [c[1].append for c in cols]
-        v_app = [c[2].append for c in cols]
+        key_of, get, miss, other = self.key_of, self.cache.get, self._kg_missed, self._kg_other
+        kg_app, k_app, v_app = self._table(0), self._table(1), self._table(2)
         try:
             for v in batch:
                 k = key_of(v)
                 tk = type(k)
                 if tk is str or tk is int:
-                    t = cache.get((tk, k)) if tk is int else cache.get(k)
-                    if t is None:
-                        kg = h(ser(k), 0, False) % mp
-                        t = (kg, kg * p // mp)
-                        if len(cache) < _KEY_CACHE_LIMIT:
-                            cache[(tk, k) if tk is int else k] = t
-                    kg, target = t
+                    kg = get(k)
+                    if kg is None:
+                        kg = miss(k)
                 else:
-                    {k: None}  # noqa: B018 - fails fast for unhashable keys (caught below)
-                    kg = h(ser(k), 0, False) % mp
-                    target = kg * p // mp
-                kg_app[target](kg)
-                k_app[target](k)
-                v_app[target](v)
+                    kg = other(k)
+                kg_app[kg](kg)
+                k_app[kg](k)
+                v_app[kg](v)
         except Exception as e:  # noqa: BLE001 - name the key and the operator, keep the cause
             self._raise_key_error(batch, e)
 
     def _add_hash_unkeyed(self, batch: list[Any]) -> None:
-        """``_add_hash`` without the key column (the receiver extracts keys): a copy of
-        the loop, because one append less a record is measurable here."""
-        key_of, ser, mp, p = self.key_of, self.ser, self.mp, self.p
-        h = mmh3.hash
-        cache = self.cache
-        cols = self.cols
-        kg_app = [c[0].append for c in cols]
-        v_app = [c[2].append for c in cols]
+        """``_add_hash`` without the key column (the receiver extracts keys)."""
+        key_of, get, miss, other = self.key_of, self.cache.get, self._kg_missed, self._kg_other
+        kg_app, v_app = self._table(0), self._table(2)
         try:
             for v in batch:
                 k = key_of(v)
                 tk = type(k)
                 if tk is str or tk is int:
-                    t = cache.get((tk, k)) if tk is int else cache.get(k)
-                    if t is None:
-                        kg = h(ser(k), 0, False) % mp
-                        t = (kg, kg * p // mp)
-                        if len(cache) < _KEY_CACHE_LIMIT:
-                            cache[(tk, k) if tk is int else k] = t
-                    kg, target = t
+                    kg = get(k)
+                    if kg is None:
+                        kg = miss(k)
                 else:
-                    {k: None}  # noqa: B018 - fails fast for unhashable keys (caught below)
-                    kg = h(ser(k), 0, False) % mp
-                    target = kg * p // mp
-                kg_app[target](kg)
-                v_app[target](v)
+                    kg = other(k)
+                kg_app[kg](kg)
+                v_app[kg](v)
         except Exception as e:  # noqa: BLE001 - name the key and the operator, keep the cause
             self._raise_key_error(batch, e)
 
     def _add_hash_timed(self, batch: list[Any], timestamps: list[Any]) -> None:
-        """``_add_hash`` plus a timestamp column (a copy, so the untimed loop stays lean)."""
-        key_of, ser, mp, p, cache = self.key_of, self.ser, self.mp, self.p, self.cache
-        assert self.cts is not None
-        cols, cts = self.cols, self.cts
-        h = mmh3.hash
+        """``_add_hash`` plus a timestamp column."""
+        key_of, get, miss, other = self.key_of, self.cache.get, self._kg_missed, self._kg_other
+        kg_app, k_app, v_app, ts_app = (
+            self._table(0),
+            self._table(1),
+            self._table(2),
+            self._table(3),
+        )
         try:
             for v, ts in zip(batch, timestamps, strict=True):
                 k = key_of(v)
                 tk = type(k)
                 if tk is str or tk is int:
-                    t = cache.get((tk, k)) if tk is int else cache.get(k)
-                    if t is None:
-                        kg = h(ser(k), 0, False) % mp
-                        t = (kg, kg * p // mp)
-                        if len(cache) < _KEY_CACHE_LIMIT:
-                            cache[(tk, k) if tk is int else k] = t
-                    kg, target = t
+                    kg = get(k)
+                    if kg is None:
+                        kg = miss(k)
                 else:
-                    {k: None}  # noqa: B018 - fails fast for unhashable keys (caught below)
-                    kg = h(ser(k), 0, False) % mp
-                    target = kg * p // mp
-                c = cols[target]
-                c[0].append(kg)
-                c[1].append(k)
-                c[2].append(v)
-                cts[target].append(ts)
+                    kg = other(k)
+                kg_app[kg](kg)
+                k_app[kg](k)
+                v_app[kg](v)
+                ts_app[kg](ts)
         except Exception as e:  # noqa: BLE001 - name the key and the operator, keep the cause
             self._raise_key_error(batch, e)
 
     def _add_hash_timed_unkeyed(self, batch: list[Any], timestamps: list[Any]) -> None:
         """``_add_hash_timed`` without the key column (the receiver extracts keys)."""
-        key_of, ser, mp, p, cache = self.key_of, self.ser, self.mp, self.p, self.cache
-        assert self.cts is not None
-        kg_app = [c[0].append for c in self.cols]
-        v_app = [c[2].append for c in self.cols]
-        ts_app = [c.append for c in self.cts]
-        h = mmh3.hash
+        key_of, get, miss, other = self.key_of, self.cache.get, self._kg_missed, self._kg_other
+        kg_app, v_app, ts_app = self._table(0), self._table(2), self._table(3)
         try:
             for v, ts in zip(batch, timestamps, strict=True):
                 k = key_of(v)
                 tk = type(k)
                 if tk is str or tk is int:
-                    t = cache.get((tk, k)) if tk is int else cache.get(k)
-                    if t is None:
-                        kg = h(ser(k), 0, False) % mp
-                        t = (kg, kg * p // mp)
-                        if len(cache) < _KEY_CACHE_LIMIT:
-                            cache[(tk, k) if tk is int else k] = t
-                    kg, target = t
+                    kg = get(k)
+                    if kg is None:
+                        kg = miss(k)
                 else:
-                    {k: None}  # noqa: B018 - fails fast for unhashable keys (caught below)
-                    kg = h(ser(k), 0, False) % mp
-                    target = kg * p // mp
-                kg_app[target](kg)
-                v_app[target](v)
-                ts_app[target](ts)
+                    kg = other(k)
+                kg_app[kg](kg)
+                v_app[kg](v)
+                ts_app[kg](ts)
         except Exception as e:  # noqa: BLE001 - name the key and the operator, keep the cause
             self._raise_key_error(batch, e)
+
+    def _table(self, column: int) -> list[Any]:
+        """The ``append`` of each key group's target's ``column`` (0 key groups, 1 keys, 2
+        values, 3 timestamps), indexed by key group; made once per chunk cycle."""
+        tab = self._tables[column]
+        if tab is None:
+            if column == 3:
+                assert self.cts is not None
+                apps = [c.append for c in self.cts]
+            else:
+                apps = [c[column].append for c in self.cols]
+            tab = self._tables[column] = [apps[t] for t in self.target_of]
+        return tab
+
+    def _kg_missed(self, k: Any) -> int:
+        """The key group of an exact str or int key not in the cache (cached if room)."""
+        kg: int = mmh3.hash(self.ser(k), 0, False) % self.mp
+        if len(self.cache) < _KEY_CACHE_LIMIT:
+            self.cache[k] = kg
+        return kg
+
+    def _kg_other(self, k: Any) -> int:
+        """The key group of a key of any other type (not cached)."""
+        {k: None}  # noqa: B018 - fails fast for unhashable keys (caught by the caller)
+        kg: int = mmh3.hash(self.ser(k), 0, False) % self.mp
+        return kg
 
     def _raise_key_error(self, batch: list[Any], e: Exception) -> None:
         key_of, ser = self.key_of, self.ser
@@ -340,6 +341,7 @@ class EdgeWriter:
         self.buckets = [[] for _ in range(self.p)]
         self.cols = self._new_cols()
         self.ts = self.cts = self.ets = None
+        self._tables = [None] * 4
 
     def watermark_targets(self) -> range:
         """The subtasks this edge can send records to: the channels a watermark goes to."""
@@ -417,6 +419,7 @@ def decode_input(
     ]
     inputs: list[Any] = [None if columnar[i] else [] for i in (0, 1)]
     tss: list[list[Any] | None] = [None, None]
+    selectors: list[Any] = [None, None]  # each side's key selector, for "K" chunks
     for side, chunk in chunks:
         records = inputs[side]
         n = 0 if records is None else len(records)
@@ -427,9 +430,13 @@ def decode_input(
         else:
             if kind == "K":
                 assert stage is not None, "K chunks are sent only to stages with input_keyings"
-                keying = stage.input_keyings[side]
+                key_of = selectors[side]
+                if key_of is None:
+                    keying = stage.input_keyings[side]
+                    get_key = as_callable(keying.key_selector, "get_key")
+                    key_of = selectors[side] = fast_key_selector(get_key)
                 values = chunk[2]
-                keys = list(map(as_callable(keying.key_selector, "get_key"), values))
+                keys = list(map(key_of, values))
                 cts = chunk[3] if len(chunk) > 3 else None
             else:
                 keys, values = chunk[2], chunk[3]
