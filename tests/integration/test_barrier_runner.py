@@ -1,6 +1,7 @@
-"""The barrier runner (``execution.runner: barrier``) on the classic local[2] session.
+"""The barrier runner (``execution.runner: barrier``) on the classic local[2] session and
+on a Spark Connect session of the test server (local[2]).
 
-Each run is checked against the RDD runner's run of the same job: same output, same keyed
+Each run is checked against the session's default runner's run of the same job: same output, same keyed
 state in the last checkpoint. Failures (a raising function, a killed Python worker) must
 restart every co-scheduled task from the last checkpoint with exactly-once output; a
 user's exception keeps its type; a job needing more task slots than the session has is a
@@ -27,8 +28,11 @@ from streamstate.runtime.state_reader import list_checkpoints, read_keyed_state
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
 from tests.integration.jobs import CountPerKey, records
 from tests.support import envs
+from tests.support.runners import on_both_runners
 
 pytestmark = pytest.mark.spark
+
+spark = on_both_runners()
 
 DATA = records(400, 23)
 
@@ -66,10 +70,11 @@ def run(spark, tmp_path, name, runner="barrier", mode=CheckpointingMode.EXACTLY_
 @pytest.fixture(scope="module")
 def baseline(spark, tmp_path_factory):
     with use_default_clock(TickingClock(start_ms=1000)):
-        return run(spark, tmp_path_factory.mktemp("base"), "baseline", runner="rdd")
+        # the session's own runner: RDD on the classic session, DataFrame on Connect
+        return run(spark, tmp_path_factory.mktemp("base"), "baseline", runner="spark")
 
 
-def test_same_output_and_state_as_the_rdd_runner(spark, tmp_path, epoch_clock, baseline):
+def test_same_output_and_state_as_the_default_runner(spark, tmp_path, epoch_clock, baseline):
     out, state = run(spark, tmp_path, "same")
     base_out, base_state = baseline
     assert state == base_state == dict(Counter(k for k, _ in DATA))

@@ -25,28 +25,18 @@ import pickle
 import re
 import secrets
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from streamstate.common.configuration import parse_duration_ms
 from streamstate.errors import ConfigurationError, StreamStateError, TaskSlotsError
 from streamstate.runtime.cosched.coordinator import RemoteTaskError, TaskCoordinator
 from streamstate.runtime.cosched.links import StageShape
-from streamstate.runtime.cosched.task_loop import run_task
 from streamstate.runtime.epoch_runner import EpochRunner
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import EpochSpec, SubtaskAck
-from streamstate.spark.placement import executor_location
-from streamstate.spark.runner import (
-    _AT_EXIT,
-    _STOPPERS,
-    join_host_stoppers,
-    prepare_job_session,
-    release_job_session,
-    translate_spark_error,
-)
+from streamstate.spark.barrier_sides import SparkSide, side_for
+from streamstate.spark.runner import _AT_EXIT, _STOPPERS, join_host_stoppers, translate_spark_error
 
 __all__ = ["BarrierEpochRunner", "task_slots"]
 
@@ -56,14 +46,6 @@ log = logging.getLogger("streamstate")
 DEFAULT_START_TIMEOUT_S = 120.0
 #: how long stopping waits for the tasks to clean up and the Spark job to end (s)
 _STOP_TIMEOUT_S = 30.0
-
-
-def _task(coordinator: str, secret: str, index: int, it: Any) -> Any:
-    """The Spark task of co-scheduled task ``index`` (runs on an executor)."""
-    for _ in it:
-        pass  # its input is its index only
-    run_task(index, coordinator, secret, executor_location())
-    return iter(())
 
 
 @dataclass
@@ -98,12 +80,10 @@ class _Launch:
             self.thread.join(timeout)
 
 
-def _submit(sc: Any, group: str, tasks: int, task: Callable[..., Any], launch: _Launch) -> None:
+def _submit(side: SparkSide, launch: _Launch, tasks: int, secret: str) -> None:
     """The launch's Spark job (on its own thread: it runs as long as the job does)."""
-    # job groups are per thread (PySpark pins Python threads to JVM threads)
-    sc.setJobGroup(group, "streamstate: co-scheduled tasks", interruptOnCancel=True)
     try:
-        sc.parallelize(range(tasks), tasks).barrier().mapPartitionsWithIndex(task).collect()
+        side.run_tasks(launch.group, tasks, launch.coordinator.address, secret)
     except BaseException as e:  # noqa: BLE001 - the driver loop raises it from its wait
         launch.error.append(e)
 
@@ -164,33 +144,23 @@ class BarrierEpochRunner(EpochRunner):
         self._job_id: str | None = None
         self._specs: dict[int, bytes] = {}
         self._launch: _Launch | None = None
-        self._resume_console_progress: Callable[[], None] | None = None
         self._start_timeout = _start_timeout(configuration)
-        #: the session was made ready for the job (prepare_job_session)
-        self._session_open = False
+        #: the session's side, once it was made ready for the job
+        self._side: SparkSide | None = None
         #: launches so far (names their Spark job groups apart)
         self._launches = 0
 
     def describe(self) -> str:
-        master = self.spark.sparkContext.master if self.spark is not None else "Spark"
-        return f"Spark barrier stage ({master})"
+        where = self._side.master() if self._side is not None else "Spark"
+        return f"Spark barrier stage ({where})"
 
     def _open_session(self) -> None:
-        from streamstate.spark.session import is_connect_session
-
-        if self._session_open:
+        if self._side is not None:
             return
-        if self.spark is not None and is_connect_session(self.spark):
-            raise ConfigurationError(
-                "execution.runner: barrier needs a SparkContext, and a Spark Connect session "
-                "has none: use execution.runner: dataframe (or spark, which picks it)"
-            )
-        self.spark, self._resume_console_progress = prepare_job_session(
-            self.spark, self.configuration
-        )
-        self._session_open = True
-        conf = self.spark.sparkContext.getConf()
-        if str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
+        self._side = side_for(self.spark)
+        self._side.open(self.configuration)
+        self.spark = self._side.spark
+        if str(self._side.conf("spark.dynamicAllocation.enabled", "false")).lower() == "true":
             raise _dynamic_allocation_error()
 
     def prepare(self, job_id: str, plan: ExecutionPlan) -> None:
@@ -235,12 +205,12 @@ class BarrierEpochRunner(EpochRunner):
 
     def _submit_launch(self, plan: ExecutionPlan, attempt: int | None) -> _Launch:
         """Check that the plan's tasks can run at once here, then submit their Spark job."""
-        sc = self.spark.sparkContext
-        conf = sc.getConf()
-        advertised = conf.get("spark.driver.host", "127.0.0.1")
-        bind = conf.get("spark.driver.bindAddress", None) or advertised
+        side = self._side
+        assert side is not None, "a launch before the session was opened"
+        master = side.master()
+        bind, advertised = side.coordinator_hosts()
         tasks = max(s.parallelism for s in plan.stages)
-        slots = task_slots(sc.master)
+        slots = task_slots(master)
         streams = [s.id for s in plan.stages if s.is_source and s.source.runs_spark_jobs]
         if streams and slots is not None and tasks >= slots:
             # each trigger of the stream is a Spark job of the driver's, which would wait
@@ -248,14 +218,14 @@ class BarrierEpochRunner(EpochRunner):
             raise TaskSlotsError(
                 f"from_spark_stream() runs a Spark job for every trigger, and with "
                 f"execution.runner: barrier the job's {tasks} co-scheduled tasks hold all "
-                f"{slots} task slots of {sc.master}: lower the parallelism below {slots}, "
+                f"{slots} task slots of {master}: lower the parallelism below {slots}, "
                 f"or use execution.runner: rdd"
             )
         if slots is not None and tasks > slots:
             # Spark would retry its own slot check for minutes before failing the job
             raise TaskSlotsError(
                 f"execution.runner: barrier needs a task slot for each of the job's {tasks} "
-                f"co-scheduled tasks at once (its largest parallelism), and {sc.master} has "
+                f"co-scheduled tasks at once (its largest parallelism), and {master} has "
                 f"{slots}: lower the parallelism to {slots}, or run on more cores"
             )
         secret = secrets.token_hex(32)  # this launch's: tasks of an older one cannot join
@@ -268,13 +238,7 @@ class BarrierEpochRunner(EpochRunner):
         )
         launch.thread = threading.Thread(
             target=_submit,
-            args=(
-                sc,
-                launch.group,
-                tasks,
-                partial(_task, launch.coordinator.address, secret),
-                launch,
-            ),
+            args=(side, launch, tasks, secret),
             name=f"streamstate-barrier-{self._job_id}",
             daemon=True,
         )
@@ -319,7 +283,8 @@ class BarrierEpochRunner(EpochRunner):
             _STOPPERS.append(ender)
             return
         try:
-            self.spark.sparkContext.cancelJobGroup(launch.group)
+            if self._side is not None:
+                self._side.cancel(launch.group)
         except Exception as e:  # noqa: BLE001 - the context may be stopping already
             log.debug("cancelling the co-scheduled tasks failed: %s", e)
         launch.coordinator.abort()
@@ -337,7 +302,6 @@ class BarrierEpochRunner(EpochRunner):
         self._end_launch()
         self._job_id = None
         self._specs = {}
-        if self._session_open:
-            release_job_session(self._resume_console_progress)
-        self._session_open = False
-        self._resume_console_progress = None
+        if self._side is not None:
+            self._side.close()
+        self._side = None

@@ -5,7 +5,8 @@
 * ``dataframe``: the DataFrame runner (``dataframe_runner.py``): ``mapInArrow`` and
   ``repartition`` only; runs on a Spark Connect session and on a classic one;
 * ``barrier``: one Spark barrier stage of co-scheduled tasks for the whole job
-  (``barrier_runner.py``, Flink's execution model); needs a classic session;
+  (``barrier_runner.py``, Flink's execution model), on the session given (classic or
+  Spark Connect) or a classic one;
 * ``spark`` (the default): the session decides. A Spark Connect session gets
   ``dataframe``; a classic one :data:`CLASSIC_DEFAULT` (the faster of the two there,
   measured in docs/benchmarks.md). Without a session given, the job runs on the first of:

@@ -106,7 +106,7 @@ class Channels:
         try:
             while True:
                 self._frames.put((peer, conn.recv_bytes()))
-        except (EOFError, OSError):
+        except Exception:  # noqa: BLE001 - EOF, a reset, or the connection closed under the read
             self._frames.put((peer, None))
 
     def begin_epoch(self, epoch: int) -> None:

@@ -114,7 +114,7 @@ class TaskCoordinator:
         try:
             while True:
                 self._answers.put((index, links.recv(conn)))
-        except (EOFError, OSError):
+        except Exception:  # noqa: BLE001 - EOF, a reset, or the connection closed under the read
             self._answers.put((index, None))
 
     def run_epoch(
