@@ -15,18 +15,16 @@ from typing import Any
 
 import pytest
 
-from streamstate.common import RestartStrategies, Types
-from streamstate.datastream import CheckpointingMode, ExternalizedCheckpointCleanup
-from streamstate.datastream.state import ValueStateDescriptor
+from streamstate.common import RestartStrategies
+from streamstate.datastream import CheckpointingMode
 from streamstate.errors import (
     ConfigurationError,
     CorruptCheckpointError,
     JobExecutionError,
     TaskSlotsError,
 )
-from streamstate.runtime.state_reader import list_checkpoints, read_keyed_state
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
-from tests.integration.jobs import CountPerKey, records
+from tests.integration.jobs import CountPerKey, checkpointed_count, records
 from tests.support import envs
 from tests.support.runners import on_both_runners
 
@@ -51,20 +49,9 @@ def _env(spark: Any, runner: str, **conf: str) -> Any:
 
 
 def run(spark, tmp_path, name, runner="barrier", mode=CheckpointingMode.EXACTLY_ONCE, failure=None):
-    env = _env(spark, runner)
-    env.enable_checkpointing(2500, mode)
-    cc = env.get_checkpoint_config()
-    cc.set_checkpoint_storage_dir(str(tmp_path / name))
-    cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
-    ds = env.from_collection(DATA).key_by(lambda v: v[0]).process(CountPerKey()).uid("counter")
-    if failure is not None:
-        ds = ds.map(failure).name("fail-once")
-    result = ds.execute_and_collect(name)
-    out = list(result)
-    chks = [c for c in list_checkpoints(str(tmp_path / name)) if c.valid]
-    latest = max(chks, key=lambda c: c.checkpoint_id)
-    state = read_keyed_state(latest.path, "counter", ValueStateDescriptor("count", Types.LONG()))
-    return out, state
+    return checkpointed_count(
+        spark, tmp_path / name, DATA, mode, failure, **{"execution.runner": runner}
+    )
 
 
 @pytest.fixture(scope="module")

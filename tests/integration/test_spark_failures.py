@@ -11,12 +11,9 @@ from collections import Counter
 
 import pytest
 
-from streamstate.common import Types
-from streamstate.datastream import CheckpointingMode, ExternalizedCheckpointCleanup
-from streamstate.datastream.state import ValueStateDescriptor
-from streamstate.runtime.state_reader import read_keyed_state
+from streamstate.datastream import CheckpointingMode
 from streamstate.testing import FailOnce, TickingClock, use_default_clock
-from tests.integration.jobs import CountPerKey, make_env, records
+from tests.integration.jobs import checkpointed_count, records
 from tests.support.runners import on_both_runners
 
 pytestmark = pytest.mark.spark
@@ -34,22 +31,7 @@ def epoch_clock():
 
 
 def run(spark, tmp_path, name, mode=CheckpointingMode.EXACTLY_ONCE, failure=None):
-    env = make_env(spark, epoch_records=40)
-    env.enable_checkpointing(2500, mode)
-    cc = env.get_checkpoint_config()
-    cc.set_checkpoint_storage_dir(str(tmp_path / name))
-    cc.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
-    ds = env.from_collection(DATA).key_by(lambda v: v[0]).process(CountPerKey()).uid("counter")
-    if failure is not None:
-        ds = ds.map(failure).name("fail-once")
-    out = list(ds.execute_and_collect(name))
-    # the result of the last execute() is not returned by execute_and_collect: read the checkpoint dir
-    from streamstate.runtime.state_reader import list_checkpoints
-
-    chks = [c for c in list_checkpoints(str(tmp_path / name)) if c.valid]
-    latest = max(chks, key=lambda c: c.checkpoint_id)
-    state = read_keyed_state(latest.path, "counter", ValueStateDescriptor("count", Types.LONG()))
-    return out, state
+    return checkpointed_count(spark, tmp_path / name, DATA, mode, failure)
 
 
 @pytest.fixture(scope="module")
