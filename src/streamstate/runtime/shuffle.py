@@ -24,10 +24,10 @@ from typing import Any
 import mmh3
 
 from streamstate.errors import KeySerializationError, OutputTypeError
+from streamstate.runtime.field_getters import fast_key_selector
 from streamstate.runtime.graph import CustomPartitionSpec, Edge, KeyingSpec, Partitioning, Stage
 from streamstate.runtime.operators.base import as_callable
 from streamstate.runtime.serializers.base import dumps_unshared
-from streamstate.runtime.subscript_keys import fast_key_selector
 from streamstate.runtime.watermarks import ChannelWatermark
 
 __all__ = [

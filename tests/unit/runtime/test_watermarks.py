@@ -92,6 +92,31 @@ def test_assigner_returning_a_non_int_is_a_typed_error():
         op.process_batch_ts([1], None)
 
 
+class ByFieldPlusZero(TimestampAssigner):
+    """ByField's timestamps through a body that is more than a field read."""
+
+    def extract_timestamp(self, value, record_timestamp):
+        return value[1] + 0
+
+
+def test_a_field_reading_assigner_stamps_as_the_general_path_does():
+    """ByField's body is only ``value[1]``: it runs as an itemgetter; the timestamps, the
+    watermark and the typed error are those of an assigner called per record."""
+    batch = [("a", 5), ("b", 9), ("c", 7)]
+    fast, slow = (
+        make_op(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(a))
+        for a in (ByField(), ByFieldPlusZero())
+    )
+    assert fast.field is not None and slow.field is None
+    for previous in (None, [1, None, 3]):
+        assert fast.process_batch_ts(batch, previous) == slow.process_batch_ts(batch, previous)
+    assert fast.output_watermark(MIN_WATERMARK, None) == slow.output_watermark(MIN_WATERMARK, None)
+    with pytest.raises(ValueError, match="3 records but 2 timestamps"):
+        fast.process_batch_ts(batch, [1, 2])
+    with pytest.raises(TimestampError, match="returned float 1.5"):
+        fast.process_batch_ts([("d", 1.5)], None)
+
+
 def test_strategy_errors():
     with pytest.raises(ConfigurationError, match="max_out_of_orderness"):
         WatermarkStrategy.for_bounded_out_of_orderness("5s")

@@ -12,6 +12,7 @@ from itertools import repeat
 from typing import Any
 
 from streamstate.errors import TimestampError
+from streamstate.runtime.field_getters import field_getter
 from streamstate.runtime.operators.base import StreamOperator
 from streamstate.runtime.watermarks import (
     MAX_WATERMARK,
@@ -38,6 +39,9 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         )
         a = self.assigner
         self.extract = None if a is None else getattr(a, "extract_timestamp", a)
+        #: the assigner as an item or attribute getter when all it does is read a field of
+        #: the record (``return value[1]``): the same read, without a Python frame
+        self.field = None if self.extract is None else field_getter(self.extract, 2)
 
     def _stamp(self, batch: list[Any], timestamps: list[Any] | None) -> list[Any]:
         ex = self.extract
@@ -46,7 +50,11 @@ class TimestampsAndWatermarksOperator(StreamOperator):
                 return [MIN_WATERMARK] * len(batch)
             return [MIN_WATERMARK if t is None else t for t in timestamps]
         # map() calls the assigner without a Python frame of ours per record
-        if timestamps is None:
+        if self.field is not None:
+            if timestamps is not None and len(timestamps) != len(batch):
+                raise ValueError(f"{len(batch)} records but {len(timestamps)} timestamps")
+            ts = list(map(self.field, batch))  # the record's timestamp is not read
+        elif timestamps is None:
             ts = list(map(ex, batch, repeat(MIN_WATERMARK, len(batch))))
         else:
             if len(timestamps) != len(batch):

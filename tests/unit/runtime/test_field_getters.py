@@ -1,13 +1,15 @@
-"""``fast_key_selector``: ``lambda v: v[c]`` runs as ``itemgetter(c)``, nothing else does."""
+"""``field_getter``: ``lambda v: v[c]`` runs as ``itemgetter(c)``, ``lambda v: v.name`` as
+``attrgetter("name")``, nothing else changes."""
 
 from __future__ import annotations
 
-from operator import itemgetter
+from operator import attrgetter, itemgetter
+from types import SimpleNamespace
 
 import pytest
 
 from streamstate.datastream.functions import KeySelector
-from streamstate.runtime.subscript_keys import fast_key_selector
+from streamstate.runtime.field_getters import fast_key_selector, field_getter
 
 
 class ByName(KeySelector):
@@ -78,3 +80,35 @@ def test_errors_are_the_same():
                 fast(record)
             assert type(fast_err.value) is type(slow_err.value)
             assert str(fast_err.value) == str(slow_err.value)
+
+
+def test_an_attribute_read_becomes_an_attrgetter():
+    class ByAttr(KeySelector):
+        def get_key(self, value):
+            return value.user
+
+    record = SimpleNamespace(user="u1", ts=5)
+    for selector in (lambda v: v.user, ByAttr().get_key):
+        fast = fast_key_selector(selector)
+        assert type(fast) is attrgetter
+        assert fast(record) == selector(record) == "u1"
+    for selector in (lambda v: v.user.name, lambda v: v.get(), lambda v: v.user[0]):
+        assert fast_key_selector(selector) is selector
+
+
+class Stamps:
+    def extract_timestamp(self, value, record_timestamp):
+        return value[1]
+
+    def uses_the_record_timestamp(self, value, record_timestamp):
+        return record_timestamp
+
+
+def test_a_timestamp_assigner_reading_a_field_is_a_getter_of_the_value():
+    assert field_getter(Stamps().extract_timestamp, 2)(("k", 7)) == 7
+    assert field_getter(lambda e, ts: e[1], 2)(("k", 8)) == 8
+    assert field_getter(lambda e, ts: e.ts, 2)(SimpleNamespace(ts=9)) == 9
+    assert field_getter(Stamps().uses_the_record_timestamp, 2) is None
+    assert field_getter(lambda e, ts: ts[1], 2) is None  # reads the second argument
+    assert field_getter(lambda e: e[1], 2) is None  # not a two-argument function
+    assert field_getter(Stamps().extract_timestamp, 1) is None
