@@ -256,3 +256,35 @@ def test_keys_equal_across_types_keep_their_own_key_groups_across_batches():
     }
     assert {(kg, v[1]) for kg, _k, v in got} == expected
     assert len({kg for kg, _k, _v in got}) == 6  # every key its own (no collisions here)
+
+
+def test_chunks_of_several_senders_iterate_and_join_in_sender_order():
+    """A receiver keeps each sender's columns apart until an operator asks for whole
+    columns: iterating before and after the join, and the joined columns, give the
+    senders' triples in (sender, batch) order; timestamps follow the same order."""
+    keying = KeyingSpec(lambda v: v[0], PickleSerializer())
+    dest = _receiver(128, (keying, None))
+    edge = Edge(1, Partitioning.HASH, keying, 0, None, True)
+    sent = {src: [(f"k{(i * 7 + src) % 13}", src, i) for i in range(40)] for src in (0, 1, 2)}
+    payloads = []
+    for src in (2, 0, 1):  # arrival order is not input order
+        w = EdgeWriter(edge, dest, src, "src", {})
+        w.add(sent[src], [1000 * src + i for i in range(40)])
+        for seq, (target, blob) in enumerate(w.chunks()):
+            if target == 0:
+                payloads.append((target, (DATA, 0, src, seq, blob, 0)))
+    inputs, _acks, tss, _wm = decode_input(payloads, dest)
+    cols = inputs[0]
+    ser = PickleSerializer().serialize
+    expected = [
+        (kg, v[0], v)
+        for src in (0, 1, 2)
+        for v in sent[src]
+        if (kg := compute_key_group_for_serialized_key(ser(v[0]), 128)) * 2 // 128 == 0
+    ]
+    assert isinstance(cols, KeyedColumns) and len(cols) == len(expected)
+    assert list(cols) == expected  # segments, not joined yet
+    assert tss[0] == [1000 * v[1] + v[2] for _kg, _k, v in expected]
+    assert list(cols.kgs) == [t[0] for t in expected]  # joins them
+    assert cols.keys == [t[1] for t in expected] and cols.values == [t[2] for t in expected]
+    assert list(cols) == expected and cols[1:3] == expected[1:3] and cols[0] == expected[0]
