@@ -9,8 +9,10 @@ the window contents state. A window that fires before anything else looks at the
 the accumulator from here and the cleanup drops it. Everything that reads or writes the
 contents state otherwise writes the folded windows to it first (:meth:`FoldedWindows.
 flush`): the operator's ``snapshot_state`` (so every snapshot, checkpoint and version
-holds them), its generic per-element path and processing-time timers, and firing a
-window that had contents in the state before it was folded here.
+holds them), its generic per-element path and processing-time timers. A window that
+had contents in the state before it was folded here fires from its accumulators and
+the state's it read (``stored``, for keys not folded since), and its cleanup clears
+the state's entries too.
 
 Without allowed lateness a window's firing and cleanup are one timer: a fresh folded
 window registers its keys' timers only when it is written to the state; one that fires
@@ -225,36 +227,24 @@ class FoldedWindows:
         """``window``'s keys in the timers' firing order: key group, then first arrival."""
         return sorted(window.accs, key=self.key_groups.__getitem__)
 
-    def fresh_window(self, start: int) -> FoldedWindow | None:
-        """The folded window starting at ``start`` if the state holds none of its contents
-        (firing reads them here), else None."""
-        window = self.windows.get(start)
-        return window if window is not None and window.fresh else None
+    def drop(self, start: int) -> None:
+        """Forget a window whose cleanup ran (the caller cleared the state's entries)."""
+        self.windows.pop(start, None)
 
-    def drop(self, start: int | None = None) -> None:
-        """Forget a fresh window whose cleanup ran (its contents never reached the state);
-        ``None``: only the key groups, once no window is left."""
-        if start is not None:
-            self.windows.pop(start, None)
+    def forget_key_groups(self) -> None:
+        """Forget the key groups once no window is left (after firing: windows taken by
+        :meth:`take_fired` use them until they are fired)."""
         if not self.windows:
             self.key_groups.clear()
 
-    def flush(self, fired_by: int | None = None) -> None:
+    def flush(self) -> None:
         """Write the folded windows to the state (each key's accumulator, one access) and
-        forget them; with ``fired_by``, only the windows that are not fresh and fire at
-        that watermark (firing reads those from the state)."""
+        forget them."""
         if not self.windows:
             return
         op = self.op
         size = op.assigner._size
-        if fired_by is None:
-            starts = list(self.windows)
-        else:
-            starts = [
-                s for s, w in self.windows.items() if not w.fresh and s + size - 1 <= fired_by
-            ]
-            if not starts:
-                return
+        starts = list(self.windows)
         backend = op.backend
         set_key = backend.set_current_key
         first, n = backend.shuffled_key_slots() or (0, -1)

@@ -16,6 +16,8 @@ from streamstate.runtime.state.kinds import BulkAddingState
 
 __all__ = ["fire_tumbling", "tumbling_batch"]
 
+_MISSING: Any = object()
+
 
 def tumbling_batch(
     self: Any, batch: Sequence[Any], timestamps: list[Any]
@@ -149,11 +151,10 @@ def fire_tumbling(self: Any, watermark: int, out: list[Any], out_ts: list[Any]) 
 
     ``EventTimeTrigger`` registers only the timer at ``max_timestamp`` and fires on
     it; the cleanup timer is ``max_timestamp + allowed_lateness``. At cleanup the
-    trigger's only timer has fired already (timers fire in order), so clearing the
     trigger deletes nothing and is skipped. Per timer what ``_on_timer`` does. A window
-    folded out of the state (``folding.py``) fires from its accumulators, and its cleanup
-    forgets them, when the state holds none of its contents; the others are written to
-    the state first.
+    folded out of the state (``folding.py``) fires from its accumulators (and, for keys
+    folded nothing since, the state's it read when it was folded), and its cleanup
+    forgets them (clearing the state's entries where it held some).
     """
     backend = self.backend
     set_key = backend.set_current_key
@@ -173,7 +174,6 @@ def fire_tumbling(self: Any, watermark: int, out: list[Any], out_ts: list[Any]) 
     result = None
     fired: list[Any] = []  # folded windows firing without timers, by time
     if folded is not None:
-        folded.flush(fired_by=watermark)
         result = folded.fold.result
         fired = folded.take_fired(watermark)
     for t, due in self.timers.take_due_event_time_timers(watermark):
@@ -181,6 +181,8 @@ def fire_tumbling(self: Any, watermark: int, out: list[Any], out_ts: list[Any]) 
             _fire_folded(self, fired.pop(0), out, out_ts)
         # a bucket holds the timers of few windows (one, where the lateness is 0), in runs
         window = max_ts = fires = cleans = accs = None
+        stored: Any = None
+        in_state = True
         cleaned: list[int] = []
         for key, kg, ns in due:
             kgi = kg - first
@@ -197,19 +199,26 @@ def fire_tumbling(self: Any, watermark: int, out: list[Any], out_ts: list[Any]) 
                 max_ts = window.end - 1
                 fires = t == max_ts
                 cleans = t == max_ts + lateness or t == MAX_LONG_VALUE  # the cleanup timer
-                pending = None if folded is None else folded.fresh_window(window.start)
-                accs = None if pending is None else pending.accs
-                if accs is not None and cleans:
-                    cleaned.append(window.start)
-                if accs is None or uses_state:  # a folded window has no namespace yet
+                folded_window = None if folded is None else folded.windows.get(window.start)
+                if folded_window is None:
+                    accs = stored = None
+                    in_state = True
+                else:
+                    accs, stored = folded_window.accs, folded_window.stored
+                    in_state = not folded_window.fresh
+                    if cleans:
+                        cleaned.append(window.start)
+                if in_state or uses_state:  # a fresh folded window has no namespace yet
                     set_namespace(window)
                 pctx._window = window
             elif uses_state:
                 set_namespace(window)
                 pctx._window = window
             if fires:
-                if accs is not None:  # folded, never in the state
-                    contents = accs.get(key)
+                if accs is not None:  # folded: the newest accumulators are here
+                    contents = accs.get(key, _MISSING)
+                    if contents is _MISSING:  # none folded: the state's, or none
+                        contents = stored.get(key)
                     if contents is not None and result is not None:
                         contents = result(contents)
                 else:
@@ -227,7 +236,7 @@ def fire_tumbling(self: Any, watermark: int, out: list[Any], out_ts: list[Any]) 
                         set_namespace(window)
                         pctx._window = window
             if cleans:
-                if accs is None:
+                if in_state:
                     clear()
                 if uses_state:
                     wf.clear(window, pctx)
@@ -239,7 +248,7 @@ def fire_tumbling(self: Any, watermark: int, out: list[Any], out_ts: list[Any]) 
     for window in fired:
         _fire_folded(self, window, out, out_ts)
     if folded is not None:
-        folded.drop()
+        folded.forget_key_groups()
 
 
 def _fire_folded(self: Any, fired: Any, out: list[Any], out_ts: list[Any]) -> None:

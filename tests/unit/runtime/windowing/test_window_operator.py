@@ -709,11 +709,38 @@ def test_tumbling_fast_path_equals_the_generic_path(lateness: int, function: str
             h.op.snapshot_state(None, 0)
             left = h.op.timers.num_event_time_timers()
             h.watermark(1 << 40)
-            runs.append((out + h.out, h.side, dropped + h.op.num_late_records_dropped, left))
+            h.op.snapshot_state(None, 0)
+            # every window's contents were cleaned up (none left in the state)
+            contents = list(h.backend.get_keys_and_namespaces("window-contents"))
+            runs.append(
+                (out + h.out, h.side, dropped + h.op.num_late_records_dropped, left, contents)
+            )
             assert h.op.timers.num_event_time_timers() == 0
         assert runs[0] == runs[1]
 
     check()
+
+
+def test_folded_windows_from_the_state_and_new_fire_at_one_watermark() -> None:
+    """A folded window that had contents in the state (restored) and a new one fire at
+    one watermark, as on the generic path: the first through the timer queue, the other
+    from its accumulators alone."""
+    runs = []
+    for assigner in (TumblingEventTimeWindows(10, 0), _GenericTumbling(10, 0)):
+        build = windowed(assigner, _FAST_PATH_FUNCTIONS["aggregate"])
+        h = Harness(build)
+        h.elements([("a", ("a", 1), 1), ("b", ("b", 2), 2)])
+        h = Harness(build, handles=[h.handle()])
+        h.elements([("b", ("b", 3), 3), ("c", ("c", 4), 4), ("a", ("a", 5), 15)])
+        h.watermark(100)
+        runs.append((h.out, list(h.backend.get_keys_and_namespaces("window-contents"))))
+    assert runs[0] == runs[1]
+    assert sorted(r[0] for r in runs[0][0]) == [
+        ("a", 0, 1),
+        ("a", 10, 5),
+        ("b", 0, 5),
+        ("c", 0, 4),
+    ]
 
 
 def test_add_many_equals_sequential_adds() -> None:
