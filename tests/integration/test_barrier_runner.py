@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from streamstate.common import RestartStrategies
+from streamstate.common import RestartStrategies, Types
 from streamstate.datastream import CheckpointingMode
+from streamstate.datastream.connectors import SparkTableSink
 from streamstate.errors import (
     ConfigurationError,
     CorruptCheckpointError,
@@ -167,3 +168,17 @@ def test_a_job_failing_before_its_first_epoch_frees_the_task_slots(spark, tmp_pa
         .execute_and_collect()
     )
     assert len(out) == len(DATA)
+
+
+def test_a_table_sink_with_every_slot_held_is_an_error(spark, tmp_path):
+    """``SparkTableSink`` commits each batch with a Spark job of the driver's: with the
+    co-scheduled tasks holding both slots of local[2] that job could never run."""
+    env = _env(spark, "barrier")
+    env.enable_checkpointing(2500)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
+    row = Types.ROW_NAMED(["id"], [Types.LONG()])
+    env.from_sequence(0, 9).map(lambda i: (i,), output_type=row).sink_to(
+        SparkTableSink(str(tmp_path / "table"), format="parquet")
+    )
+    with pytest.raises(TaskSlotsError, match="SparkTableSink writes every committed batch"):
+        env.execute("table")

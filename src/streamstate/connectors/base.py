@@ -42,10 +42,10 @@ class Source(ABC):
     #: open file, no thread): on Spark, a source stage of such a source with no operator
     #: chained to it runs in the task's Python worker instead of a subtask host
     stateless_reader: bool = False
-    #: the driver runs a Spark job of the job's application while it plans epochs (a
-    #: Spark stream's trigger): it needs a task slot the job's own tasks do not hold
-    #: (the barrier runner's tasks hold theirs for the job's life)
-    runs_spark_jobs: bool = False
+    #: what Spark jobs the driver runs for this source while the job runs (None: none);
+    #: each needs a task slot the job's own tasks do not hold (the barrier runner's tasks
+    #: hold theirs for the job's life)
+    driver_spark_jobs: str | None = None
 
     @abstractmethod
     def create_enumerator_state(self, parallelism: int) -> Any:
@@ -110,6 +110,9 @@ class SinkCommitter(ABC):
     skips_replayed_records: ClassVar[bool] = False
     #: what it commits outlives the job's driver (False: results kept in the driver process)
     output_outlives_job: ClassVar[bool] = True
+    #: what Spark jobs the driver runs for this sink's commits (None: none), as
+    #: ``Source.driver_spark_jobs``
+    driver_spark_jobs: ClassVar[str | None] = None
     #: how the current restore treats committed output (set by the driver)
     replay: ReplayPlan = NO_REPLAY
 

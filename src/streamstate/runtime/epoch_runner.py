@@ -18,11 +18,15 @@ __all__ = ["EpochRunner"]
 class EpochRunner(ABC):
     """Runs every stage of a plan once per epoch and returns all acks."""
 
-    def prepare(self, job_id: str, plan: ExecutionPlan) -> None:  # noqa: B027 - optional
+    def prepare(  # noqa: B027 - optional
+        self, job_id: str, plan: ExecutionPlan, driver_spark_jobs: tuple[str, ...] = ()
+    ) -> None:
         """The job's plan is known and its stage specs are not built yet: start what takes
         long and needs no spec, so that it overlaps the driver's restore and the specs'
-        pickling (the barrier runner submits its Spark job here). ``stop`` undoes it when
-        the job fails before ``start``. Most runners have nothing to start early."""
+        pickling (the barrier runner submits its Spark job here). ``driver_spark_jobs``:
+        the Spark jobs the driver itself will run while the job runs, in words (its
+        sources' and sinks' ``driver_spark_jobs``). ``stop`` undoes it when the job fails
+        before ``start``. Most runners have nothing to start early."""
 
     @abstractmethod
     def start(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None: ...

@@ -278,6 +278,13 @@ class JobExecutor:
                 if n.committer_factory is not None:
                     job.committers[n.uid] = n.committer_factory(exactly_once)
 
+    def _driver_spark_jobs(self) -> tuple[str, ...]:
+        """What Spark jobs the driver runs while the job runs: its sources' and sinks'."""
+        job = self.parts
+        sources = [st.source.driver_spark_jobs for st in job.plan.stages if st.is_source]
+        sinks = [c.driver_spark_jobs for c in job.committers.values()]
+        return tuple(dict.fromkeys(w for w in (*sources, *sinks) if w))
+
     def _restore(self, md: CheckpointMetadata, path: str | None, initial: bool = False) -> None:
         job = self.parts
         # a job restores what its own checkpoints hold; a started-from path is checked
@@ -485,7 +492,7 @@ class JobExecutor:
         t0 = time.time()
         self._make_committers()
         try:
-            job.runner.prepare(self.job_id, job.plan)
+            job.runner.prepare(self.job_id, job.plan, self._driver_spark_jobs())
             self._initial_restore()
         except BaseException:
             job.lifecycle.transition(JobStatus.FAILED)

@@ -147,6 +147,8 @@ class BarrierEpochRunner(EpochRunner):
         self._start_timeout = _start_timeout(configuration)
         #: the session's side, once it was made ready for the job
         self._side: SparkSide | None = None
+        #: the Spark jobs the driver runs while the job runs (prepare), in words
+        self._driver_spark_jobs: tuple[str, ...] = ()
         #: launches so far (names their Spark job groups apart)
         self._launches = 0
 
@@ -163,12 +165,15 @@ class BarrierEpochRunner(EpochRunner):
         if str(self._side.conf("spark.dynamicAllocation.enabled", "false")).lower() == "true":
             raise _dynamic_allocation_error()
 
-    def prepare(self, job_id: str, plan: ExecutionPlan) -> None:
+    def prepare(
+        self, job_id: str, plan: ExecutionPlan, driver_spark_jobs: tuple[str, ...] = ()
+    ) -> None:
         """Submit the Spark job of the tasks now: they start and connect while the driver
         restores the job and pickles its specs (the launch waits for them at the first
         epoch)."""
         self._open_session()
         self._job_id = job_id
+        self._driver_spark_jobs = driver_spark_jobs
         self._launch = self._submit_launch(plan, None)
 
     def start(self, job_id: str, plan: ExecutionPlan, specs: dict[int, bytes]) -> None:
@@ -211,12 +216,11 @@ class BarrierEpochRunner(EpochRunner):
         bind, advertised = side.coordinator_hosts()
         tasks = max(s.parallelism for s in plan.stages)
         slots = task_slots(master)
-        streams = [s.id for s in plan.stages if s.is_source and s.source.runs_spark_jobs]
-        if streams and slots is not None and tasks >= slots:
-            # each trigger of the stream is a Spark job of the driver's, which would wait
-            # for a slot the co-scheduled tasks hold for the job's life
+        if self._driver_spark_jobs and slots is not None and tasks >= slots:
+            # such a Spark job of the driver's would wait for a slot the co-scheduled
+            # tasks hold for the job's life
             raise TaskSlotsError(
-                f"from_spark_stream() runs a Spark job for every trigger, and with "
+                f"{'; '.join(self._driver_spark_jobs)} on the driver, and with "
                 f"execution.runner: barrier the job's {tasks} co-scheduled tasks hold all "
                 f"{slots} task slots of {master}: lower the parallelism below {slots}, "
                 f"or use execution.runner: rdd"

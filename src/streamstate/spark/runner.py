@@ -146,9 +146,7 @@ def _ack_of(x: Any) -> Any:
     return x[2][1]
 
 
-def prepare_job_session(
-    spark: Any, configuration: Any
-) -> tuple[Any, Callable[[], None] | None]:
+def prepare_job_session(spark: Any, configuration: Any) -> tuple[Any, Callable[[], None] | None]:
     """The classic session a job runs on (``spark``, else one made from
     ``configuration``), made ready for it: its workers' Python checked, the job's Python
     dependencies shipped, task-failure logs quietened (unless

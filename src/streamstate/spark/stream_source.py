@@ -75,7 +75,7 @@ class SparkStreamSource(Source):
     """Reads a streaming DataFrame trigger by trigger (see module doc)."""
 
     sliced_reads = True
-    runs_spark_jobs = True  # a trigger per epoch
+    driver_spark_jobs = "from_spark_stream() runs a Spark job for every trigger"
 
     def __init__(
         self,

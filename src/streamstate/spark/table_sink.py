@@ -76,6 +76,8 @@ def _visible(fs: Any, path: str) -> list[str]:
 class SparkTableCommitter(SinkCommitter):
     """Commits staged epochs as one Spark batch write per checkpoint (see module doc)."""
 
+    driver_spark_jobs = "SparkTableSink writes every committed batch with a Spark job"
+
     def __init__(
         self,
         path: str,
