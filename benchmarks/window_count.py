@@ -34,6 +34,7 @@ Run: ``python -m benchmarks.window_count [--records N] [--repeat 2] [--no-spark]
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -68,10 +69,18 @@ def expected_windows(data: list[tuple[str, int]]) -> int:
 
 
 def run_streamstate(
-    spark: Any, data: list[Any], epochs: int, backend: str = "hashmap", readers: int = 1
+    spark: Any,
+    data: list[Any],
+    epochs: int,
+    backend: str = "hashmap",
+    readers: int = 1,
+    runner: str = "rdd",
 ) -> tuple[float, dict[str, Any]]:
-    """``readers``: the collection's reader subtasks (adjacent stripes of every epoch)."""
+    """``readers``: the collection's reader subtasks (adjacent stripes of every epoch);
+    ``runner``: ``execution.runner`` (``rdd``, the classic default, or ``barrier``)."""
     conf = Configuration()
+    if runner != "rdd":  # unset, older revisions run too (compare_revisions)
+        conf.set_string("execution.runner", runner)
     # max-records is per reader subtask: an epoch reads len(data) / epochs records in all
     conf.set_string("execution.epoch.max-records", str(-(-len(data) // (epochs * readers))))
     conf.set_string("state.backend.type", backend)
@@ -200,6 +209,11 @@ def main(argv: list[str] | None = None) -> None:
         "ratio's base; Flink's fromCollection reads with 1)",
     )
     p.add_argument(
+        "--runners",
+        default="rdd",
+        help="comma-separated epoch runners (execution.runner: rdd, barrier), a row each",
+    )
+    p.add_argument(
         "--epochs",
         default="1,10",
         help="comma-separated streamstate cells: the records as 1 epoch and as 10 (Spark's "
@@ -217,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     sitting = Sitting.begin("benchmarks.window_count", argv)
     backends = [b.strip() for b in args.state_backends.split(",") if b.strip()]
     readers = [int(r) for r in args.source_parallelism.split(",") if r.strip()]
+    runners = [r.strip() for r in args.runners.split(",") if r.strip()]
 
     from benchmarks.peers import spark_stateful as peers
 
@@ -227,10 +242,12 @@ def main(argv: list[str] | None = None) -> None:
     meter = KindMeter("window-count") if args.kind_cpu else None
     try:
 
-        def streamstate_run(epochs: int, backend: str, n: int) -> float:
+        def streamstate_run(epochs: int, backend: str, n: int, runner: str) -> float:
             if meter is None:
-                return run_streamstate(spark, data, epochs, backend, n)[0]
-            rate, cpu = measured(meter, lambda: run_streamstate(spark, data, epochs, backend, n)[0])
+                return run_streamstate(spark, data, epochs, backend, n, runner)[0]
+            rate, cpu = measured(
+                meter, lambda: run_streamstate(spark, data, epochs, backend, n, runner)[0]
+            )
             kinds = ", ".join(f"{k} {cpu.get(k, 0):.3f}" for k in KINDS)
             print(
                 f"CPU s, {backend}, {n} reader(s), {epochs} epoch(s): {kinds} ({rate:,.0f} rec/s)"
@@ -239,17 +256,21 @@ def main(argv: list[str] | None = None) -> None:
 
         rows: dict[str, dict[str, float]] = {}
         names = []
-        for backend in backends:
-            for n in readers:
-                name = "streamstate" if backend == "hashmap" else f"streamstate ({backend})"
-                if readers != [1]:
-                    name = f"{name}, {n} reader{'s' if n > 1 else ''}"
-                names.append(name)
-                for epochs in cells:
-                    rows.setdefault(name, {})[str(epochs)] = best_of(
-                        args.repeat,
-                        lambda e=epochs, b=backend, n=n: streamstate_run(e, b, n),
-                    )
+        for runner in runners:
+            if runner != "rdd":  # warm-up: this runner's tasks
+                run_streamstate(spark, data[:100_000], 2, backends[0], readers[0], runner)
+        for backend, n, runner in itertools.product(backends, readers, runners):
+            name = "streamstate" if backend == "hashmap" else f"streamstate ({backend})"
+            if readers != [1]:
+                name = f"{name}, {n} reader{'s' if n > 1 else ''}"
+            if runners != ["rdd"]:
+                name = f"{name}, {runner} runner"
+            names.append(name)
+            for epochs in cells:
+                rows.setdefault(name, {})[str(epochs)] = best_of(
+                    args.repeat,
+                    lambda e=epochs, b=backend, n=n, r=runner: streamstate_run(e, b, n, r),
+                )
         if not args.no_spark:
             run_spark(spark, data[:50_000], 1)  # warm-up
             for batches in cells:
@@ -260,9 +281,9 @@ def main(argv: list[str] | None = None) -> None:
             f"\nevent-time tumbling window count, {args.records:,} records, {args.keys:,} keys, "
             f"10 s windows, parallelism 2"
         )
-        print(f"{'engine':32s} {'1 batch/epoch':>15s} {'10 batches/epochs':>18s}")
+        print(f"{'engine':44s} {'1 batch/epoch':>15s} {'10 batches/epochs':>18s}")
         for name, r in rows.items():
-            print(f"{name:32s} {r.get('1', 0):>13,.0f}/s {r.get('10', 0):>16,.0f}/s")
+            print(f"{name:44s} {r.get('1', 0):>13,.0f}/s {r.get('10', 0):>16,.0f}/s")
         ratios = []
         if not args.no_spark:
             k = rows["Spark Structured Streaming"]
