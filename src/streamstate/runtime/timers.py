@@ -418,7 +418,13 @@ class InternalTimerService:
         b = self._event.buckets.get(int(ts))
         if not b:
             return []
-        return [(key, kg) for (key, ns), kg in b.items() if ns == namespace]
+        out = []
+        same = None  # a bulk registration's timers share one namespace object: one __eq__
+        for (key, ns), kg in b.items():
+            if ns is same or ns == namespace:
+                same = ns
+                out.append((key, kg))
+        return out
 
     def flush(self) -> None:
         """Write the timers of :meth:`register_event_time_timers` that are still

@@ -165,12 +165,21 @@ class FoldedWindows:
         if not timer_keys:
             return {}
         backend = op.backend
+        set_key = backend.set_current_key
+        first, n = backend.shuffled_key_slots() or (0, -1)
+        current = backend.current
         ws = op.window_state
         ws.set_current_namespace(window)
         get = cast(AccumulatorState, ws).get_internal
         out: dict[Any, Any] = {}
         for key, kg in timer_keys:
-            backend.set_current_key(key, kg)
+            kgi = kg - first
+            if 0 <= kgi < n:
+                current.key = key
+                current.key_group_index = kgi
+                current.key_bytes = None
+            else:
+                set_key(key, kg)
             acc = get()
             if acc is not None:
                 out[key] = acc
