@@ -53,7 +53,6 @@ import socket
 import struct
 import threading
 import time
-from array import array
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -246,8 +245,7 @@ def run_subtask(
             records, _end = source.read([epoch * parallelism * budget, index], budget)
             t, cpu["read"] = clock(), cpu["read"] + clock() - t
             writer.add(records)
-            columns = writer.cols
-            writer.cols = [(array(writer.kg_type), [], []) for _ in range(parallelism)]
+            columns = writer.take_columns()
             del records
             t, cpu["partition"] = clock(), cpu["partition"] + clock() - t
             for j, sock in out.items():

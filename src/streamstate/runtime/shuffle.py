@@ -344,6 +344,15 @@ class EdgeWriter:
         self.ts = self.cts = self.ets = None
         self._tables = [None] * 4
 
+    def take_columns(self) -> list[tuple[array[int], list[Any], list[Any]]]:
+        """A hash edge's columns written since the last call, unpickled: one (key groups,
+        keys, values) per target subtask; the writer starts new ones (for a receiver in
+        this process, which needs no chunk: ``benchmarks/barrier_floor.py``)."""
+        cols = self.cols
+        self.cols = self._new_cols()
+        self._tables = [None] * 4  # the cached appends of the columns handed over
+        return cols
+
     def watermark_targets(self) -> range:
         """The subtasks this edge can send records to: the channels a watermark goes to."""
         if self.edge.partitioning is Partitioning.FORWARD:
