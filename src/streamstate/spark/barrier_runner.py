@@ -35,7 +35,7 @@ from streamstate.runtime.cosched.links import StageShape
 from streamstate.runtime.epoch_runner import EpochRunner
 from streamstate.runtime.graph import ExecutionPlan
 from streamstate.runtime.protocol import EpochSpec, SubtaskAck
-from streamstate.spark.barrier_sides import SparkSide, side_for
+from streamstate.spark.barrier_sides import SparkSide, session_conf, side_for
 from streamstate.spark.runner import _AT_EXIT, _STOPPERS, join_host_stoppers, translate_spark_error
 
 __all__ = ["BarrierEpochRunner", "task_slots"]
@@ -162,7 +162,8 @@ class BarrierEpochRunner(EpochRunner):
         self._side = side_for(self.spark)
         self._side.open(self.configuration)
         self.spark = self._side.spark
-        if str(self._side.conf("spark.dynamicAllocation.enabled", "false")).lower() == "true":
+        dynamic = session_conf(self.spark, "spark.dynamicAllocation.enabled", "false")
+        if (dynamic or "").lower() == "true":
             raise _dynamic_allocation_error()
 
     def prepare(
