@@ -14,8 +14,9 @@ checkpoint and the reply adds no more than the input's size to the host's peak m
 Operators' outputs are freed as they go (a chain of n operators would otherwise hold n
 epochs' worth).
 
-Only a process that said it releases (:func:`release_after_reply`, the subtask hosts)
-keeps anything; everywhere else (PySpark workers, the local runner) :func:`keep` drops
+Only a process that said it releases (:func:`release_after_reply`: the subtask hosts, and
+a co-scheduled task of the barrier runner until :func:`stop_keeping` at its end) keeps
+anything; everywhere else (PySpark workers, the local runner) :func:`keep` drops
 its argument at once, as before, so nothing can pile up where nobody releases it.
 """
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["keep", "release", "release_after_reply"]
+__all__ = ["keep", "release", "release_after_reply", "stop_keeping"]
 
 #: what the current epoch has finished with (None: this process does not keep anything)
 _SPENT: list[Any] | None = None
@@ -46,3 +47,11 @@ def release() -> None:
     """Free what :func:`keep` held (call it after the epoch's reply was sent)."""
     if _SPENT:
         _SPENT.clear()
+
+
+def stop_keeping() -> None:
+    """Free what is held and keep nothing from now (a co-scheduled task's end: its PySpark
+    worker may run other tasks, which never release)."""
+    global _SPENT
+    release()
+    _SPENT = None

@@ -27,6 +27,7 @@ from streamstate.runtime.cosched.links import StageShape
 from streamstate.runtime.gc_pause import gc_paused
 from streamstate.runtime.job_end import end_job
 from streamstate.runtime.protocol import DRIVER, EpochSpec
+from streamstate.runtime.spent import release, release_after_reply, stop_keeping
 from streamstate.runtime.task import run_stage_partition
 from streamstate.runtime.worker.host import HOST
 
@@ -40,6 +41,7 @@ def run_task(index: int, coordinator: str, secret: str, executor: str | None) ->
     """Serve the coordinator at ``coordinator`` as task ``index`` until it says stop."""
     link, local_host = links.connect(coordinator, secret, CONNECT_TIMEOUT_S)
     channels: Channels | None = None
+    release_after_reply()
     try:
         listener = links.listen(local_host)
         links.send(
@@ -70,8 +72,13 @@ def run_task(index: int, coordinator: str, secret: str, executor: str | None) ->
                 end_job(job_id)
                 links.send(link, ("stopped",))
                 return
-            acks = _run_epoch(index, message[1], channels, blobs, meta, shapes, executor)
-            links.send(link, ("done", acks))
+            # The collector stays off through the epoch and its answer: turned on while the
+            # epoch's records are alive, its first run would traverse all of them. They
+            # are freed after the answer (runtime/spent.py), off the driver's wait.
+            with gc_paused():
+                acks = _run_epoch(index, message[1], channels, blobs, meta, shapes, executor)
+                links.send(link, ("done", acks))
+                release()
     except BaseException as e:
         try:
             # a peer's closed channel is a consequence: the coordinator looks for the cause
@@ -80,6 +87,7 @@ def run_task(index: int, coordinator: str, secret: str, executor: str | None) ->
             pass  # the coordinator is gone: Spark reports the failure
         raise
     finally:
+        stop_keeping()
         if channels is not None:
             channels.close()
         link.close()
@@ -105,17 +113,15 @@ def _run_epoch(
             channels.wait_for(up, set(range(parallelism[up])) - {index})
         payloads = local.pop(shape.id, []) + channels.payloads.pop(shape.id, [])
         items = [(index, payload) for payload in payloads]
-        # no cyclic collection while the subtask runs its epoch (runtime/gc_pause.py)
-        with gc_paused():
-            for dest, part, payload in run_stage_partition(
-                blobs[shape.id], meta, epoch_specs[shape.id], index, items, executor
-            ):
-                if dest == DRIVER:
-                    acks.append(payload[1])
-                elif part == index:
-                    local.setdefault(dest, []).append(payload)
-                else:
-                    channels.send_payload(part, dest, payload)
+        for dest, part, payload in run_stage_partition(
+            blobs[shape.id], meta, epoch_specs[shape.id], index, items, executor
+        ):
+            if dest == DRIVER:
+                acks.append(payload[1])
+            elif part == index:
+                local.setdefault(dest, []).append(payload)
+            else:
+                channels.send_payload(part, dest, payload)
         readers = {j for down in shape.downstream for j in range(parallelism[down]) if j != index}
         channels.end_stage(shape.id, readers)
     return acks
