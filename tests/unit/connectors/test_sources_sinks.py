@@ -81,7 +81,6 @@ def test_collection_source_reads_everything_once_in_order(data, budgets, p, chun
         src = CollectionSource(data)
         if shipped:
             src = pickle.loads(pickle.dumps(src))
-            assert src.elements is None
         state = src.create_enumerator_state(p)
         in_order: list[Any] = []
         epoch = 0
@@ -102,6 +101,19 @@ def test_collection_source_reads_everything_once_in_order(data, budgets, p, chun
     finally:
         collection._CHUNK = real
     assert in_order == data
+
+
+def test_collection_source_serializes_elements_when_defined():
+    """As Flink's fromCollection, the elements are serialized when the source is made:
+    changing the list or an element afterwards changes nothing that is read, and the
+    source holds no list of the elements (bytes only)."""
+    data = [[1], [2], [3]]
+    src = CollectionSource(data)
+    data[0].append(99)
+    data.append([4])
+    assert src.read([0, 0], 10)[0] == [[1], [2], [3]]
+    lists = [name for name, value in vars(src).items() if isinstance(value, list)]
+    assert lists == ["_packed"] and all(type(blob) is bytes for blob in src._packed)
 
 
 def test_collection_source_ships_shared_elements_as_copies():
