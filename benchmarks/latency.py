@@ -9,7 +9,8 @@ p99 latency and the epochs' count, next to Spark Structured Streaming's shortest
 micro-batch (``triggerExecution``) for a trivial stateful query (``rate`` source, count
 per key) in the same run: the floor of a micro-batch engine's latency on this machine.
 
-Run: ``python -m benchmarks.latency [--rate 10000] [--seconds 20] [--interval-ms 100]``.
+Run: ``python -m benchmarks.latency [--rate 10000] [--seconds 20] [--interval-ms 100]
+[--runner rdd|barrier]``.
 
 ``--timeline``: instead, the steady-rate job alone in a session that writes Spark's event
 log, and where its epochs' time goes (``benchmarks/spark_timeline.py``): the phases of each
@@ -203,6 +204,8 @@ def streamstate_latency(
 ) -> dict[str, Any]:
     conf = Configuration()
     conf.set_string("execution.epoch.interval", f"{args.interval_ms}ms")
+    if args.runner is not None:
+        conf.set_string("execution.runner", args.runner)
     env = StreamExecutionEnvironment.get_execution_environment(conf, spark=spark)
     env.set_parallelism(2)
     times = times or EpochTimes(2)  # where an epoch's time goes: its stages' work vs the rest
@@ -420,8 +423,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fast", type=int, default=0, help="unthrottled run of this many records")
     p.add_argument("--timeline", action="store_true", help="the phases of each epoch's job")
     p.add_argument("--json", help="also write the figures to this file")
+    p.add_argument(
+        "--runner",
+        choices=["rdd", "barrier"],
+        help="streamstate's epoch runner of the steady-rate run (execution.runner; default: "
+        "the session's default, the RDD runner)",
+    )
     add_result_option(p)
     args = p.parse_args(argv)
+    if args.runner is not None and (args.fast or args.timeline):
+        p.error("--runner applies to the steady-rate run only (not --fast or --timeline)")
     sitting = Sitting.begin("benchmarks.latency", argv)
     if args.timeline:
         epoch_timeline(args, sitting)
@@ -462,7 +473,8 @@ def main(argv: list[str] | None = None) -> None:
             json.dump({"args": vars(args), "streamstate": ours, "spark": theirs}, f, indent=2)
     if args.result:
         tables = [figures_table({"streamstate": ours, "spark_structured_streaming": theirs})]
-        record("latency", sitting.run(tables, name=f"A steady rate: {args.rate:,} records/s"))
+        on = "" if args.runner is None else f", {args.runner} runner"
+        record("latency", sitting.run(tables, name=f"A steady rate: {args.rate:,} records/s{on}"))
 
 
 if __name__ == "__main__":
