@@ -90,24 +90,14 @@ class Channels:
                     conn.close()
                     raise TaskChannelError(f"a channel opened as {kind!r} {peer!r}")
                 self._inbound[peer] = conn
-                threading.Thread(
-                    target=self._read,
-                    args=(peer, conn),
-                    name=f"streamstate-channel-{peer}-{self.index}",
-                    daemon=True,
-                ).start()
+                # frames stay bytes here: the consuming thread unpickles them
+                links.start_reader(
+                    conn, self._frames, peer, f"streamstate-channel-{peer}-{self.index}"
+                )
         except BaseException as e:  # noqa: BLE001 - the opening thread reports it
             failed.append(e)
         finally:
             listener.close()
-
-    def _read(self, peer: int, conn: Connection) -> None:
-        """The network thread of the channel from ``peer`` (its reads release the GIL)."""
-        try:
-            while True:
-                self._frames.put((peer, conn.recv_bytes()))
-        except Exception:  # noqa: BLE001 - EOF, a reset, or the connection closed under the read
-            self._frames.put((peer, None))
 
     def begin_epoch(self, epoch: int) -> None:
         """Frames of ``epoch`` are expected from now on (the last epoch's are all in)."""

@@ -103,19 +103,9 @@ class TaskCoordinator:
         start = pickle.dumps(("start", addresses, blobs, meta, shapes), protocol=5)
         for index, conn in self._links.items():
             conn.send_bytes(start)
-            threading.Thread(
-                target=self._read,
-                args=(index, conn),
-                name=f"streamstate-coordinator-{index}",
-                daemon=True,
-            ).start()
-
-    def _read(self, index: int, conn: Connection) -> None:
-        try:
-            while True:
-                self._answers.put((index, links.recv(conn)))
-        except Exception:  # noqa: BLE001 - EOF, a reset, or the connection closed under the read
-            self._answers.put((index, None))
+            links.start_reader(
+                conn, self._answers, index, f"streamstate-coordinator-{index}", pickle.loads
+            )
 
     def run_epoch(
         self, epoch_specs: dict[int, EpochSpec], failed: Callable[[], BaseException | None]

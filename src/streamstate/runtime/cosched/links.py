@@ -11,7 +11,10 @@ proved the secret are ever unpickled.
 from __future__ import annotations
 
 import pickle
+import queue
 import socket
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -30,6 +33,7 @@ __all__ = [
     "recv",
     "send",
     "split_address",
+    "start_reader",
 ]
 
 #: the version of the messages between the coordinator and the tasks, and between tasks
@@ -114,3 +118,26 @@ def send(conn: Connection, message: tuple[Any, ...]) -> None:
 def recv(conn: Connection) -> Any:
     """The next message (EOFError when the other side closed)."""
     return pickle.loads(conn.recv_bytes())
+
+
+def start_reader(
+    conn: Connection,
+    into: queue.SimpleQueue[tuple[int, Any]],
+    source: int,
+    name: str,
+    decode: Callable[[bytes], Any] | None = None,
+) -> None:
+    """A daemon thread that puts ``(source, frame)`` on ``into`` for every frame of
+    ``conn`` as it arrives (``decode(frame)`` when given), then ``(source, None)`` once
+    the connection ends: at EOF, a reset, or a close under the read. Its reads release
+    the GIL, so the thread that consumes ``into`` is never blocked by a slow sender."""
+
+    def read() -> None:
+        try:
+            while True:
+                frame = conn.recv_bytes()
+                into.put((source, frame if decode is None else decode(frame)))
+        except Exception:  # noqa: BLE001 - EOF, a reset, or the connection closed under it
+            into.put((source, None))
+
+    threading.Thread(target=read, name=name, daemon=True).start()
